@@ -1,0 +1,92 @@
+// swift-tools-version:6.1
+import PackageDescription
+
+let package = Package(
+    name: "kafka-worker-pipeline",
+    platforms: [.macOS(.v14)],
+    products: [
+        .library(name: "Pipeline", targets: ["Pipeline"]),
+        .library(name: "Workers", targets: ["Workers"]),
+        .library(name: "Thumbnails", targets: ["Thumbnails"]),
+        .executable(name: "pipelinectl", targets: ["pipelinectl"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
+        .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
+        .package(url: "https://github.com/x-sheep/swift-property-based", from: "2.0.1"),
+    ],
+    targets: [
+        // C modules: the only doors into C libraries.
+        .systemLibrary(
+            name: "CKafka",
+            pkgConfig: "rdkafka",
+            providers: [.apt(["librdkafka-dev"])]
+        ),
+        .systemLibrary(
+            name: "CVips",
+            pkgConfig: "vips",
+            providers: [.apt(["libvips-dev"])]
+        ),
+
+        // Pure stages: values in, values out. No Kafka, no sockets, no clocks.
+        .target(name: "Workers"),
+
+        // Thumbnails: pure libvips resize plus the fetch/store side that feeds it.
+        .target(
+            name: "Thumbnails",
+            dependencies: [
+                "CVips",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+
+        // The runtime: Kafka layer (only Kafka/RDKafka* files import CKafka), local broker, runner.
+        .target(
+            name: "Pipeline",
+            dependencies: [
+                "CKafka",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
+
+        .executableTarget(
+            name: "pipelinectl",
+            dependencies: [
+                "Pipeline",
+                "Workers",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+
+        // Benchmarks (release builds, run by scripts/bench-*; not tests).
+        .executableTarget(name: "decode-bench", dependencies: ["Workers"], path: "Benchmarks/DecodeBench"),
+        .executableTarget(name: "thumbnail-bench", dependencies: ["Thumbnails"], path: "Benchmarks/ThumbnailBench"),
+
+        // Tests. PipelineTests need no broker (configuration, errors, librdkafka's mock cluster);
+        // IntegrationTests start the local tansu broker.
+        .testTarget(name: "PipelineTests", dependencies: ["Pipeline"]),
+        .testTarget(name: "IntegrationTests", dependencies: ["Pipeline"]),
+        .testTarget(
+            name: "WorkersTests",
+            dependencies: ["Workers", .product(name: "PropertyBased", package: "swift-property-based")]
+        ),
+        .testTarget(
+            name: "ThumbnailsTests",
+            dependencies: [
+                "Thumbnails",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+            ]
+        ),
+        .testTarget(name: "PipelinectlTests", dependencies: ["pipelinectl"]),
+    ],
+    swiftLanguageModes: [.v6]
+)

@@ -1,0 +1,356 @@
+import Foundation
+import Logging
+
+/// What a consumer hands to the application, in order.
+public enum ConsumerEvent: Sendable, Hashable {
+    /// Records in partition order (at most ``ConsumerConfiguration/maxBatchSize``).
+    case records([ConsumerRecord])
+    /// Partitions given to this member. The assignment takes effect after the application asks
+    /// for the next event, so it can prepare (e.g. load state) first.
+    case assigned([TopicPartition])
+    /// Partitions taken away. They stay assigned until the application asks for the next event,
+    /// so it can finish work and commit their offsets first.
+    case revoked([TopicPartition])
+    /// A partition was read to its end (only with ``ConsumerConfiguration/reportEndOfPartition``);
+    /// the offset is the next one that will be written.
+    case endOfPartition(TopicPartitionOffset)
+}
+
+/// A consumer-group member. Iterate it for ``ConsumerEvent``s.
+///
+/// The sequence is pulled: a dedicated thread polls librdkafka only while the application waits
+/// for the next event, so a slow application is never buried in buffered records, and rebalance
+/// events reach the application before the rebalance completes. One iteration at a time.
+///
+/// Offsets are never committed behind the application's back: ``store(_:)`` marks records as
+/// processed; stored offsets are committed in the background (``ConsumerConfiguration/autoCommit``),
+/// by ``commit()``, and on ``close(deadline:)``.
+public final class KafkaConsumer: AsyncSequence, Sendable {
+    public typealias Element = ConsumerEvent
+    public typealias Failure = KafkaError
+
+    private let core: ConsumerCore
+
+    public init(configuration: ConsumerConfiguration, logger: Logger = Logger(label: "kafka.consumer")) throws(KafkaError) {
+        guard configuration.maxBatchSize > 0 else {
+            throw KafkaError.invalidConfiguration(key: "maxBatchSize", "maxBatchSize must be at least 1, got \(configuration.maxBatchSize)")
+        }
+        let consumer = try RDKafkaConsumer(properties: configuration.librdkafkaProperties(), logger: logger)
+        core = ConsumerCore(consumer: consumer, maxBatchSize: configuration.maxBatchSize)
+        core.start()
+    }
+
+    deinit { core.requestClose() }
+
+    /// Subscribes the group member to these topics (replacing an earlier subscription).
+    public func subscribe(_ topics: [String]) throws(KafkaError) {
+        try core.consumer.subscribe(topics)
+    }
+
+    public struct AsyncIterator: AsyncIteratorProtocol {
+        let core: ConsumerCore
+        public mutating func next() async throws(KafkaError) -> ConsumerEvent? {
+            try await core.next()
+        }
+        public mutating func next(isolation actor: isolated (any Actor)?) async throws(KafkaError) -> ConsumerEvent? {
+            try await core.next()
+        }
+    }
+
+    public func makeAsyncIterator() -> AsyncIterator { AsyncIterator(core: core) }
+
+    /// Marks these records as processed: for each partition, the offset after the highest record
+    /// is stored for the next commit.
+    public func store(_ records: some Sequence<ConsumerRecord>) throws(KafkaError) {
+        var next: [TopicPartition: Int64] = [:]
+        for r in records { next[r.topicPartition] = Swift.max(next[r.topicPartition] ?? -1, r.offset + 1) }
+        guard !next.isEmpty else { return }
+        try core.consumer.store(next.map { TopicPartitionOffset($0.key.topic, $0.key.partition, offset: $0.value) })
+    }
+
+    /// Stores explicit offsets (each the next offset to read).
+    public func store(offsets: [TopicPartitionOffset]) throws(KafkaError) {
+        try core.consumer.store(offsets)
+    }
+
+    /// Commits the stored offsets and waits for the broker's answer.
+    public func commit() async throws(KafkaError) {
+        let consumer = core.consumer
+        try await BlockingExecutor.run { () throws(KafkaError) in try consumer.commit(nil) }
+    }
+
+    /// Commits these offsets (each the next offset to read) and waits for the broker's answer.
+    public func commit(_ offsets: [TopicPartitionOffset]) async throws(KafkaError) {
+        let consumer = core.consumer
+        try await BlockingExecutor.run { () throws(KafkaError) in try consumer.commit(offsets) }
+    }
+
+    /// The group's committed offsets for these partitions (-1001, librdkafka's "invalid", when none).
+    public func committed(_ partitions: [TopicPartition], timeout: Duration = .seconds(10)) async throws(KafkaError) -> [TopicPartitionOffset] {
+        let consumer = core.consumer
+        let ms = Int32(clamping: timeout.components.seconds * 1000)
+        return try await BlockingExecutor.run { () throws(KafkaError) in try consumer.committed(partitions, timeoutMilliseconds: ms) }
+    }
+
+    /// The next offset this member will read, per partition.
+    public func position(_ partitions: [TopicPartition]) throws(KafkaError) -> [TopicPartitionOffset] {
+        try core.consumer.position(partitions)
+    }
+
+    /// The partitions currently assigned to this member.
+    public func assignment() throws(KafkaError) -> [TopicPartition] {
+        try core.consumer.assignment()
+    }
+
+    /// Stops fetching from these partitions (the assignment is kept).
+    public func pause(_ partitions: [TopicPartition]) throws(KafkaError) {
+        try core.consumer.pause(partitions)
+    }
+
+    public func resume(_ partitions: [TopicPartition]) throws(KafkaError) {
+        try core.consumer.resume(partitions)
+    }
+
+    /// The high watermark seen in the last fetch from this partition (no broker round trip).
+    public func cachedHighWatermark(_ partition: TopicPartition) -> Int64? {
+        core.consumer.cachedWatermarks(partition)?.high
+    }
+
+    /// Ends the event sequence, commits stored offsets, and leaves the group, within the deadline.
+    /// Throws ``KafkaError/Code/timedOut`` when the deadline passes first (the close goes on in
+    /// the background).
+    public func close(deadline: Duration = .seconds(10)) async throws(KafkaError) {
+        let core = self.core
+        let result: KafkaError?? = await withTaskGroup(of: KafkaError??.self) { group in
+            group.addTask { .some(await core.close()) }
+            group.addTask {
+                try? await Task.sleep(for: deadline)
+                return .none
+            }
+            let first = await group.next() ?? nil
+            group.cancelAll()
+            return first
+        }
+        switch result {
+        case .none: throw KafkaError.timedOut("closing the consumer")
+        case .some(.some(let error)): throw error
+        case .some(.none): return
+        }
+    }
+}
+
+/// The consumer's poll thread and the hand-over between it and the application.
+///
+/// State lives behind `condition`; the poll thread waits on it for demand, the application's
+/// `next()` signals it. `outbox` is touched only by the poll thread (also from inside the
+/// rebalance callback, which librdkafka runs on the polling thread).
+final class ConsumerCore: @unchecked Sendable {
+    let consumer: RDKafkaConsumer
+    let maxBatchSize: Int
+    private let condition = NSCondition()
+    // Guarded by `condition`:
+    private var demand: CheckedContinuation<ConsumerEvent?, any Error>?
+    private var closing = false
+    private var closed = false
+    private var terminalError: KafkaError?
+    private var closeWaiters: [CheckedContinuation<KafkaError?, Never>] = []
+    private var closeResult: KafkaError?? = .none
+    // Poll thread only:
+    private var outbox: [ConsumerEvent] = []
+    private var pendingBatch: [ConsumerRecord] = []
+    private var names = RDKafkaConsumer.TopicNames()
+
+    init(consumer: RDKafkaConsumer, maxBatchSize: Int) {
+        self.consumer = consumer
+        self.maxBatchSize = maxBatchSize
+    }
+
+    func start() {
+        consumer.rebalance.handler = { [unowned self] assigned, partitions in
+            // Everything polled before the rebalance goes out first, then the rebalance event;
+            // the assignment changes only once the application asks for the next event.
+            if !pendingBatch.isEmpty {
+                outbox.append(.records(pendingBatch))
+                pendingBatch = []
+            }
+            outbox.append(assigned ? .assigned(partitions) : .revoked(partitions))
+            while !outbox.isEmpty, deliverNext() {}
+            // The application has the event; wait until it asks for the next one (its acknowledgement).
+            _ = waitForDemand()
+        }
+        let thread = Thread { [self] in run() }
+        thread.name = "kafka-consumer-poll"
+        thread.start()
+    }
+
+    // MARK: application side
+
+    func next() async throws(KafkaError) -> ConsumerEvent? {
+        do {
+            return try await withTaskCancellationHandler {
+                try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<ConsumerEvent?, any Error>) in
+                    condition.lock()
+                    if let terminalError {
+                        condition.unlock()
+                        continuation.resume(throwing: terminalError)
+                    } else if closing || closed {
+                        condition.unlock()
+                        continuation.resume(returning: nil)
+                    } else if demand != nil {
+                        condition.unlock()
+                        continuation.resume(throwing: KafkaError(code: .other, message: "a KafkaConsumer supports one iteration at a time"))
+                    } else {
+                        demand = continuation
+                        condition.signal()
+                        condition.unlock()
+                    }
+                }
+            } onCancel: {
+                condition.lock()
+                let pending = demand
+                demand = nil
+                condition.unlock()
+                pending?.resume(returning: nil)
+            }
+        } catch let error as KafkaError {
+            throw error
+        } catch {
+            throw KafkaError(code: .other, message: "\(error)")
+        }
+    }
+
+    /// Ends the sequence and makes the poll thread close the consumer. Returns the close's error.
+    func close() async -> KafkaError? {
+        await withCheckedContinuation { continuation in
+            condition.lock()
+            if case .some(let result) = closeResult {
+                condition.unlock()
+                continuation.resume(returning: result)
+                return
+            }
+            closeWaiters.append(continuation)
+            let pending = beginClosing()
+            condition.unlock()
+            pending?.resume(returning: nil)
+        }
+    }
+
+    func requestClose() {
+        condition.lock()
+        let pending = beginClosing()
+        condition.unlock()
+        pending?.resume(returning: nil)
+    }
+
+    /// Called with `condition` held.
+    private func beginClosing() -> CheckedContinuation<ConsumerEvent?, any Error>? {
+        closing = true
+        condition.broadcast()
+        defer { demand = nil }
+        return demand
+    }
+
+    // MARK: poll thread
+
+    private func run() {
+        while waitForDemand() {
+            if !outbox.isEmpty {
+                _ = deliverNext()
+                continue
+            }
+            fill()
+            consumer.client.drainLogs()
+        }
+        finishClose()
+    }
+
+    /// Waits until the application wants an event (true) or the consumer is closing (false).
+    private func waitForDemand() -> Bool {
+        condition.lock()
+        defer { condition.unlock() }
+        while demand == nil && !closing { condition.wait() }
+        return !closing
+    }
+
+    /// Hands the first outbox event to the waiting application. False if nobody is waiting.
+    private func deliverNext() -> Bool {
+        condition.lock()
+        guard let continuation = demand else {
+            condition.unlock()
+            return false
+        }
+        demand = nil
+        condition.unlock()
+        continuation.resume(returning: outbox.removeFirst())
+        if !outbox.isEmpty { _ = waitForDemand() }
+        return true
+    }
+
+    /// Polls until there is something to deliver (or the consumer closes).
+    private func fill() {
+        var timeout: Int32 = 100
+        pendingBatch.reserveCapacity(min(maxBatchSize, 1024))
+        while outbox.isEmpty, pendingBatch.count < maxBatchSize {
+            if isClosing { break }
+            guard let polled = consumer.poll(timeoutMilliseconds: timeout, names: &names) else {
+                if pendingBatch.isEmpty { consumer.client.drainLogs(); continue }
+                break
+            }
+            switch polled {
+            case .record(let record):
+                pendingBatch.append(record)
+                timeout = 0  // take what is already fetched, do not wait for more
+            case .endOfPartition(let end):
+                outbox.append(.endOfPartition(end))
+            case .error(let error):
+                if error.isFatal || consumer.client.fatalError() != nil {
+                    fail(with: consumer.client.fatalError() ?? error)
+                    return
+                }
+                consumer.client.logger.warning("consumer error: \(error)")
+            }
+        }
+        // Records polled before an end-of-partition marker come first.
+        if !pendingBatch.isEmpty {
+            outbox.insert(.records(pendingBatch), at: 0)
+            pendingBatch = []
+        }
+        if !outbox.isEmpty { _ = deliverNext() }
+    }
+
+    private var isClosing: Bool {
+        condition.lock()
+        defer { condition.unlock() }
+        return closing
+    }
+
+    private func fail(with error: KafkaError) {
+        condition.lock()
+        terminalError = error
+        let pending = demand
+        demand = nil
+        condition.unlock()
+        pending?.resume(throwing: error)
+    }
+
+    /// Commits what the application stored, then leaves the group (the rebalance callback sees
+    /// `closing` and revokes without waiting for the application).
+    private func finishClose() {
+        var result: KafkaError?
+        do {
+            try consumer.commit(nil)
+        } catch {
+            result = error
+            consumer.client.logger.warning("commit on close failed: \(error)")
+        }
+        do { try consumer.close() } catch { result = result ?? error }
+        consumer.client.drainLogs()
+        condition.lock()
+        closed = true
+        closeResult = .some(result)
+        let waiters = closeWaiters
+        closeWaiters = []
+        condition.unlock()
+        for waiter in waiters { waiter.resume(returning: result) }
+    }
+}

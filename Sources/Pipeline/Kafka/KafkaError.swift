@@ -1,0 +1,72 @@
+/// An error from the Kafka layer.
+///
+/// It carries what went wrong as a ``Code``, the librdkafka error code when librdkafka reported
+/// it (`rd_kafka_resp_err_t`, negative for local errors), and whether retrying may help or the
+/// client is unusable from now on. Messages never contain configuration secrets.
+public struct KafkaError: Error, Sendable, Hashable, CustomStringConvertible {
+    public enum Code: String, Sendable, Hashable {
+        /// A configuration key or value was rejected (``KafkaError/key`` names it).
+        case invalidConfiguration
+        /// The librdkafka loaded at run time is too old to talk to current brokers.
+        case unsupportedRuntime
+        /// A message could not be delivered.
+        case delivery
+        /// The producer's local queue is full; try again after deliveries complete.
+        case queueFull
+        /// A broker, topic or group operation failed.
+        case broker
+        /// An admin operation failed.
+        case admin
+        /// The operation did not finish before its deadline.
+        case timedOut
+        /// The client was closed.
+        case closed
+        /// Any other librdkafka error.
+        case other
+    }
+
+    public var code: Code
+    /// The librdkafka error code (`rd_kafka_resp_err_t`), if librdkafka reported the error.
+    public var rdKafkaCode: Int32?
+    /// Retrying the operation may succeed.
+    public var isRetriable: Bool
+    /// The client cannot be used any more (e.g. a fatal idempotent-producer error).
+    public var isFatal: Bool
+    /// The configuration key the error is about, if any.
+    public var key: String?
+    /// What happened, in words. Never contains secret configuration values.
+    public var message: String
+
+    public init(
+        code: Code,
+        message: String,
+        rdKafkaCode: Int32? = nil,
+        isRetriable: Bool = false,
+        isFatal: Bool = false,
+        key: String? = nil
+    ) {
+        self.code = code
+        self.message = message
+        self.rdKafkaCode = rdKafkaCode
+        self.isRetriable = isRetriable
+        self.isFatal = isFatal
+        self.key = key
+    }
+
+    public var description: String {
+        var text = "KafkaError.\(code.rawValue): \(message)"
+        if let rdKafkaCode { text += " (librdkafka code \(rdKafkaCode))" }
+        if isFatal { text += " [fatal]" } else if isRetriable { text += " [retriable]" }
+        return text
+    }
+
+    static func invalidConfiguration(key: String, _ message: String) -> KafkaError {
+        KafkaError(code: .invalidConfiguration, message: message, key: key)
+    }
+
+    static let closed = KafkaError(code: .closed, message: "the client is closed")
+
+    static func timedOut(_ what: String) -> KafkaError {
+        KafkaError(code: .timedOut, message: "\(what) did not finish before its deadline", isRetriable: true)
+    }
+}

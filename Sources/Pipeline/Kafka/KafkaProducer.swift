@@ -1,0 +1,274 @@
+import Foundation
+import Logging
+import Synchronization
+
+/// An idempotent Kafka producer.
+///
+/// Three ways to send:
+/// - ``send(_:)-(ProducerRecord)`` awaits one message's delivery;
+/// - ``send(_:)-([ProducerRecord])`` enqueues many and awaits them together (one wake-up per batch);
+/// - ``enqueue(_:)`` returns at once; its report arrives on ``deliveryReports``.
+///
+/// When librdkafka's local queue is full, sending waits for deliveries to make room instead of failing.
+/// A dedicated thread polls delivery reports; no blocking librdkafka call runs on the cooperative pool.
+public final class KafkaProducer: Sendable {
+    private let core: ProducerCore
+    /// Reports for messages sent with ``enqueue(_:)``, in batches. Consume it if you use `enqueue`.
+    public let deliveryReports: AsyncStream<[DeliveryReport]>
+
+    public init(configuration: ProducerConfiguration, logger: Logger = Logger(label: "kafka.producer")) throws(KafkaError) {
+        let client = try RDKafkaClient(kind: .producer, properties: configuration.librdkafkaProperties(), logger: logger) { conf in
+            RDKafkaClient.enableDeliveryReportEvents(conf)
+        }
+        let (stream, continuation) = AsyncStream<[DeliveryReport]>.makeStream()
+        self.deliveryReports = stream
+        self.core = ProducerCore(client: client, reports: continuation)
+        core.startPolling()
+    }
+
+    deinit { core.stopPolling() }
+
+    /// Sends one record and waits for its delivery. Throws the delivery error.
+    public func send(_ record: ProducerRecord) async throws(KafkaError) -> DeliveryReport {
+        let reports = try await send([record])
+        if let error = reports[0].error { throw error }
+        return reports[0]
+    }
+
+    /// Enqueues all records (in order) and waits until each is delivered or failed. The report at
+    /// index `i` belongs to `records[i]`; per-message failures are in ``DeliveryReport/error``.
+    /// Throws only when the producer is closed before the records could be enqueued.
+    public func send(_ records: [ProducerRecord]) async throws(KafkaError) -> [DeliveryReport] {
+        guard !records.isEmpty else { return [] }
+        precondition(records.count < ProducerCore.maxBatchSize, "a batch holds at most \(ProducerCore.maxBatchSize - 1) records")
+        let batchID = try core.openBatch(count: records.count)
+        for (index, record) in records.enumerated() {
+            let token = batchID << ProducerCore.indexBits | UInt64(index)
+            if let error = await core.produce(record, token: token) {
+                core.fail(token: token, error: error)
+            }
+        }
+        return await core.awaitBatch(batchID)
+    }
+
+    /// Enqueues a record and returns its id at once; the report arrives on ``deliveryReports``.
+    public func enqueue(_ record: ProducerRecord) async throws(KafkaError) -> UInt64 {
+        let id = try core.nextFireAndForgetToken()
+        if let error = await core.produce(record, token: id) {
+            if core.isClosed { throw error }
+            core.fail(token: id, error: error)
+        }
+        return id & ~ProducerCore.fireAndForgetFlag
+    }
+
+    /// Messages enqueued but not yet delivered or failed.
+    public var inFlight: Int { core.client.outQueueLength }
+
+    /// Waits until everything enqueued is delivered or failed, or the deadline passes.
+    public func flush(deadline: Duration) async throws(KafkaError) {
+        let client = core.client
+        let ms = Int32(clamping: deadline.components.seconds * 1000 + deadline.components.attoseconds / 1_000_000_000_000_000)
+        if let error = await BlockingExecutor.run({ client.flush(timeoutMilliseconds: ms) }) { throw error }
+    }
+
+    /// Flushes within the deadline, fails whatever is still undelivered (``KafkaError/Code/delivery``
+    /// reports with librdkafka's purge code), and stops the producer. Later sends throw ``KafkaError/Code/closed``.
+    public func close(deadline: Duration = .seconds(10)) async {
+        var flushError: KafkaError?
+        do { try await flush(deadline: deadline) } catch { flushError = error }
+        if let flushError {
+            core.client.logger.warning("closing producer: \(flushError); purging undelivered messages")
+            core.client.purge()
+            // Purged messages still get reports; give the poll thread a moment to route them.
+            try? await flush(deadline: .seconds(1))
+        }
+        await core.stop()
+    }
+}
+
+/// State shared by the producer's API and its poll thread.
+final class ProducerCore: Sendable {
+    static let indexBits: UInt64 = 24
+    static let maxBatchSize = 1 << 24
+    static let fireAndForgetFlag: UInt64 = 1 << 63
+
+    struct PendingBatch {
+        var reports: [DeliveryReport]
+        var remaining: Int
+        var continuation: CheckedContinuation<[DeliveryReport], Never>?
+    }
+
+    struct State {
+        var batches: [UInt64: PendingBatch] = [:]
+        var nextBatchID: UInt64 = 1
+        var nextFireAndForget: UInt64 = 1
+        var spaceWaiters: [CheckedContinuation<Void, Never>] = []
+        /// Counts served delivery events; a sender that saw a full queue waits only if it has not moved.
+        var deliveryGeneration: UInt64 = 0
+        var closed = false
+        var pollThreadRunning = false
+        var stopContinuation: CheckedContinuation<Void, Never>?
+    }
+
+    let client: RDKafkaClient
+    let reports: AsyncStream<[DeliveryReport]>.Continuation
+    let state = Mutex(State())
+    let stopRequested = Atomic<Bool>(false)
+
+    init(client: RDKafkaClient, reports: AsyncStream<[DeliveryReport]>.Continuation) {
+        self.client = client
+        self.reports = reports
+    }
+
+    var isClosed: Bool { state.withLock { $0.closed } }
+
+    func openBatch(count: Int) throws(KafkaError) -> UInt64 {
+        try state.withLock { s throws(KafkaError) in
+            guard !s.closed else { throw KafkaError.closed }
+            let id = s.nextBatchID
+            s.nextBatchID += 1
+            s.batches[id] = PendingBatch(
+                reports: (0..<count).map { DeliveryReport(id: UInt64($0), partition: -1, offset: -1, error: nil) },
+                remaining: count)
+            return id
+        }
+    }
+
+    func nextFireAndForgetToken() throws(KafkaError) -> UInt64 {
+        try state.withLock { s throws(KafkaError) in
+            guard !s.closed else { throw KafkaError.closed }
+            defer { s.nextFireAndForget += 1 }
+            return Self.fireAndForgetFlag | s.nextFireAndForget
+        }
+    }
+
+    /// Enqueues, waiting for room while librdkafka's queue is full. Returns a non-queue-full error.
+    func produce(_ record: ProducerRecord, token: UInt64) async -> KafkaError? {
+        while true {
+            let generation = state.withLock { $0.deliveryGeneration }
+            guard let error = client.produce(record, token: token) else { return nil }
+            guard error.code == .queueFull else { return error }
+            if isClosed { return KafkaError.closed }
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let resumeNow = state.withLock { s -> Bool in
+                    if s.deliveryGeneration != generation || s.closed { return true }
+                    s.spaceWaiters.append(continuation)
+                    return false
+                }
+                if resumeNow { continuation.resume() }
+            }
+        }
+    }
+
+    func fail(token: UInt64, error: KafkaError) {
+        var one = [RDKafkaDelivery(token: token, partition: -1, offset: -1, error: error)]
+        route(&one, overrideError: error)
+    }
+
+    func awaitBatch(_ id: UInt64) async -> [DeliveryReport] {
+        await withCheckedContinuation { continuation in
+            let done: [DeliveryReport]? = state.withLock { s in
+                guard let batch = s.batches[id] else { return [] }
+                if batch.remaining == 0 {
+                    s.batches[id] = nil
+                    return batch.reports
+                }
+                s.batches[id]!.continuation = continuation
+                return nil
+            }
+            if let done { continuation.resume(returning: done) }
+        }
+    }
+
+    /// Routes reports to their batches (one lock per delivery event) and wakes waiters.
+    func route(_ deliveries: inout [RDKafkaDelivery], overrideError: KafkaError? = nil) {
+        var finished: [(CheckedContinuation<[DeliveryReport], Never>, [DeliveryReport])] = []
+        var loose: [DeliveryReport] = []
+        let waiters: [CheckedContinuation<Void, Never>] = state.withLock { s in
+            for d in deliveries {
+                let error = overrideError ?? d.error
+                if d.token & Self.fireAndForgetFlag != 0 {
+                    loose.append(DeliveryReport(id: d.token & ~Self.fireAndForgetFlag, partition: d.partition, offset: d.offset, error: error))
+                    continue
+                }
+                let batchID = d.token >> Self.indexBits
+                let index = Int(d.token & (UInt64(Self.maxBatchSize) - 1))
+                guard var batch = s.batches[batchID] else { continue }
+                s.batches[batchID] = nil  // avoid copy-on-write of the reports array while we edit it
+                batch.reports[index].partition = d.partition
+                batch.reports[index].offset = d.offset
+                batch.reports[index].error = error
+                batch.remaining -= 1
+                if batch.remaining == 0, let continuation = batch.continuation {
+                    finished.append((continuation, batch.reports))
+                } else {
+                    s.batches[batchID] = batch
+                }
+            }
+            s.deliveryGeneration &+= 1
+            defer { s.spaceWaiters.removeAll() }
+            return s.spaceWaiters
+        }
+        for (continuation, reports) in finished { continuation.resume(returning: reports) }
+        if !loose.isEmpty { reports.yield(loose) }
+        for waiter in waiters { waiter.resume() }
+    }
+
+    func startPolling() {
+        state.withLock { $0.pollThreadRunning = true }
+        let thread = Thread { [self] in
+            var buffer: [RDKafkaDelivery] = []
+            buffer.reserveCapacity(1024)
+            while !stopRequested.load(ordering: .acquiring) {
+                client.serveDeliveryReports(timeoutMilliseconds: 100, into: &buffer) { route(&$0) }
+                client.drainLogs()
+            }
+            // Serve what is left without waiting, so purged messages are reported.
+            while client.serveDeliveryReports(timeoutMilliseconds: 0, into: &buffer, deliver: { route(&$0) }) {}
+            client.drainLogs()
+            let continuation = state.withLock { s in
+                s.pollThreadRunning = false
+                defer { s.stopContinuation = nil }
+                return s.stopContinuation
+            }
+            continuation?.resume()
+        }
+        thread.name = "kafka-producer-poll"
+        thread.start()
+    }
+
+    /// Marks the producer closed, ends the poll thread and fails batches that never got reports.
+    func stop() async {
+        let waiters = state.withLock { s in
+            s.closed = true
+            defer { s.spaceWaiters.removeAll() }
+            return s.spaceWaiters
+        }
+        for waiter in waiters { waiter.resume() }
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let running = state.withLock { s in
+                if s.pollThreadRunning { s.stopContinuation = continuation }
+                return s.pollThreadRunning
+            }
+            stopRequested.store(true, ordering: .releasing)
+            if !running { continuation.resume() }
+        }
+        let orphaned = state.withLock { s in
+            defer { s.batches.removeAll() }
+            return s.batches.values.compactMap { batch -> (CheckedContinuation<[DeliveryReport], Never>, [DeliveryReport])? in
+                guard let c = batch.continuation else { return nil }
+                return (c, batch.reports.map { r in
+                    var r = r
+                    if r.offset < 0 && r.error == nil { r.error = KafkaError.closed }
+                    return r
+                })
+            }
+        }
+        for (continuation, reports) in orphaned { continuation.resume(returning: reports) }
+        reports.finish()
+    }
+
+    func stopPolling() {
+        stopRequested.store(true, ordering: .releasing)
+    }
+}

@@ -1,0 +1,114 @@
+/// A topic and a partition.
+public struct TopicPartition: Sendable, Hashable, CustomStringConvertible {
+    public var topic: String
+    public var partition: Int32
+    public init(_ topic: String, _ partition: Int32) {
+        self.topic = topic
+        self.partition = partition
+    }
+    public var description: String { "\(topic)[\(partition)]" }
+}
+
+/// A topic, a partition and an offset (for commits: the next offset to read).
+public struct TopicPartitionOffset: Sendable, Hashable, CustomStringConvertible {
+    public var topic: String
+    public var partition: Int32
+    public var offset: Int64
+    public init(_ topic: String, _ partition: Int32, offset: Int64) {
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+    }
+    public var topicPartition: TopicPartition { TopicPartition(topic, partition) }
+    public var description: String { "\(topic)[\(partition)]@\(offset)" }
+}
+
+/// A record header. A header may have no value.
+public struct KafkaHeader: Sendable, Hashable {
+    public var key: String
+    public var value: [UInt8]?
+    public init(key: String, value: [UInt8]?) {
+        self.key = key
+        self.value = value
+    }
+    public init(key: String, string: String) {
+        self.key = key
+        self.value = Array(string.utf8)
+    }
+}
+
+/// A record to produce.
+public struct ProducerRecord: Sendable, Hashable {
+    public var topic: String
+    /// `nil` lets the partitioner choose (by key hash when there is a key).
+    public var partition: Int32?
+    public var key: [UInt8]?
+    /// `nil` produces a tombstone.
+    public var value: [UInt8]?
+    public var headers: [KafkaHeader]
+    /// Milliseconds since the epoch; `nil` lets librdkafka stamp the send time.
+    public var timestamp: Int64?
+
+    public init(
+        topic: String,
+        partition: Int32? = nil,
+        key: [UInt8]? = nil,
+        value: [UInt8]?,
+        headers: [KafkaHeader] = [],
+        timestamp: Int64? = nil
+    ) {
+        self.topic = topic
+        self.partition = partition
+        self.key = key
+        self.value = value
+        self.headers = headers
+        self.timestamp = timestamp
+    }
+}
+
+/// A record read by a consumer.
+public struct ConsumerRecord: Sendable, Hashable {
+    public var topic: String
+    public var partition: Int32
+    public var offset: Int64
+    public var key: [UInt8]?
+    /// `nil` for a tombstone.
+    public var value: [UInt8]?
+    public var headers: [KafkaHeader]
+    /// Milliseconds since the epoch, if the record has a timestamp.
+    public var timestamp: Int64?
+
+    public init(topic: String, partition: Int32, offset: Int64, key: [UInt8]?, value: [UInt8]?, headers: [KafkaHeader] = [], timestamp: Int64? = nil) {
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.key = key
+        self.value = value
+        self.headers = headers
+        self.timestamp = timestamp
+    }
+
+    public var topicPartition: TopicPartition { TopicPartition(topic, partition) }
+
+    /// The first header with this key.
+    public func header(_ key: String) -> [UInt8]? {
+        headers.first { $0.key == key }?.value ?? nil
+    }
+}
+
+/// Where a produced message landed, or why it did not.
+public struct DeliveryReport: Sendable, Hashable {
+    /// The id ``KafkaProducer/enqueue(_:)`` returned, or the index within a batch ``KafkaProducer/send(_:)``.
+    public var id: UInt64
+    public var partition: Int32
+    /// The offset assigned by the broker; -1 when unknown or on error.
+    public var offset: Int64
+    public var error: KafkaError?
+
+    public init(id: UInt64, partition: Int32, offset: Int64, error: KafkaError?) {
+        self.id = id
+        self.partition = partition
+        self.offset = offset
+        self.error = error
+    }
+}

@@ -1,0 +1,213 @@
+import CKafka
+import Logging
+
+/// What one `rd_kafka_consumer_poll` returned.
+enum RDKafkaPolled {
+    case record(ConsumerRecord)
+    case endOfPartition(TopicPartitionOffset)
+    case error(KafkaError)
+}
+
+/// Receives rebalances from librdkafka's rebalance callback. The callback runs on the consumer's
+/// poll thread, inside `rd_kafka_consumer_poll`; `handler` runs first (it hands the event to the
+/// application and waits until the application has taken it), then the assignment is applied.
+final class RDKafkaRebalanceContext: @unchecked Sendable {
+    // Set once, before the first poll, and read only by the poll thread afterwards.
+    var handler: (_ assigned: Bool, _ partitions: [TopicPartition]) -> Void = { _, _ in }
+}
+
+/// A file-private C function: Swift closures with context cannot be C callbacks.
+private func rebalanceCallback(
+    rk: OpaquePointer?,
+    err: rd_kafka_resp_err_t,
+    partitions: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>?,
+    opaque: UnsafeMutableRawPointer?
+) {
+    guard let rk, let partitions, let opaque else { return }
+    let context = Unmanaged<RDKafkaRebalanceContext>.fromOpaque(opaque).takeUnretainedValue()
+    let list = RDKafkaTopicPartitionList.partitions(of: partitions)
+    let cooperative = String(cString: rd_kafka_rebalance_protocol(rk)) == "COOPERATIVE"
+    switch err {
+    case RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS:
+        context.handler(true, list)
+        if cooperative {
+            if let error = rd_kafka_incremental_assign(rk, partitions) { rd_kafka_error_destroy(error) }
+        } else {
+            _ = rd_kafka_assign(rk, partitions)
+        }
+    default:  // RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS or an error: give everything up
+        context.handler(false, list)
+        if cooperative {
+            if let error = rd_kafka_incremental_unassign(rk, partitions) { rd_kafka_error_destroy(error) }
+        } else {
+            _ = rd_kafka_assign(rk, nil)
+        }
+    }
+}
+
+/// The consumer side of an `RDKafkaClient`.
+final class RDKafkaConsumer: @unchecked Sendable {  // immutable after init; librdkafka is thread-safe
+    let client: RDKafkaClient
+    let rebalance: RDKafkaRebalanceContext
+    private let retainedContext: Unmanaged<RDKafkaRebalanceContext>
+
+    init(properties: [String: String], logger: Logger) throws(KafkaError) {
+        let context = RDKafkaRebalanceContext()
+        // Balanced by `release()` in deinit, after rd_kafka_destroy can no longer call back.
+        let retained = Unmanaged.passRetained(context)
+        do {
+            client = try RDKafkaClient(kind: .consumer, properties: properties, logger: logger) { conf in
+                rd_kafka_conf_set_opaque(conf, retained.toOpaque())
+                rd_kafka_conf_set_rebalance_cb(conf, rebalanceCallback)
+            }
+        } catch {
+            retained.release()
+            throw error
+        }
+        rebalance = context
+        retainedContext = retained
+        // Serve the main queue (errors, rebalances) from rd_kafka_consumer_poll.
+        rd_kafka_poll_set_consumer(client.handle)
+    }
+
+    deinit {
+        // The client (and with it rd_kafka_t) may outlive this object only if someone else holds it;
+        // nobody does, so the callback cannot fire after this point.
+        retainedContext.release()
+    }
+
+    func subscribe(_ topics: [String]) throws(KafkaError) {
+        let list = RDKafkaTopicPartitionList(capacity: topics.count)
+        for topic in topics { list.add(topic, RD_KAFKA_PARTITION_UA, offset: nil) }
+        let err = rd_kafka_subscribe(client.handle, list.pointer)
+        guard err == RD_KAFKA_RESP_ERR_NO_ERROR else { throw RDKafkaError.make(err, code: .broker, context: "subscribe to \(topics)") }
+    }
+
+    /// Topic names by topic handle: most batches come from few topics, so names are converted once.
+    struct TopicNames {
+        var last: (OpaquePointer, String)?
+        mutating func name(_ rkt: OpaquePointer) -> String {
+            if let last, last.0 == rkt { return last.1 }
+            let name = String(cString: rd_kafka_topic_name(rkt))
+            last = (rkt, name)
+            return name
+        }
+    }
+
+    /// One `rd_kafka_consumer_poll`. Blocking up to the timeout: only the poll thread calls it.
+    /// Key, value and headers are copied out before the message is destroyed.
+    func poll(timeoutMilliseconds: Int32, names: inout TopicNames) -> RDKafkaPolled? {
+        guard let message = rd_kafka_consumer_poll(client.handle, timeoutMilliseconds) else { return nil }
+        defer { rd_kafka_message_destroy(message) }
+        let m = message.pointee
+        let topic = m.rkt.map { names.name($0) } ?? ""
+        switch m.err {
+        case RD_KAFKA_RESP_ERR_NO_ERROR:
+            break
+        case RD_KAFKA_RESP_ERR__PARTITION_EOF:
+            return .endOfPartition(TopicPartitionOffset(topic, m.partition, offset: m.offset))
+        default:
+            var error = RDKafkaError.make(m.err, code: .broker, context: topic.isEmpty ? "consumer" : "consumer \(topic)[\(m.partition)]")
+            if let payload = m.payload, m.len > 0 {
+                error.message += ": " + String(decoding: UnsafeRawBufferPointer(start: payload, count: m.len), as: UTF8.self)
+            }
+            if m.err == RD_KAFKA_RESP_ERR__FATAL { error.isFatal = true }
+            return .error(error)
+        }
+        var headers: [KafkaHeader] = []
+        var hdrs: OpaquePointer?
+        if rd_kafka_message_headers(message, &hdrs) == RD_KAFKA_RESP_ERR_NO_ERROR, let hdrs {
+            var index = 0
+            var name: UnsafePointer<CChar>?
+            var value: UnsafeRawPointer?
+            var size = 0
+            while rd_kafka_header_get_all(hdrs, index, &name, &value, &size) == RD_KAFKA_RESP_ERR_NO_ERROR {
+                headers.append(KafkaHeader(
+                    key: name.map { String(cString: $0) } ?? "",
+                    value: value.map { Array(UnsafeRawBufferPointer(start: $0, count: size)) }))
+                index += 1
+            }
+        }
+        var timestampType = RD_KAFKA_TIMESTAMP_NOT_AVAILABLE
+        let timestamp = rd_kafka_message_timestamp(message, &timestampType)
+        return .record(ConsumerRecord(
+            topic: topic,
+            partition: m.partition,
+            offset: m.offset,
+            key: m.key.map { Array(UnsafeRawBufferPointer(start: $0, count: m.key_len)) },
+            value: m.payload.map { Array(UnsafeRawBufferPointer(start: $0, count: m.len)) },
+            headers: headers,
+            timestamp: timestampType == RD_KAFKA_TIMESTAMP_NOT_AVAILABLE ? nil : timestamp))
+    }
+
+    /// `rd_kafka_offsets_store`: marks offsets (the next to read) for the next commit. Non-blocking.
+    func store(_ offsets: [TopicPartitionOffset]) throws(KafkaError) {
+        let list = RDKafkaTopicPartitionList(offsets)
+        let err = rd_kafka_offsets_store(client.handle, list.pointer)
+        if let error = list.firstError(context: "store offset") { throw error }
+        guard err == RD_KAFKA_RESP_ERR_NO_ERROR else { throw RDKafkaError.make(err, code: .broker, context: "store offsets") }
+    }
+
+    /// `rd_kafka_commit` (synchronous). Commits the given offsets, or all stored ones. Blocking.
+    func commit(_ offsets: [TopicPartitionOffset]?) throws(KafkaError) {
+        let list = offsets.map { RDKafkaTopicPartitionList($0) }
+        let err = rd_kafka_commit(client.handle, list?.pointer, 0)
+        // Nothing stored since the last commit: not an error.
+        guard err == RD_KAFKA_RESP_ERR_NO_ERROR || err == RD_KAFKA_RESP_ERR__NO_OFFSET else {
+            throw RDKafkaError.make(err, code: .broker, context: "commit")
+        }
+        if let error = list?.firstError(context: "commit") { throw error }
+    }
+
+    /// `rd_kafka_committed`: the group's committed offsets (the next to read; -1001 when none). Blocking.
+    func committed(_ partitions: [TopicPartition], timeoutMilliseconds: Int32) throws(KafkaError) -> [TopicPartitionOffset] {
+        let list = RDKafkaTopicPartitionList(partitions)
+        let err = rd_kafka_committed(client.handle, list.pointer, timeoutMilliseconds)
+        guard err == RD_KAFKA_RESP_ERR_NO_ERROR else { throw RDKafkaError.make(err, code: .broker, context: "committed offsets") }
+        return list.offsets
+    }
+
+    /// `rd_kafka_position`: the next offset this consumer will read per partition. Non-blocking.
+    func position(_ partitions: [TopicPartition]) throws(KafkaError) -> [TopicPartitionOffset] {
+        let list = RDKafkaTopicPartitionList(partitions)
+        let err = rd_kafka_position(client.handle, list.pointer)
+        guard err == RD_KAFKA_RESP_ERR_NO_ERROR else { throw RDKafkaError.make(err, code: .broker, context: "position") }
+        return list.offsets
+    }
+
+    func assignment() throws(KafkaError) -> [TopicPartition] {
+        var pointer: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>?
+        let err = rd_kafka_assignment(client.handle, &pointer)
+        guard err == RD_KAFKA_RESP_ERR_NO_ERROR, let pointer else { throw RDKafkaError.make(err, code: .broker, context: "assignment") }
+        return RDKafkaTopicPartitionList(owning: pointer).partitions
+    }
+
+    func pause(_ partitions: [TopicPartition]) throws(KafkaError) {
+        let list = RDKafkaTopicPartitionList(partitions)
+        let err = rd_kafka_pause_partitions(client.handle, list.pointer)
+        guard err == RD_KAFKA_RESP_ERR_NO_ERROR else { throw RDKafkaError.make(err, code: .broker, context: "pause") }
+        if let error = list.firstError(context: "pause") { throw error }
+    }
+
+    func resume(_ partitions: [TopicPartition]) throws(KafkaError) {
+        let list = RDKafkaTopicPartitionList(partitions)
+        let err = rd_kafka_resume_partitions(client.handle, list.pointer)
+        guard err == RD_KAFKA_RESP_ERR_NO_ERROR else { throw RDKafkaError.make(err, code: .broker, context: "resume") }
+        if let error = list.firstError(context: "resume") { throw error }
+    }
+
+    /// `rd_kafka_consumer_close`: revokes the assignment (through the rebalance callback) and
+    /// leaves the group. Blocking.
+    func close() throws(KafkaError) {
+        let err = rd_kafka_consumer_close(client.handle)
+        guard err == RD_KAFKA_RESP_ERR_NO_ERROR else { throw RDKafkaError.make(err, code: .broker, context: "close") }
+    }
+
+    /// The cached high watermark from the last fetch response (no broker round trip).
+    func cachedWatermarks(_ tp: TopicPartition) -> (low: Int64, high: Int64)? {
+        var low: Int64 = -1
+        var high: Int64 = -1
+        let err = rd_kafka_get_watermark_offsets(client.handle, tp.topic, tp.partition, &low, &high)
+        return err == RD_KAFKA_RESP_ERR_NO_ERROR ? (low, high) : nil
+    }
+}

@@ -1,0 +1,45 @@
+import CKafka
+
+/// Turns librdkafka's error values into ``KafkaError``. Callers of the Kafka layer never see
+/// `rd_kafka_resp_err_t`.
+enum RDKafkaError {
+    static func make(_ err: rd_kafka_resp_err_t, code: KafkaError.Code = .other, context: String? = nil) -> KafkaError {
+        let text = String(cString: rd_kafka_err2str(err))
+        let name = String(cString: rd_kafka_err2name(err))
+        return KafkaError(
+            code: err == RD_KAFKA_RESP_ERR__QUEUE_FULL ? .queueFull : (err == RD_KAFKA_RESP_ERR__TIMED_OUT ? .timedOut : code),
+            message: [context, "\(name): \(text)"].compactMap { $0 }.joined(separator: ": "),
+            rdKafkaCode: err.rawValue,
+            isRetriable: isRetriable(err),
+            isFatal: err == RD_KAFKA_RESP_ERR__FATAL
+        )
+    }
+
+    /// Consumes (destroys) the `rd_kafka_error_t`.
+    static func take(_ error: OpaquePointer, code: KafkaError.Code = .other, context: String? = nil) -> KafkaError {
+        defer { rd_kafka_error_destroy(error) }
+        let err = rd_kafka_error_code(error)
+        var result = make(err, code: code, context: context)
+        if let s = rd_kafka_error_string(error) { result.message = [context, String(cString: s)].compactMap { $0 }.joined(separator: ": ") }
+        result.isRetriable = rd_kafka_error_is_retriable(error) != 0 || isRetriable(err)
+        result.isFatal = rd_kafka_error_is_fatal(error) != 0
+        return result
+    }
+
+    /// Local and broker errors that go away by themselves.
+    static func isRetriable(_ err: rd_kafka_resp_err_t) -> Bool {
+        switch err {
+        case RD_KAFKA_RESP_ERR__TRANSPORT, RD_KAFKA_RESP_ERR__TIMED_OUT, RD_KAFKA_RESP_ERR__QUEUE_FULL,
+            RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN, RD_KAFKA_RESP_ERR__MSG_TIMED_OUT,
+            RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT, RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION,
+            RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE, RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS,
+            RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS_AFTER_APPEND, RD_KAFKA_RESP_ERR_NETWORK_EXCEPTION,
+            RD_KAFKA_RESP_ERR_COORDINATOR_NOT_AVAILABLE, RD_KAFKA_RESP_ERR_NOT_COORDINATOR,
+            RD_KAFKA_RESP_ERR_COORDINATOR_LOAD_IN_PROGRESS, RD_KAFKA_RESP_ERR_REBALANCE_IN_PROGRESS,
+            RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART:
+            return true
+        default:
+            return false
+        }
+    }
+}

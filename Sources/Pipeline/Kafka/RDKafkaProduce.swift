@@ -1,0 +1,124 @@
+import CKafka
+
+/// A delivery report as read from librdkafka, before it is routed to its waiter.
+struct RDKafkaDelivery {
+    var token: UInt64
+    var partition: Int32
+    var offset: Int64
+    var error: KafkaError?
+}
+
+extension RDKafkaClient {
+    /// Enqueues one message without blocking (`rd_kafka_produceva`; Swift cannot call the
+    /// variadic `rd_kafka_producev`). librdkafka copies key and value (`RD_KAFKA_MSG_F_COPY`),
+    /// so the buffers only need to live for the call. `token` comes back in the delivery report.
+    ///
+    /// Returns `nil` when the message was enqueued.
+    func produce(_ record: ProducerRecord, token: UInt64) -> KafkaError? {
+        let rkt = topicHandle(record.topic)
+        var headers: OpaquePointer? = nil
+        if !record.headers.isEmpty {
+            let list = rd_kafka_headers_new(record.headers.count)!
+            for header in record.headers {
+                if let value = header.value {
+                    _ = value.withUnsafeBytes { rd_kafka_header_add(list, header.key, -1, $0.baseAddress, $0.count) }
+                } else {
+                    _ = rd_kafka_header_add(list, header.key, -1, nil, 0)
+                }
+            }
+            headers = list
+        }
+        let error: OpaquePointer? = withOptionalBytes(record.key) { key in
+            withOptionalBytes(record.value) { value in
+                withUnsafeTemporaryAllocation(of: rd_kafka_vu_t.self, capacity: 8) { vus in
+                    var n = 0
+                    func add(_ type: rd_kafka_vtype_t, _ fill: (inout rd_kafka_vu_t) -> Void) {
+                        var vu = rd_kafka_vu_t()
+                        vu.vtype = type
+                        fill(&vu)
+                        vus[n] = vu
+                        n += 1
+                    }
+                    add(RD_KAFKA_VTYPE_RKT) { $0.u.rkt = rkt }
+                    add(RD_KAFKA_VTYPE_PARTITION) { $0.u.i32 = record.partition ?? RD_KAFKA_PARTITION_UA }
+                    add(RD_KAFKA_VTYPE_MSGFLAGS) { $0.u.i = RD_KAFKA_MSG_F_COPY }
+                    add(RD_KAFKA_VTYPE_OPAQUE) { $0.u.ptr = UnsafeMutableRawPointer(bitPattern: UInt(token)) }
+                    if let value { add(RD_KAFKA_VTYPE_VALUE) { $0.u.mem = .init(ptr: UnsafeMutableRawPointer(mutating: value.baseAddress ?? emptyBytes), size: value.count) } }
+                    if let key { add(RD_KAFKA_VTYPE_KEY) { $0.u.mem = .init(ptr: UnsafeMutableRawPointer(mutating: key.baseAddress ?? emptyBytes), size: key.count) } }
+                    if let timestamp = record.timestamp { add(RD_KAFKA_VTYPE_TIMESTAMP) { $0.u.i64 = timestamp } }
+                    if let headers { add(RD_KAFKA_VTYPE_HEADERS) { $0.u.headers = headers } }
+                    return rd_kafka_produceva(handle, vus.baseAddress, n)
+                }
+            }
+        }
+        guard let error else { return nil }  // success: librdkafka owns the headers now
+        // On failure the headers stay ours.
+        if let headers { rd_kafka_headers_destroy(headers) }
+        return RDKafkaError.take(error, code: .delivery, context: "produce to \(record.topic)")
+    }
+
+    /// Serves the main queue once: waits up to `timeoutMilliseconds` for an event and hands
+    /// delivery reports to `deliver` in one batch. Blocking: only the producer's poll thread calls it.
+    /// Returns true when an event was served.
+    @discardableResult
+    func serveDeliveryReports(timeoutMilliseconds: Int32, into buffer: inout [RDKafkaDelivery], deliver: (inout [RDKafkaDelivery]) -> Void) -> Bool {
+        let queue = rd_kafka_queue_get_main(handle)!
+        defer { rd_kafka_queue_destroy(queue) }
+        guard let event = rd_kafka_queue_poll(queue, timeoutMilliseconds) else { return false }
+        defer { rd_kafka_event_destroy(event) }
+        switch rd_kafka_event_type(event) {
+        case RD_KAFKA_EVENT_DR:
+            buffer.removeAll(keepingCapacity: true)
+            while let message = rd_kafka_event_message_next(event) {
+                let m = message.pointee
+                buffer.append(RDKafkaDelivery(
+                    token: UInt64(UInt(bitPattern: m._private)),
+                    partition: m.partition,
+                    offset: m.offset,
+                    error: m.err == RD_KAFKA_RESP_ERR_NO_ERROR ? nil : RDKafkaError.make(m.err, code: .delivery)))
+            }
+            deliver(&buffer)
+        case RD_KAFKA_EVENT_ERROR:
+            let err = rd_kafka_event_error(event)
+            let text = String(cString: rd_kafka_event_error_string(event))
+            if rd_kafka_event_error_is_fatal(event) != 0 {
+                logger.critical("fatal producer error: \(text)", metadata: ["code": "\(err.rawValue)"])
+            } else {
+                logger.warning("producer error: \(text)", metadata: ["code": "\(err.rawValue)"])
+            }
+        default:
+            break
+        }
+        return true
+    }
+
+    /// `rd_kafka_flush`: waits until every enqueued message is delivered or failed. Blocking.
+    func flush(timeoutMilliseconds: Int32) -> KafkaError? {
+        let err = rd_kafka_flush(handle, timeoutMilliseconds)
+        return err == RD_KAFKA_RESP_ERR_NO_ERROR ? nil : RDKafkaError.make(err, code: .timedOut, context: "flush")
+    }
+
+    /// Drops queued and in-flight messages; each gets a failed delivery report.
+    func purge() {
+        _ = rd_kafka_purge(handle, Int32(RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT))
+    }
+
+    var outQueueLength: Int { Int(rd_kafka_outq_len(handle)) }
+
+    static func enableDeliveryReportEvents(_ conf: OpaquePointer) {
+        // Delivery reports and errors arrive as events on the main queue, polled by our thread,
+        // instead of through C callbacks (the swift-kafka-client approach).
+        rd_kafka_conf_set_events(conf, Int32(RD_KAFKA_EVENT_DR | RD_KAFKA_EVENT_ERROR))
+    }
+}
+
+@inline(__always)
+private func withOptionalBytes<R>(_ bytes: [UInt8]?, _ body: (UnsafeRawBufferPointer?) -> R) -> R {
+    guard let bytes else { return body(nil) }
+    return bytes.withUnsafeBytes { body($0) }
+}
+
+/// A non-null address for empty keys and values: librdkafka treats a null pointer as "no value"
+/// (a tombstone), so an empty value must still point somewhere.
+// Allocated once and never written, so sharing it across threads is safe.
+nonisolated(unsafe) private let emptyBytes = UnsafeRawPointer(UnsafeMutableRawPointer.allocate(byteCount: 1, alignment: 1))

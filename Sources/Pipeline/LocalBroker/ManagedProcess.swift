@@ -1,0 +1,207 @@
+import Foundation
+import Synchronization
+
+/// A child process whose combined output is read by a dedicated thread, so the caller can
+/// await a line (an event) instead of sleeping, and the pipe never fills up.
+enum ManagedProcess {
+    final class Handle: Sendable {
+        private let process: SendableProcess
+        private let state = Mutex(State())
+
+        struct State {
+            var tail: [String] = []
+            var lineWaiters: [(needle: String, continuation: CheckedContinuation<Bool, Never>)] = []
+            var outputClosed = false
+            var exitStatus: Int32?
+            var exitWaiters: [CheckedContinuation<Int32, Never>] = []
+        }
+
+        fileprivate init(process: SendableProcess) { self.process = process }
+
+        fileprivate func received(_ line: String) {
+            let ready: [CheckedContinuation<Bool, Never>] = state.withLock { s in
+                s.tail.append(line)
+                if s.tail.count > 50 { s.tail.removeFirst(s.tail.count - 50) }
+                let (matched, rest) = s.lineWaiters.partitioned { line.contains($0.needle) }
+                s.lineWaiters = rest
+                return matched.map(\.continuation)
+            }
+            for c in ready { c.resume(returning: true) }
+        }
+
+        fileprivate func outputEnded() {
+            let waiters = state.withLock { s in
+                s.outputClosed = true
+                defer { s.lineWaiters = [] }
+                return s.lineWaiters.map(\.continuation)
+            }
+            for c in waiters { c.resume(returning: false) }
+        }
+
+        fileprivate func exited(_ status: Int32) {
+            let waiters = state.withLock { s in
+                s.exitStatus = status
+                defer { s.exitWaiters = [] }
+                return s.exitWaiters
+            }
+            for c in waiters { c.resume(returning: status) }
+        }
+
+        /// The last lines the process printed.
+        func recentOutput() -> String { state.withLock { $0.tail.joined(separator: "\n") } }
+
+        /// Returns when the process prints a line containing `needle`; throws if it exits first
+        /// or the timeout passes.
+        func waitForLine(containing needle: String, timeout: Duration) async throws {
+            let found = try await withThrowingTaskGroup(of: Bool.self) { group in
+                group.addTask {
+                    await withCheckedContinuation { continuation in
+                        let immediate: Bool? = self.state.withLock { s in
+                            if s.tail.contains(where: { $0.contains(needle) }) { return true }
+                            if s.outputClosed { return false }
+                            s.lineWaiters.append((needle, continuation))
+                            return nil
+                        }
+                        if let immediate { continuation.resume(returning: immediate) }
+                    }
+                }
+                group.addTask {
+                    try await Task.sleep(for: timeout)
+                    throw LocalBrokerError.timedOut("no line containing \"\(needle)\" within \(timeout)")
+                }
+                defer { group.cancelAll() }
+                let first = try await group.next()!
+                // Unblock the line waiter if the timer won.
+                self.outputEndedForWaiters(needle)
+                return first
+            }
+            guard found else { throw LocalBrokerError.startFailed("the process exited before printing \"\(needle)\"") }
+        }
+
+        private func outputEndedForWaiters(_ needle: String) {
+            let waiters = state.withLock { s in
+                let (matched, rest) = s.lineWaiters.partitioned { $0.needle == needle }
+                s.lineWaiters = rest
+                return matched.map(\.continuation)
+            }
+            for c in waiters { c.resume(returning: false) }
+        }
+
+        @discardableResult
+        func waitForExit() async -> Int32 {
+            await withCheckedContinuation { continuation in
+                let status: Int32? = state.withLock { s in
+                    if let status = s.exitStatus { return status }
+                    s.exitWaiters.append(continuation)
+                    return nil
+                }
+                if let status { continuation.resume(returning: status) }
+            }
+        }
+
+        var isRunning: Bool { state.withLock { $0.exitStatus == nil } }
+        var pid: Int32 { process.value.processIdentifier }
+
+        func terminate() { if isRunning { process.value.terminate() } }
+        func kill() { if isRunning { Foundation.kill(process.value.processIdentifier, SIGKILL) } }
+    }
+
+    /// Foundation's `Process` is thread-safe for what we use (terminate, pid), but not marked Sendable.
+    fileprivate struct SendableProcess: @unchecked Sendable { let value: Process }
+
+    static func launch(_ path: String, arguments: [String], environment: [String: String]) throws -> Handle {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: path)
+        process.arguments = arguments
+        var env = ProcessInfo.processInfo.environment
+        for (k, v) in environment { env[k] = v }
+        process.environment = env
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        process.standardError = pipe
+        process.standardInput = FileHandle.nullDevice
+        let handle = Handle(process: SendableProcess(value: process))
+        process.terminationHandler = { p in handle.exited(p.terminationStatus) }
+        try process.run()
+        let reader = pipe.fileHandleForReading
+        let thread = Thread {
+            var buffer: [UInt8] = []
+            while true {
+                let chunk = reader.availableData  // blocks on this dedicated thread
+                if chunk.isEmpty { break }
+                for byte in chunk {
+                    if byte == UInt8(ascii: "\n") {
+                        handle.received(String(decoding: buffer, as: UTF8.self))
+                        buffer.removeAll(keepingCapacity: true)
+                    } else {
+                        buffer.append(byte)
+                    }
+                }
+            }
+            if !buffer.isEmpty { handle.received(String(decoding: buffer, as: UTF8.self)) }
+            handle.outputEnded()
+        }
+        thread.name = "process-output"
+        thread.start()
+        return handle
+    }
+}
+
+extension Array {
+    fileprivate func partitioned(_ matches: (Element) -> Bool) -> ([Element], [Element]) {
+        var yes: [Element] = []
+        var no: [Element] = []
+        for e in self { if matches(e) { yes.append(e) } else { no.append(e) } }
+        return (yes, no)
+    }
+}
+
+/// Loopback port helpers.
+public enum FreePort {
+    /// A port the kernel just handed out for 127.0.0.1 (bind to port 0, read it, close).
+    public static func find() throws -> Int {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw LocalBrokerError.startFailed("socket() failed: errno \(errno)") }
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = 0
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { p -> Int32 in
+                guard bind(fd, p, length) == 0 else { return -1 }
+                return getsockname(fd, p, &length)
+            }
+        }
+        guard bound == 0 else { throw LocalBrokerError.startFailed("bind to 127.0.0.1:0 failed: errno \(errno)") }
+        return Int(UInt16(bigEndian: address.sin_port))
+    }
+
+    /// Connects until the port accepts; each try is one blocking connect on a Dispatch thread.
+    public static func waitUntilAccepting(port: Int, timeout: Duration) async throws {
+        let clock = ContinuousClock()
+        let deadline = clock.now + timeout
+        var delay = Duration.milliseconds(5)
+        while clock.now < deadline {
+            if await BlockingExecutor.run({ canConnect(port: port) }) { return }
+            // Connection refused is not an event we can wait on; back off briefly and retry.
+            try await Task.sleep(for: delay)
+            delay = min(delay * 2, .milliseconds(200))
+        }
+        throw LocalBrokerError.timedOut("127.0.0.1:\(port) did not accept connections within \(timeout)")
+    }
+
+    static func canConnect(port: Int) -> Bool {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = UInt16(port).bigEndian
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        return withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
+        }
+    }
+}

@@ -1,0 +1,155 @@
+import Foundation
+import Testing
+@testable import Pipeline
+
+/// Producer and consumer against librdkafka's in-process mock cluster (no broker process).
+@Suite(.timeLimit(.minutes(2))) struct MockClusterTests {
+    static func consumerConfig(_ bootstrap: String, group: String) -> ConsumerConfiguration {
+        var config = ConsumerConfiguration(bootstrapServers: [bootstrap], groupID: group)
+        config.sessionTimeout = .milliseconds(6000)
+        config.heartbeatInterval = .milliseconds(500)
+        config.reportEndOfPartition = true
+        return config
+    }
+
+    /// Reads a whole topic through a consumer group until every partition reported its end and
+    /// `expected` records arrived.
+    static func readAll(_ bootstrap: String, topic: String, partitions: Int, expected: Int) async throws -> [ConsumerRecord] {
+        let consumer = try KafkaConsumer(configuration: consumerConfig(bootstrap, group: "reader-\(UUID())"))
+        try consumer.subscribe([topic])
+        var records: [ConsumerRecord] = []
+        var ended = Set<Int32>()
+        for try await event in consumer {
+            switch event {
+            case .records(let batch):
+                records += batch
+                for r in batch { ended.remove(r.partition) }
+                try consumer.store(batch)
+            case .endOfPartition(let end):
+                ended.insert(end.partition)
+            case .assigned, .revoked:
+                break
+            }
+            if ended.count == partitions && records.count >= expected { break }
+        }
+        try await consumer.close()
+        return records
+    }
+
+    @Test func roundTripKeepsKeyValueHeadersTimestampAndTombstones() async throws {
+        let mock = try KafkaMockCluster(brokers: 1)
+        try mock.createTopic("roundtrip", partitions: 3)
+        let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [mock.bootstrapServers]))
+        var records = (0..<999).map { i in
+            ProducerRecord(
+                topic: "roundtrip", key: Array("k\(i % 10)".utf8), value: Array("v\(i)".utf8),
+                headers: [KafkaHeader(key: "seq", string: "\(i)"), KafkaHeader(key: "empty", value: nil)],
+                timestamp: 1_700_000_000_000 + Int64(i))
+        }
+        records.append(ProducerRecord(topic: "roundtrip", key: Array("gone".utf8), value: nil))
+        let reports = try await producer.send(records)
+        #expect(reports.allSatisfy { $0.error == nil && $0.offset >= 0 })
+        await producer.close()
+
+        let received = try await Self.readAll(mock.bootstrapServers, topic: "roundtrip", partitions: 3, expected: 1000)
+        #expect(received.count == 1000)
+        let byValue = Dictionary(uniqueKeysWithValues: received.compactMap { r in r.value.map { (String(decoding: $0, as: UTF8.self), r) } })
+        let r7 = try #require(byValue["v7"])
+        #expect(r7.key == Array("k7".utf8))
+        #expect(r7.header("seq") == Array("7".utf8))
+        #expect(r7.headers.contains(KafkaHeader(key: "empty", value: nil)))
+        #expect(r7.timestamp == 1_700_000_000_007)
+        let tombstone = try #require(received.first { $0.key == Array("gone".utf8) })
+        #expect(tombstone.value == nil)
+        // Same key, same partition, in send order.
+        for key in 0..<10 {
+            let seqs = received.filter { $0.key == Array("k\(key)".utf8) }.map { Int(String(decoding: $0.header("seq")!, as: UTF8.self))! }
+            #expect(seqs == seqs.sorted())
+            #expect(Set(received.filter { $0.key == Array("k\(key)".utf8) }.map(\.partition)).count == 1)
+        }
+    }
+
+    @Test func brokerDownMidProduceLosesAndDuplicatesNothing() async throws {
+        let mock = try KafkaMockCluster(brokers: 1)
+        try mock.createTopic("outage", partitions: 2)
+        var config = ProducerConfiguration(bootstrapServers: [mock.bootstrapServers])
+        config.messageTimeout = .seconds(60)
+        config.linger = .milliseconds(5)
+        let producer = try KafkaProducer(configuration: config)
+        let total = 20_000
+        let firstHalf = (0..<total / 2).map { ProducerRecord(topic: "outage", key: Array("\($0 % 7)".utf8), value: Array("\($0)".utf8)) }
+        let secondHalf = (total / 2..<total).map { ProducerRecord(topic: "outage", key: Array("\($0 % 7)".utf8), value: Array("\($0)".utf8)) }
+
+        // Half is in flight when the broker goes down; the rest is sent while it is down.
+        async let first = producer.send(firstHalf)
+        mock.setBrokerDown(1)
+        async let second = producer.send(secondHalf)
+        // Keep the broker away long enough for requests to fail and be retried.
+        try await Task.sleep(for: .milliseconds(800))
+        mock.setBrokerUp(1)
+        let reports = try await first + second
+        await producer.close()
+        #expect(reports.filter { $0.error != nil }.isEmpty, "every message is delivered")
+
+        let received = try await Self.readAll(mock.bootstrapServers, topic: "outage", partitions: 2, expected: total)
+        let values = received.map { Int(String(decoding: $0.value!, as: UTF8.self))! }
+        #expect(values.count == total, "no duplicates, none lost")
+        #expect(Set(values).count == total)
+        // The log itself has no duplicates either: high watermarks add up to the total (the mock's are exact).
+        let admin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: [mock.bootstrapServers]))
+        var sum: Int64 = 0
+        for p in 0..<2 { sum += try await admin.watermarks(TopicPartition("outage", Int32(p))).high }
+        #expect(sum == Int64(total))
+    }
+
+    @Test func lostProduceResponsesAreNotDuplicated() async throws {
+        let mock = try KafkaMockCluster(brokers: 1)
+        try mock.createTopic("retries", partitions: 1)
+        // The broker fails the next Produce requests with retriable errors: librdkafka retries them.
+        mock.pushRequestErrors(apiKey: 0, errorCodes: [7 /* REQUEST_TIMED_OUT */, 6 /* NOT_LEADER */, 7])
+        let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [mock.bootstrapServers]))
+        let reports = try await producer.send((0..<500).map { ProducerRecord(topic: "retries", value: Array("\($0)".utf8)) })
+        await producer.close()
+        #expect(reports.allSatisfy { $0.error == nil })
+        #expect(reports.map(\.offset) == Array(0..<500).map(Int64.init), "in order, each once")
+    }
+
+    @Test func enqueueReportsOnTheStream() async throws {
+        let mock = try KafkaMockCluster(brokers: 1)
+        try mock.createTopic("fire", partitions: 1)
+        let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [mock.bootstrapServers]))
+        var ids: Set<UInt64> = []
+        for i in 0..<100 { ids.insert(try await producer.enqueue(ProducerRecord(topic: "fire", value: Array("\(i)".utf8)))) }
+        var reported: Set<UInt64> = []
+        for await batch in producer.deliveryReports {
+            for r in batch {
+                #expect(r.error == nil)
+                reported.insert(r.id)
+            }
+            if reported.count == 100 { break }
+        }
+        #expect(reported == ids)
+        await producer.close()
+    }
+
+    @Test func sendAfterCloseFails() async throws {
+        let mock = try KafkaMockCluster(brokers: 1)
+        let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [mock.bootstrapServers]))
+        await producer.close()
+        let error = await #expect(throws: KafkaError.self) { try await producer.send(ProducerRecord(topic: "t", value: [1])) }
+        #expect(error?.code == .closed)
+    }
+
+    @Test func deliveryToUnknownPartitionFailsWithTypedError() async throws {
+        let mock = try KafkaMockCluster(brokers: 1)
+        try mock.createTopic("small", partitions: 1)
+        var config = ProducerConfiguration(bootstrapServers: [mock.bootstrapServers])
+        config.messageTimeout = .seconds(2)
+        let producer = try KafkaProducer(configuration: config)
+        let error = await #expect(throws: KafkaError.self) {
+            try await producer.send(ProducerRecord(topic: "small", partition: 5, value: [1]))
+        }
+        #expect(error?.rdKafkaCode != nil)
+        await producer.close()
+    }
+}
