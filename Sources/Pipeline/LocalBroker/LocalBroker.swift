@@ -66,6 +66,23 @@ public final class LocalBroker: Sendable {
         }
     }
 
+    /// Runs `body` against a fresh broker and stops the broker afterwards, also when `body` throws.
+    public static func with<T>(
+        _ options: Options = Options(),
+        logger: Logger = Logger(label: "local-broker"),
+        _ body: (LocalBroker) async throws -> T
+    ) async throws -> T {
+        let broker = try await start(options, logger: logger)
+        do {
+            let result = try await body(broker)
+            await broker.stop()
+            return result
+        } catch {
+            await broker.stop()
+            throw error
+        }
+    }
+
     /// Kills the broker (SIGKILL, no clean shutdown) and starts it again on the same port and
     /// storage. With memory storage everything is lost; with S3 storage it survives.
     public func restart() async throws -> LocalBroker {

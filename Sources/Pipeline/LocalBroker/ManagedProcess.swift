@@ -1,11 +1,11 @@
 import Foundation
 import Synchronization
 
-/// A child process whose combined output is read by a dedicated thread, so the caller can
+/// A child process (posix_spawn) whose combined output is read by a dedicated thread, so the caller can
 /// await a line (an event) instead of sleeping, and the pipe never fills up.
 enum ManagedProcess {
     final class Handle: Sendable {
-        private let process: SendableProcess
+        let pid: pid_t
         private let state = Mutex(State())
 
         struct State {
@@ -16,7 +16,7 @@ enum ManagedProcess {
             var exitWaiters: [CheckedContinuation<Int32, Never>] = []
         }
 
-        fileprivate init(process: SendableProcess) { self.process = process }
+        fileprivate init(pid: pid_t) { self.pid = pid }
 
         fileprivate func received(_ line: String) {
             let ready: [CheckedContinuation<Bool, Never>] = state.withLock { s in
@@ -100,36 +100,69 @@ enum ManagedProcess {
         }
 
         var isRunning: Bool { state.withLock { $0.exitStatus == nil } }
-        var pid: Int32 { process.value.processIdentifier }
 
-        func terminate() { if isRunning { process.value.terminate() } }
-        func kill() { if isRunning { Foundation.kill(process.value.processIdentifier, SIGKILL) } }
+        /// SIGTERM. (The pid cannot have been reused: it is reaped only by our waiter.)
+        func terminate() { if isRunning { Foundation.kill(pid, SIGTERM) } }
+        func kill() { if isRunning { Foundation.kill(pid, SIGKILL) } }
     }
 
-    /// Foundation's `Process` is thread-safe for what we use (terminate, pid), but not marked Sendable.
-    fileprivate struct SendableProcess: @unchecked Sendable { let value: Process }
-
+    /// Starts `path` with `posix_spawn`. Foundation's `Process` passes on the spawning thread's
+    /// signal mask, and Dispatch threads block SIGTERM and SIGINT: a child started that way
+    /// ignores `terminate()`. Here the child gets an empty mask and default handlers.
     static func launch(_ path: String, arguments: [String], environment: [String: String]) throws -> Handle {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: path)
-        process.arguments = arguments
         var env = ProcessInfo.processInfo.environment
         for (k, v) in environment { env[k] = v }
-        process.environment = env
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        process.standardError = pipe
-        process.standardInput = FileHandle.nullDevice
-        let handle = Handle(process: SendableProcess(value: process))
-        process.terminationHandler = { p in handle.exited(p.terminationStatus) }
-        try process.run()
-        let reader = pipe.fileHandleForReading
-        let thread = Thread {
+
+        var fds: [Int32] = [0, 0]
+        guard pipe(&fds) == 0 else { throw LocalBrokerError.startFailed("pipe() failed: errno \(errno)") }
+        let (readEnd, writeEnd) = (fds[0], fds[1])
+
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_adddup2(&actions, writeEnd, 1)
+        posix_spawn_file_actions_adddup2(&actions, writeEnd, 2)
+        posix_spawn_file_actions_addclose(&actions, readEnd)
+        posix_spawn_file_actions_addclose(&actions, writeEnd)
+
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        var noSignals = sigset_t()
+        sigemptyset(&noSignals)
+        posix_spawnattr_setsigmask(&attributes, &noSignals)
+        var defaults = sigset_t()
+        sigemptyset(&defaults)
+        for sig in [SIGTERM, SIGINT, SIGPIPE, SIGHUP] { sigaddset(&defaults, sig) }
+        posix_spawnattr_setsigdefault(&attributes, &defaults)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+
+        let argv = ([path] + arguments).map { strdup($0) } + [nil]
+        let envp = env.map { strdup("\($0.key)=\($0.value)") } + [nil]
+        defer {
+            argv.forEach { free($0) }
+            envp.forEach { free($0) }
+        }
+        var pid: pid_t = 0
+        let rc = posix_spawn(&pid, path, &actions, &attributes, argv, envp)
+        close(writeEnd)
+        guard rc == 0 else {
+            close(readEnd)
+            throw LocalBrokerError.startFailed("could not start \(path): \(String(cString: strerror(rc)))")
+        }
+
+        let childPID = pid
+        let handle = Handle(pid: childPID)
+        let reader = Thread {
+            defer { close(readEnd) }
             var buffer: [UInt8] = []
+            var chunk = [UInt8](repeating: 0, count: 4096)
             while true {
-                let chunk = reader.availableData  // blocks on this dedicated thread
-                if chunk.isEmpty { break }
-                for byte in chunk {
+                let n = chunk.withUnsafeMutableBytes { read(readEnd, $0.baseAddress, $0.count) }  // blocks this thread only
+                if n < 0 && errno == EINTR { continue }
+                if n <= 0 { break }
+                for byte in chunk[0..<n] {
                     if byte == UInt8(ascii: "\n") {
                         handle.received(String(decoding: buffer, as: UTF8.self))
                         buffer.removeAll(keepingCapacity: true)
@@ -141,8 +174,15 @@ enum ManagedProcess {
             if !buffer.isEmpty { handle.received(String(decoding: buffer, as: UTF8.self)) }
             handle.outputEnded()
         }
-        thread.name = "process-output"
-        thread.start()
+        reader.name = "process-output"
+        reader.start()
+        let waiter = Thread {
+            var status: Int32 = 0
+            while waitpid(childPID, &status, 0) < 0 && errno == EINTR {}
+            handle.exited(status)
+        }
+        waiter.name = "process-wait"
+        waiter.start()
         return handle
     }
 }

@@ -1,0 +1,113 @@
+import ArgumentParser
+import Foundation
+import Pipeline
+
+/// Throughput of the Swift API, for comparison with kcat on the same librdkafka (scripts/bench-kafka).
+struct Perf: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Measure produce or consume throughput through the Swift Kafka API.",
+        subcommands: [Produce.self, Consume.self])
+
+    struct Produce: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Produce N messages of a given size and wait for every delivery.")
+        @Option(name: .customLong("bootstrap-server"), help: "Kafka bootstrap servers.") var bootstrapServer: String
+        @Option(help: "Topic to produce to.") var topic: String
+        @Option(help: "Number of messages.") var messages = 1_000_000
+        @Option(help: "Bytes per message value.") var size = 200
+        @Option(help: "Messages per send() call.") var batch = 10_000
+        @Option(name: .customLong("in-flight"), help: "send() calls awaited concurrently.") var inFlight = 4
+        @Option(name: .customShort("X"), parsing: .singleValue, help: "Raw librdkafka property key=value (repeatable).") var properties: [String] = []
+
+        func validate() throws {
+            guard messages > 0, batch > 0, inFlight > 0 else { throw ValidationError("--messages, --batch and --in-flight must be positive") }
+            _ = try parseProperties(properties)
+        }
+
+        func run() async throws {
+            try Preflight.checkRuntime()
+            var config = ProducerConfiguration(bootstrapServers: bootstrapServer.split(separator: ",").map(String.init))
+            config.kafka.raw = try parseProperties(properties)
+            let producer = try KafkaProducer(configuration: config)
+            let value = [UInt8](repeating: UInt8(ascii: "x"), count: size)
+            let clock = ContinuousClock()
+            let start = clock.now
+            let (topic, messages, batch, inFlight) = (topic, messages, batch, inFlight)
+            let failed = try await withThrowingTaskGroup(of: Int.self) { group in
+                var next = 0
+                var failed = 0
+                func submit() {
+                    guard next < messages else { return }
+                    let range = next..<min(next + batch, messages)
+                    next = range.upperBound
+                    group.addTask {
+                        let records = range.map { _ in ProducerRecord(topic: topic, value: value) }
+                        return try await producer.send(records).reduce(0) { $0 + ($1.error == nil ? 0 : 1) }
+                    }
+                }
+                for _ in 0..<inFlight { submit() }
+                while let f = try await group.next() {
+                    failed += f
+                    submit()
+                }
+                return failed
+            }
+            let elapsed = clock.now - start
+            await producer.close()
+            print("produce: \(formatRate(messages - failed, elapsed)), \(failed) failed")
+            if failed > 0 { throw ExitCode.failure }
+        }
+    }
+
+    struct Consume: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Consume N messages in a fresh consumer group.")
+        @Option(name: .customLong("bootstrap-server"), help: "Kafka bootstrap servers.") var bootstrapServer: String
+        @Option(help: "Topic to consume.") var topic: String
+        @Option(help: "Stop after this many messages.") var messages = 1_000_000
+        @Option(help: "Consumer group (default: a new one).") var group: String?
+        @Option(name: .customShort("X"), parsing: .singleValue, help: "Raw librdkafka property key=value (repeatable).") var properties: [String] = []
+
+        func validate() throws {
+            guard messages > 0 else { throw ValidationError("--messages must be positive") }
+            _ = try parseProperties(properties)
+        }
+
+        func run() async throws {
+            try Preflight.checkRuntime()
+            var config = ConsumerConfiguration(
+                bootstrapServers: bootstrapServer.split(separator: ",").map(String.init),
+                groupID: group ?? "perf-\(UUID().uuidString.prefix(8))")
+            config.sessionTimeout = .milliseconds(2000)
+            config.heartbeatInterval = .milliseconds(500)
+            config.kafka.raw = try parseProperties(properties)
+            let consumer = try KafkaConsumer(configuration: config)
+            try consumer.subscribe([topic])
+            let clock = ContinuousClock()
+            let start = clock.now
+            var firstRecord: ContinuousClock.Instant?
+            var count = 0
+            var bytes = 0
+            for try await event in consumer {
+                guard case .records(let batch) = event else { continue }
+                if firstRecord == nil { firstRecord = clock.now }
+                count += batch.count
+                for r in batch { bytes += r.value?.count ?? 0 }
+                try consumer.store(batch)
+                if count >= messages { break }
+            }
+            let end = clock.now
+            try await consumer.close()
+            print("consume: \(formatRate(count, end - start)) including group join; \(formatRate(count, end - (firstRecord ?? start))) from the first record; \(bytes) value bytes")
+        }
+    }
+}
+
+func parseProperties(_ pairs: [String]) throws -> [String: String] {
+    var result: [String: String] = [:]
+    for pair in pairs {
+        guard let eq = pair.firstIndex(of: "="), eq != pair.startIndex else {
+            throw ValidationError("-X '\(pair)': expected key=value")
+        }
+        result[String(pair[..<eq])] = String(pair[pair.index(after: eq)...])
+    }
+    return result
+}
