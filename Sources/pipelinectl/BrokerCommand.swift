@@ -14,7 +14,7 @@ struct Broker: AsyncParsableCommand {
     func run() async throws {
         let broker = try await LocalBroker.start(LocalBroker.Options(storage: storage == .s3 ? .s3 : .memory))
         print("bootstrap server: \(broker.bootstrapServers)")
-        FileHandle.standardOutput.synchronizeFile()
+        fflush(nil)  // scripts wait for this line; flush it now
         await waitForTerminationSignal()
         await broker.stop()
         print("stopped")
@@ -33,7 +33,7 @@ func waitForTerminationSignal() async {
             source.setEventHandler { if once.set() { continuation.resume() } }
             source.resume()
             // Sources live for the rest of the process.
-            Unmanaged.passRetained(source as AnyObject).retain()
+            _ = Unmanaged.passRetained(source as AnyObject)
         }
     }
 }

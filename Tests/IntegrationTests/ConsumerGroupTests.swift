@@ -180,3 +180,39 @@ import Pipeline
         #expect(!(try await admin.listTopics()).map(\.name).contains("events"))
     }
 }
+
+/// The local broker with S3 storage (a local moto_server) survives a hard restart.
+@Suite(.timeLimit(.minutes(2))) struct LocalBrokerRestartTests {
+    @Test func recordsSurviveAKilledBrokerOnS3Storage() async throws {
+        let broker = try await LocalBroker.start(LocalBroker.Options(storage: .s3))
+        var current = broker
+        do {
+            let admin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: [broker.bootstrapServers]))
+            try await admin.createTopic(TopicSpec(name: "durable", partitions: 1))
+            let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [broker.bootstrapServers]))
+            let reports = try await producer.send((0..<100).map { ProducerRecord(topic: "durable", value: Array("\($0)".utf8)) })
+            #expect(reports.allSatisfy { $0.error == nil })
+            await producer.close()
+
+            current = try await broker.restart()  // SIGKILL, then start again on the same port and bucket
+
+            var config = ConsumerConfiguration(bootstrapServers: [current.bootstrapServers], groupID: "after-restart")
+            config.sessionTimeout = .milliseconds(2000)
+            config.heartbeatInterval = .milliseconds(300)
+            let consumer = try KafkaConsumer(configuration: config)
+            try consumer.subscribe(["durable"])
+            var values: [String] = []
+            for try await event in consumer {
+                guard case .records(let batch) = event else { continue }
+                values += batch.map { String(decoding: $0.value!, as: UTF8.self) }
+                if values.count >= 100 { break }
+            }
+            try await consumer.close()
+            #expect(values == (0..<100).map { "\($0)" })
+        } catch {
+            await current.stop()
+            throw error
+        }
+        await current.stop()
+    }
+}

@@ -5,8 +5,9 @@ import Logging
 public enum ConsumerEvent: Sendable, Hashable {
     /// Records in partition order (at most ``ConsumerConfiguration/maxBatchSize``).
     case records([ConsumerRecord])
-    /// Partitions given to this member. The assignment takes effect after the application asks
-    /// for the next event, so it can prepare (e.g. load state) first.
+    /// Partitions given to this member. They are assigned already (they can be paused, their
+    /// committed offsets looked up), but none of their records arrives before the application
+    /// asks for the next event, so it can prepare (e.g. load state) first.
     case assigned([TopicPartition])
     /// Partitions taken away. They stay assigned until the application asks for the next event,
     /// so it can finish work and commit their offsets first.

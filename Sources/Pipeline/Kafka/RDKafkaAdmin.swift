@@ -49,7 +49,7 @@ struct RDKafkaAdmin {
     func createTopic(_ spec: TopicSpec, ignoreExisting: Bool, timeoutMilliseconds: Int32) throws(KafkaError) {
         var errstr = [CChar](repeating: 0, count: 512)
         guard let newTopic = rd_kafka_NewTopic_new(spec.name, Int32(spec.partitions), Int32(spec.replicationFactor), &errstr, errstr.count) else {
-            throw KafkaError(code: .admin, message: "invalid topic \(spec.name): \(String(cString: errstr))")
+            throw KafkaError(code: .admin, message: "invalid topic \(spec.name): \(string(fromErrorBuffer: errstr))")
         }
         defer { rd_kafka_NewTopic_destroy(newTopic) }
         for (key, value) in spec.config.sorted(by: { $0.key < $1.key }) {

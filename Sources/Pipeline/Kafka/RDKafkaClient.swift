@@ -29,7 +29,7 @@ final class RDKafkaClient: @unchecked Sendable {
         // rd_kafka_new takes ownership of conf only on success.
         guard let rk = rd_kafka_new(kind == .producer ? RD_KAFKA_PRODUCER : RD_KAFKA_CONSUMER, conf, &errstr, errstr.count) else {
             rd_kafka_conf_destroy(conf)
-            let reason = String(decoding: errstr.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            let reason = string(fromErrorBuffer: errstr)
             throw KafkaError(code: .invalidConfiguration, message: "could not create the Kafka client: \(reason)")
         }
         self.handle = rk
@@ -84,7 +84,7 @@ final class RDKafkaClient: @unchecked Sendable {
         let err = rd_kafka_fatal_error(handle, &errstr, errstr.count)
         guard err != RD_KAFKA_RESP_ERR_NO_ERROR else { return nil }
         var error = RDKafkaError.make(err, code: .broker)
-        error.message = String(decoding: errstr.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        error.message = string(fromErrorBuffer: errstr)
         error.isFatal = true
         return error
     }

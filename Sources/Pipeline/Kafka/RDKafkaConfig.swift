@@ -27,7 +27,7 @@ enum RDKafkaConfig {
         var errstr = [CChar](repeating: 0, count: 512)
         let result = rd_kafka_conf_set(conf, key, value, &errstr, errstr.count)
         guard result != RD_KAFKA_CONF_OK else { return }
-        let reason = redact(String(decoding: errstr.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self), key: key, value: value)
+        let reason = redact(string(fromErrorBuffer: errstr), key: key, value: value)
         switch result {
         case RD_KAFKA_CONF_UNKNOWN:
             throw .invalidConfiguration(key: key, "unknown configuration key \"\(key)\": \(reason)")

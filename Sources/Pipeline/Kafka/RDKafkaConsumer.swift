@@ -9,8 +9,11 @@ enum RDKafkaPolled {
 }
 
 /// Receives rebalances from librdkafka's rebalance callback. The callback runs on the consumer's
-/// poll thread, inside `rd_kafka_consumer_poll`; `handler` runs first (it hands the event to the
-/// application and waits until the application has taken it), then the assignment is applied.
+/// poll thread, inside `rd_kafka_consumer_poll`, and `handler` hands the event to the application
+/// and waits until the application has taken it and asked for the next one. New partitions are
+/// assigned before `handler` runs (so the application can pause them or look up offsets), revoked
+/// ones are given up after it (so the application can finish and commit them first). Either way
+/// the rebalance completes only when the callback returns.
 final class RDKafkaRebalanceContext: @unchecked Sendable {
     // Set once, before the first poll, and read only by the poll thread afterwards.
     var handler: (_ assigned: Bool, _ partitions: [TopicPartition]) -> Void = { _, _ in }
@@ -29,14 +32,15 @@ private func rebalanceCallback(
     let cooperative = String(cString: rd_kafka_rebalance_protocol(rk)) == "COOPERATIVE"
     switch err {
     case RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS:
-        context.handler(true, list)
         if cooperative {
             if let error = rd_kafka_incremental_assign(rk, partitions) { rd_kafka_error_destroy(error) }
         } else {
             _ = rd_kafka_assign(rk, partitions)
         }
+        // The cooperative protocol also calls back with nothing new: no event for that.
+        if !list.isEmpty { context.handler(true, list) }
     default:  // RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS or an error: give everything up
-        context.handler(false, list)
+        if !list.isEmpty { context.handler(false, list) }
         if cooperative {
             if let error = rd_kafka_incremental_unassign(rk, partitions) { rd_kafka_error_destroy(error) }
         } else {

@@ -15,6 +15,11 @@ enum RDKafkaError {
         )
     }
 
+    /// The same, from a raw `rd_kafka_resp_err_t` value (for callers that do not import CKafka).
+    static func make(rawCode: Int32, code: KafkaError.Code = .other, context: String? = nil) -> KafkaError {
+        make(rd_kafka_resp_err_t(rawValue: rawCode), code: code, context: context)
+    }
+
     /// Consumes (destroys) the `rd_kafka_error_t`.
     static func take(_ error: OpaquePointer, code: KafkaError.Code = .other, context: String? = nil) -> KafkaError {
         defer { rd_kafka_error_destroy(error) }
@@ -42,4 +47,9 @@ enum RDKafkaError {
             return false
         }
     }
+}
+
+/// The text librdkafka wrote into an `errstr` buffer.
+func string(fromErrorBuffer buffer: [CChar]) -> String {
+    String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
 }

@@ -1,0 +1,109 @@
+import Foundation
+import Testing
+@testable import Pipeline
+
+/// Rebalance hand-over and flow control, on librdkafka's mock cluster.
+@Suite(.timeLimit(.minutes(2))) struct RebalanceTests {
+    static func consumer(_ bootstrap: String, group: String, topic: String) throws -> KafkaConsumer {
+        var config = ConsumerConfiguration(bootstrapServers: [bootstrap], groupID: group)
+        config.sessionTimeout = .milliseconds(6000)
+        config.heartbeatInterval = .milliseconds(300)
+        let consumer = try KafkaConsumer(configuration: config)
+        try consumer.subscribe([topic])
+        return consumer
+    }
+
+    @Test func revokedPartitionsStayAssignedUntilTheApplicationMovesOn() async throws {
+        let mock = try KafkaMockCluster(brokers: 1)
+        try mock.createTopic("handover", partitions: 2)
+        let a = try Self.consumer(mock.bootstrapServers, group: "g", topic: "handover")
+        var events = a.makeAsyncIterator()
+
+        guard case .assigned(let first)? = try await events.next() else { Issue.record("expected an assignment"); return }
+        #expect(first.count == 2)
+        #expect(Set(try a.assignment()) == Set(first))
+
+        // A second member joins: the first hears about the revocation while it still owns the partitions.
+        let b = try Self.consumer(mock.bootstrapServers, group: "g", topic: "handover")
+        let (bAssigned, bAssignedContinuation) = AsyncStream<[TopicPartition]>.makeStream()
+        let bTask = Task {
+            for try await event in b { if case .assigned(let p) = event { bAssignedContinuation.yield(p) } }
+        }
+        guard case .revoked(let revoked)? = try await events.next() else { Issue.record("expected a revocation"); return }
+        #expect(revoked.count == 1)
+        #expect(Set(try a.assignment()).isSuperset(of: revoked), "revoked partitions are still ours while we handle the event")
+
+        // Moving on completes the revocation; only then can the other member get the partition.
+        let aTask = Task { [events] in
+            var events = events
+            while let _ = try await events.next() {}
+        }
+        var bIterator = bAssigned.makeAsyncIterator()
+        let gained = await bIterator.next()
+        #expect(gained == revoked)
+        #expect(Set(try a.assignment()).isDisjoint(with: revoked))
+
+        try await b.close()
+        try await a.close()
+        _ = try await (aTask.value, bTask.value)
+    }
+
+    @Test func pausedPartitionsDeliverNothingUntilResumed() async throws {
+        let mock = try KafkaMockCluster(brokers: 1)
+        try mock.createTopic("flow", partitions: 2)
+        let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [mock.bootstrapServers]))
+        let consumer = try Self.consumer(mock.bootstrapServers, group: "flow", topic: "flow")
+        let p0 = TopicPartition("flow", 0)
+        var events = consumer.makeAsyncIterator()
+        guard case .assigned? = try await events.next() else { Issue.record("expected an assignment"); return }
+
+        // Paused while handling the assignment: no record of it can have been delivered yet.
+        try consumer.pause([p0])
+        _ = try await producer.send((0..<50).flatMap { i in [
+            ProducerRecord(topic: "flow", partition: 0, value: Array("p0-\(i)".utf8)),
+            ProducerRecord(topic: "flow", partition: 1, value: Array("p1-\(i)".utf8)),
+        ] })
+        // Partition 1's records arrive; partition 0 stays silent while paused.
+        var fromP1 = 0
+        while fromP1 < 50 {
+            guard case .records(let batch)? = try await events.next() else { continue }
+            #expect(batch.allSatisfy { $0.partition == 1 }, "nothing from a paused partition")
+            fromP1 += batch.count
+        }
+        try consumer.resume([p0])
+        var fromP0 = 0
+        while fromP0 < 50 {
+            guard case .records(let batch)? = try await events.next() else { continue }
+            fromP0 += batch.filter { $0.topicPartition == p0 }.count
+        }
+        #expect(fromP0 == 50)
+        try await consumer.close()
+        await producer.close()
+    }
+
+    @Test func closeCommitsStoredOffsets() async throws {
+        let mock = try KafkaMockCluster(brokers: 1)
+        try mock.createTopic("commits", partitions: 1)
+        let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [mock.bootstrapServers]))
+        _ = try await producer.send((0..<30).map { ProducerRecord(topic: "commits", value: Array("\($0)".utf8)) })
+        await producer.close()
+
+        var config = ConsumerConfiguration(bootstrapServers: [mock.bootstrapServers], groupID: "c")
+        config.sessionTimeout = .milliseconds(6000)
+        config.autoCommit = false
+        let consumer = try KafkaConsumer(configuration: config)
+        try consumer.subscribe(["commits"])
+        var seen: [ConsumerRecord] = []
+        for try await event in consumer {
+            guard case .records(let batch) = event else { continue }
+            seen += batch
+            if seen.count >= 20 { break }
+        }
+        // Only the first 20 are marked processed: the group resumes at 20.
+        try consumer.store(seen.prefix(20))
+        try await consumer.close(deadline: .seconds(10))
+        let admin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: [mock.bootstrapServers]))
+        let committed = try await admin.committedOffsets(group: "c", partitions: [TopicPartition("commits", 0)])
+        #expect(committed == [TopicPartitionOffset("commits", 0, offset: 20)])
+    }
+}
