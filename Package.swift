@@ -64,7 +64,9 @@ let package = Package(
         ),
 
         // Benchmarks (release builds, run by scripts/bench-*; not tests).
-        .executableTarget(name: "decode-bench", dependencies: ["Workers"], path: "Benchmarks/DecodeBench"),
+        .executableTarget(
+            name: "decode-bench", dependencies: ["Workers"], path: "Benchmarks/DecodeBench",
+            exclude: ["peer_pydantic.py", "RESULTS.md"]),
         .executableTarget(name: "thumbnail-bench", dependencies: ["Thumbnails"], path: "Benchmarks/ThumbnailBench"),
 
         // Tests. PipelineTests need no broker (configuration, errors, librdkafka's mock cluster);

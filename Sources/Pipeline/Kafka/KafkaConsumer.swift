@@ -287,29 +287,22 @@ final class ConsumerCore: @unchecked Sendable {
         return true
     }
 
-    /// Polls until there is something to deliver (or the consumer closes).
+    /// Polls until there is something to deliver (or the consumer closes): waits for the first
+    /// message, then takes whatever else is already fetched, up to the batch size.
     private func fill() {
-        var timeout: Int32 = 100
         pendingBatch.reserveCapacity(min(maxBatchSize, 1024))
-        while outbox.isEmpty, pendingBatch.count < maxBatchSize {
-            if isClosing { break }
-            guard let polled = consumer.poll(timeoutMilliseconds: timeout, names: &names) else {
-                if pendingBatch.isEmpty { consumer.client.drainLogs(); continue }
-                break
+        while outbox.isEmpty, pendingBatch.isEmpty {
+            if isClosing { return }
+            guard let polled = consumer.poll(timeoutMilliseconds: 100, names: &names) else {
+                consumer.client.drainLogs()
+                continue
             }
-            switch polled {
-            case .record(let record):
-                pendingBatch.append(record)
-                timeout = 0  // take what is already fetched, do not wait for more
-            case .endOfPartition(let end):
-                outbox.append(.endOfPartition(end))
-            case .error(let error):
-                if error.isFatal || consumer.client.fatalError() != nil {
-                    fail(with: consumer.client.fatalError() ?? error)
-                    return
-                }
-                consumer.client.logger.warning("consumer error: \(error)")
+            handle(polled)
+            while outbox.isEmpty, pendingBatch.count < maxBatchSize {
+                let taken = consumer.drainFetched(limit: maxBatchSize - pendingBatch.count, names: &names, into: &pendingBatch) { handle($0) }
+                if taken == 0 { break }
             }
+            if terminalError != nil { return }
         }
         // Records polled before an end-of-partition marker come first.
         if !pendingBatch.isEmpty {
@@ -317,6 +310,22 @@ final class ConsumerCore: @unchecked Sendable {
             pendingBatch = []
         }
         if !outbox.isEmpty { _ = deliverNext() }
+    }
+
+    /// Poll thread only.
+    private func handle(_ polled: RDKafkaPolled) {
+        switch polled {
+        case .record(let record):
+            pendingBatch.append(record)
+        case .endOfPartition(let end):
+            outbox.append(.endOfPartition(end))
+        case .error(let error):
+            if let fatal = consumer.client.fatalError() ?? (error.isFatal ? error : nil) {
+                fail(with: fatal)
+            } else {
+                consumer.client.logger.warning("consumer error: \(error)")
+            }
+        }
     }
 
     private var isClosing: Bool {

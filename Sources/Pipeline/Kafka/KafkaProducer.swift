@@ -42,11 +42,15 @@ public final class KafkaProducer: Sendable {
         guard !records.isEmpty else { return [] }
         precondition(records.count < ProducerCore.maxBatchSize, "a batch holds at most \(ProducerCore.maxBatchSize - 1) records")
         let batchID = try core.openBatch(count: records.count)
-        for (index, record) in records.enumerated() {
+        var topics = TopicHandleCache()
+        for index in records.indices {
             let token = batchID << ProducerCore.indexBits | UInt64(index)
-            if let error = await core.produce(record, token: token) {
-                core.fail(token: token, error: error)
+            // The fast path is synchronous; only a full local queue makes us wait.
+            var error = core.client.produce(records[index], token: token, topics: &topics)
+            if error?.code == .queueFull {
+                error = await core.produceWhenThereIsRoom(records[index], token: token, topics: &topics)
             }
+            if let error { core.fail(token: token, error: error) }
         }
         return await core.awaitBatch(batchID)
     }
@@ -54,7 +58,12 @@ public final class KafkaProducer: Sendable {
     /// Enqueues a record and returns its id at once; the report arrives on ``deliveryReports``.
     public func enqueue(_ record: ProducerRecord) async throws(KafkaError) -> UInt64 {
         let id = try core.nextFireAndForgetToken()
-        if let error = await core.produce(record, token: id) {
+        var topics = TopicHandleCache()
+        var error = core.client.produce(record, token: id, topics: &topics)
+        if error?.code == .queueFull {
+            error = await core.produceWhenThereIsRoom(record, token: id, topics: &topics)
+        }
+        if let error {
             if core.isClosed { throw error }
             core.fail(token: id, error: error)
         }
@@ -142,13 +151,16 @@ final class ProducerCore: Sendable {
         }
     }
 
-    /// Enqueues, waiting for room while librdkafka's queue is full. Returns a non-queue-full error.
-    func produce(_ record: ProducerRecord, token: UInt64) async -> KafkaError? {
+    /// Called after librdkafka said its queue is full: waits for deliveries to make room and
+    /// tries again. Returns nil when enqueued, else the error that is not "queue full".
+    func produceWhenThereIsRoom(_ record: ProducerRecord, token: UInt64, topics: inout TopicHandleCache) async -> KafkaError? {
         while true {
-            let generation = state.withLock { $0.deliveryGeneration }
-            guard let error = client.produce(record, token: token) else { return nil }
-            guard error.code == .queueFull else { return error }
             if isClosed { return KafkaError.closed }
+            // Read the generation first, then try again: a delivery that freed room in between
+            // makes this try succeed; one after it changes the generation we wait on.
+            let generation = state.withLock { $0.deliveryGeneration }
+            guard let error = client.produce(record, token: token, topics: &topics) else { return nil }
+            guard error.code == .queueFull else { return error }
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                 let resumeNow = state.withLock { s -> Bool in
                     if s.deliveryGeneration != generation || s.closed { return true }
@@ -181,10 +193,23 @@ final class ProducerCore: Sendable {
     }
 
     /// Routes reports to their batches (one lock per delivery event) and wakes waiters.
+    /// Consecutive reports usually belong to one batch: it is taken out of the table once and
+    /// put back when the batch changes.
     func route(_ deliveries: inout [RDKafkaDelivery], overrideError: KafkaError? = nil) {
         var finished: [(CheckedContinuation<[DeliveryReport], Never>, [DeliveryReport])] = []
         var loose: [DeliveryReport] = []
         let waiters: [CheckedContinuation<Void, Never>] = state.withLock { s in
+            var currentID: UInt64 = 0
+            var current: PendingBatch?
+            func putBack() {
+                guard let batch = current else { return }
+                if batch.remaining == 0, let continuation = batch.continuation {
+                    finished.append((continuation, batch.reports))
+                } else {
+                    s.batches[currentID] = batch
+                }
+                current = nil
+            }
             for d in deliveries {
                 let error = overrideError ?? d.error
                 if d.token & Self.fireAndForgetFlag != 0 {
@@ -192,19 +217,20 @@ final class ProducerCore: Sendable {
                     continue
                 }
                 let batchID = d.token >> Self.indexBits
-                let index = Int(d.token & (UInt64(Self.maxBatchSize) - 1))
-                guard var batch = s.batches[batchID] else { continue }
-                s.batches[batchID] = nil  // avoid copy-on-write of the reports array while we edit it
-                batch.reports[index].partition = d.partition
-                batch.reports[index].offset = d.offset
-                batch.reports[index].error = error
-                batch.remaining -= 1
-                if batch.remaining == 0, let continuation = batch.continuation {
-                    finished.append((continuation, batch.reports))
-                } else {
-                    s.batches[batchID] = batch
+                if current == nil || batchID != currentID {
+                    putBack()
+                    // Taken out so that editing its reports does not copy the array.
+                    current = s.batches.removeValue(forKey: batchID)
+                    currentID = batchID
+                    guard current != nil else { continue }
                 }
+                let index = Int(d.token & (UInt64(Self.maxBatchSize) - 1))
+                current!.reports[index].partition = d.partition
+                current!.reports[index].offset = d.offset
+                current!.reports[index].error = error
+                current!.remaining -= 1
             }
+            putBack()
             s.deliveryGeneration &+= 1
             defer { s.spaceWaiters.removeAll() }
             return s.spaceWaiters

@@ -54,6 +54,8 @@ final class RDKafkaConsumer: @unchecked Sendable {  // immutable after init; lib
     let client: RDKafkaClient
     let rebalance: RDKafkaRebalanceContext
     private let retainedContext: Unmanaged<RDKafkaRebalanceContext>
+    /// The consumer queue (`rd_kafka_queue_get_consumer`), owned here, destroyed in deinit.
+    private let consumerQueue: OpaquePointer
 
     init(properties: [String: String], logger: Logger) throws(KafkaError) {
         let context = RDKafkaRebalanceContext()
@@ -72,9 +74,11 @@ final class RDKafkaConsumer: @unchecked Sendable {  // immutable after init; lib
         retainedContext = retained
         // Serve the main queue (errors, rebalances) from rd_kafka_consumer_poll.
         rd_kafka_poll_set_consumer(client.handle)
+        consumerQueue = rd_kafka_queue_get_consumer(client.handle)
     }
 
     deinit {
+        rd_kafka_queue_destroy(consumerQueue)
         // The client (and with it rd_kafka_t) may outlive this object only if someone else holds it;
         // nobody does, so the callback cannot fire after this point.
         retainedContext.release()
@@ -99,10 +103,35 @@ final class RDKafkaConsumer: @unchecked Sendable {  // immutable after init; lib
     }
 
     /// One `rd_kafka_consumer_poll`. Blocking up to the timeout: only the poll thread calls it.
-    /// Key, value and headers are copied out before the message is destroyed.
     func poll(timeoutMilliseconds: Int32, names: inout TopicNames) -> RDKafkaPolled? {
         guard let message = rd_kafka_consumer_poll(client.handle, timeoutMilliseconds) else { return nil }
         defer { rd_kafka_message_destroy(message) }
+        return convert(message, names: &names)
+    }
+
+    /// Takes up to `limit` messages that are already fetched, without waiting
+    /// (`rd_kafka_consume_batch_queue` with timeout 0: one queue lock for the lot). Records are
+    /// appended to `records`; anything else is handed to `other` in order. Returns how many
+    /// messages were taken. Only the poll thread calls it.
+    func drainFetched(limit: Int, names: inout TopicNames, into records: inout [ConsumerRecord], other: (RDKafkaPolled) -> Void) -> Int {
+        guard limit > 0 else { return 0 }
+        return withUnsafeTemporaryAllocation(of: UnsafeMutablePointer<rd_kafka_message_t>?.self, capacity: limit) { buffer in
+            let n = rd_kafka_consume_batch_queue(consumerQueue, 0, buffer.baseAddress, limit)
+            guard n > 0 else { return 0 }
+            for i in 0..<n {
+                guard let message = buffer[i] else { continue }
+                defer { rd_kafka_message_destroy(message) }
+                switch convert(message, names: &names) {
+                case .record(let record): records.append(record)
+                case let event: other(event)
+                }
+            }
+            return n
+        }
+    }
+
+    /// Copies key, value and headers out of a message (which the caller then destroys).
+    private func convert(_ message: UnsafeMutablePointer<rd_kafka_message_t>, names: inout TopicNames) -> RDKafkaPolled {
         let m = message.pointee
         let topic = m.rkt.map { names.name($0) } ?? ""
         switch m.err {

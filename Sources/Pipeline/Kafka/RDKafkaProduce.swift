@@ -1,5 +1,22 @@
 import CKafka
 
+/// The last topic handle a sender used: a batch mostly goes to one topic, so the client's
+/// locked cache is consulted once per topic change, not once per message.
+struct TopicHandleCache {
+    private var topic: String?
+    private var rkt: OpaquePointer?
+
+    init() {}
+
+    mutating func handle(_ name: String, in client: RDKafkaClient) -> OpaquePointer {
+        if let rkt, topic == name { return rkt }
+        let handle = client.topicHandle(name)
+        topic = name
+        rkt = handle
+        return handle
+    }
+}
+
 /// A delivery report as read from librdkafka, before it is routed to its waiter.
 struct RDKafkaDelivery {
     var token: UInt64
@@ -14,8 +31,8 @@ extension RDKafkaClient {
     /// so the buffers only need to live for the call. `token` comes back in the delivery report.
     ///
     /// Returns `nil` when the message was enqueued.
-    func produce(_ record: ProducerRecord, token: UInt64) -> KafkaError? {
-        let rkt = topicHandle(record.topic)
+    func produce(_ record: ProducerRecord, token: UInt64, topics: inout TopicHandleCache) -> KafkaError? {
+        let rkt = topics.handle(record.topic, in: self)
         var headers: OpaquePointer? = nil
         if !record.headers.isEmpty {
             let list = rd_kafka_headers_new(record.headers.count)!

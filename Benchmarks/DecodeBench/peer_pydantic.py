@@ -1,0 +1,185 @@
+#!/usr/bin/env python3
+"""Peer for decode-bench: the same streams decoded and validated by pydantic v2.
+
+    python3 peer_pydantic.py DIR [SECONDS [STREAM]]
+
+Reads DIR/<stream>.jsonl written by `decode-bench generate`, and for each stream runs
+`model_validate_json` (or a TypeAdapter's `validate_json` for arrays) on every message,
+repeatedly for about SECONDS per repetition, 5 repetitions; prints the best like
+decode-bench does:  stream  messages  bytes  msgs/s  MB/s  failures
+
+The models declare the same fields and checks as the Swift decoders (PriceTickDecoder,
+ProductDecoder, CampaignDecoder): required fields, non-negative prices, enum values, the
+DEFAULT/SIMPLE/REST key aliases, at most 5 images, discounted price not above price, end date not
+before start date. Unknown keys are ignored (pydantic's default, extra="ignore").
+"""
+import sys
+import time
+from datetime import datetime
+from typing import Annotated, Literal, Optional
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, TypeAdapter, model_validator
+
+NonNeg = Annotated[float, Field(ge=0)]
+NonNegInt = Annotated[int, Field(ge=0)]
+
+
+def alias(*names):
+    return Field(validation_alias=AliasChoices(*names))
+
+
+def alias_opt(*names):
+    return Field(default=None, validation_alias=AliasChoices(*names))
+
+
+class PriceTick(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    type: Optional[Literal["ticker"]] = alias_opt("type", "ty")
+    market: Annotated[str, Field(pattern=r"^[A-Z0-9]+-[A-Z0-9]+$", max_length=32)] = alias("code", "cd", "market")
+    trade_price: Annotated[float, Field(gt=0)] = alias("trade_price", "tp")
+    opening_price: Optional[NonNeg] = alias_opt("opening_price", "op")
+    high_price: Optional[NonNeg] = alias_opt("high_price", "hp")
+    low_price: Optional[NonNeg] = alias_opt("low_price", "lp")
+    prev_closing_price: Optional[NonNeg] = alias_opt("prev_closing_price", "pcp")
+    change: Optional[Literal["RISE", "EVEN", "FALL"]] = alias_opt("change", "c")
+    signed_change_price: Optional[float] = alias_opt("signed_change_price", "scp")
+    signed_change_rate: float = alias("signed_change_rate", "scr")
+    trade_volume: NonNeg = alias("trade_volume", "tv")
+    acc_trade_volume_24h: Optional[NonNeg] = alias_opt("acc_trade_volume_24h", "atv24h")
+    acc_trade_price_24h: Optional[NonNeg] = alias_opt("acc_trade_price_24h", "atp24h")
+    trade_timestamp: Annotated[int, Field(gt=0)] = alias("trade_timestamp", "ttms")
+    timestamp: Optional[int] = alias_opt("timestamp", "tms")
+    ask_bid: Optional[Literal["ASK", "BID"]] = alias_opt("ask_bid", "ab")
+    stream_type: Optional[Literal["SNAPSHOT", "REALTIME"]] = alias_opt("stream_type", "st")
+    is_trading_suspended: Optional[bool] = alias_opt("is_trading_suspended", "its")
+
+    @model_validator(mode="after")
+    def low_not_above_high(self):
+        if self.low_price is not None and self.high_price is not None and self.low_price > self.high_price:
+            raise ValueError("low_price above high_price")
+        return self
+
+
+class ProductImage(BaseModel):
+    id: int
+    url: Annotated[str, Field(min_length=1)]
+    thumbnail_url: Optional[str] = None
+    issued_at: Optional[datetime] = None
+
+
+class Vendors(BaseModel):
+    name: Optional[str] = None
+
+
+class Product(BaseModel):
+    id: int
+    vendor_id: int
+    vendorName: Optional[str] = None
+    name: Annotated[str, Field(min_length=1)]
+    description: Optional[str] = None
+    thumbnail: Annotated[str, Field(min_length=1)]
+    currency: Literal["KRW", "USD"]
+    price: NonNeg
+    bargain_price: Optional[NonNeg] = None
+    discounted_price: Optional[NonNeg] = None
+    stock: NonNegInt
+    created_at: datetime
+    issued_at: datetime
+    images: Annotated[list[ProductImage], Field(max_length=5)] = []
+    vendors: Optional[Vendors] = None
+
+    @model_validator(mode="after")
+    def discount_not_above_price(self):
+        if (self.discounted_price or 0) > self.price:
+            raise ValueError("discounted_price above price")
+        return self
+
+
+class Organization(BaseModel):
+    id: int
+
+
+class Promoter(BaseModel):
+    name: Optional[str] = None
+
+
+class My(BaseModel):
+    donatedSteps: Optional[NonNegInt] = None
+    ranking: Optional[int] = None
+    lastDonatedDateTime: Optional[datetime] = None
+    story: Optional[object] = None
+
+
+class Campaign(BaseModel):
+    id: int
+    name: Annotated[str, Field(min_length=1)]
+    status: Literal["START", "END"]
+    ratio: NonNegInt
+    donatedSteps: Optional[NonNegInt] = None
+    goalPoint: Optional[NonNegInt] = None
+    participantCount: Optional[NonNegInt] = None
+    startDate: datetime
+    endDate: datetime
+    categoryId: int
+    organizations: Optional[list[Organization]] = None
+    campaignPromoter: Optional[Promoter] = None
+    my: Optional[My] = None
+    smallListThumbnailImagePath: Optional[str] = None
+    mediumListThumbnailImagePath: Optional[str] = None
+    detailThumbnailImagePath: Optional[str] = None
+
+    @model_validator(mode="after")
+    def end_not_before_start(self):
+        if self.endDate < self.startDate:
+            raise ValueError("endDate before startDate")
+        return self
+
+
+CampaignList = TypeAdapter(list[Campaign])
+
+VALIDATORS = {
+    "ticker-default": PriceTick.model_validate_json,
+    "ticker-simple": PriceTick.model_validate_json,
+    "product-detail": Product.model_validate_json,
+    "campaign-list5": CampaignList.validate_json,
+}
+
+
+def decode_once(validate, messages):
+    failures = 0
+    for m in messages:
+        try:
+            validate(m)
+        except ValueError:  # pydantic.ValidationError is a ValueError
+            failures += 1
+    return failures
+
+
+def main():
+    directory = sys.argv[1]
+    seconds = float(sys.argv[2]) if len(sys.argv) > 2 else 2.0
+    only = sys.argv[3] if len(sys.argv) > 3 else None
+    for stream, validate in VALIDATORS.items():
+        if only is not None and stream != only:
+            continue
+        with open(f"{directory}/{stream}.jsonl", "rb") as f:
+            messages = [line for line in f.read().split(b"\n") if line]
+        size = sum(len(m) for m in messages)
+        failures = decode_once(validate, messages)  # warm-up, and the failure count
+        rates = []
+        for _ in range(5):
+            passes = 0
+            start = time.perf_counter()
+            while True:
+                decode_once(validate, messages)
+                passes += 1
+                elapsed = time.perf_counter() - start
+                if elapsed >= seconds:
+                    break
+            rates.append(passes * len(messages) / elapsed)
+        rate = max(rates)  # best of 5, as decode-bench does: interference only slows a repetition down
+        print(f"{stream}\t{len(messages)}\t{size}\t{int(rate)}\t{rate * size / len(messages) / 1e6:.1f}\t{failures}")
+
+
+if __name__ == "__main__":
+    main()

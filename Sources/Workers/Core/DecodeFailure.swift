@@ -1,0 +1,67 @@
+/// Why an input could not be used. A value, never a crash: the runtime sends it to the
+/// dead-letter topic with the record's origin.
+public struct DecodeFailure: Error, Sendable, Hashable, Codable, CustomStringConvertible {
+    /// What kind of problem it is; stable strings, safe to alert on.
+    public enum Reason: String, Sendable, Hashable, Codable {
+        /// Not JSON (syntax error, truncated input, bad escape, invalid UTF-8).
+        case malformedJSON = "malformed-json"
+        /// A required field is absent (or null where null is not allowed).
+        case missingField = "missing-field"
+        /// The field has the wrong JSON type (string where a number is needed, …).
+        case wrongType = "wrong-type"
+        /// Well-formed but impossible: negative price, unknown currency, bad date, too many images.
+        case invalidValue = "invalid-value"
+        /// Over a configured size limit (bytes, elements).
+        case tooLarge = "too-large"
+        /// Nested deeper than the configured limit.
+        case tooDeep = "too-deep"
+        /// A tombstone (or empty value) where a payload is needed.
+        case emptyValue = "empty-value"
+    }
+
+    /// Path of the offending field, e.g. `trade_price`, `[1].code`, `pages[3].images`; `$` is the whole value.
+    public var field: String
+    public var reason: Reason
+    /// Human-readable detail (expected type, byte offset, the bad value).
+    public var detail: String
+
+    public init(field: String, reason: Reason, detail: String) {
+        self.field = field
+        self.reason = reason
+        self.detail = detail
+    }
+
+    public var description: String { "\(field): \(reason.rawValue): \(detail)" }
+
+    /// The same failure with `component` prefixed to its path (used while unwinding nested decoders).
+    func under(_ component: String) -> DecodeFailure {
+        var copy = self
+        if field.isEmpty || field == "$" {
+            copy.field = component
+        } else if field.hasPrefix("[") {
+            copy.field = component + field
+        } else {
+            copy.field = component + "." + field
+        }
+        return copy
+    }
+}
+
+/// Bounds every decoder enforces before and while it reads hostile input.
+public struct DecodeLimits: Sendable, Hashable, Codable {
+    /// Largest accepted value in bytes (default 1 MiB).
+    public var maxBytes: Int
+    /// Deepest accepted nesting of arrays and objects (default 32; capped at 512 so the
+    /// recursive skipper can never exhaust the stack).
+    public var maxDepth: Int
+    /// Most elements accepted in one array (default 10,000).
+    public var maxArrayElements: Int
+
+    public init(maxBytes: Int = 1 << 20, maxDepth: Int = 32, maxArrayElements: Int = 10_000) {
+        self.maxBytes = maxBytes
+        self.maxDepth = min(max(maxDepth, 1), 512)
+        self.maxArrayElements = maxArrayElements
+    }
+
+    public static let `default` = DecodeLimits()
+}

@@ -1,0 +1,151 @@
+/// Where a record came from. The runtime fills it in; stages copy it through so a dead letter
+/// can always name the exact input that failed.
+public struct RecordOrigin: Sendable, Hashable, Codable {
+    /// Kafka topic the record was read from (or, inside a chain, the logical output name of
+    /// the previous stage).
+    public var topic: String
+    public var partition: Int32
+    public var offset: Int64
+
+    public init(topic: String, partition: Int32, offset: Int64) {
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+    }
+}
+
+/// One Kafka header. Kafka allows repeated names, so headers are an ordered list, not a dictionary.
+public struct RecordHeader: Sendable, Hashable, Codable {
+    public var name: String
+    public var value: [UInt8]
+
+    public init(name: String, value: [UInt8]) {
+        self.name = name
+        self.value = value
+    }
+
+    public init(_ name: String, _ value: String) {
+        self.init(name: name, value: Array(value.utf8))
+    }
+}
+
+extension [RecordHeader] {
+    /// The value of the last header called `name` (Kafka's convention when a header repeats).
+    public func value(named name: String) -> [UInt8]? {
+        last(where: { $0.name == name })?.value
+    }
+
+    /// The value of the last header called `name` as UTF-8 text, or nil if absent or not UTF-8.
+    public func string(named name: String) -> String? {
+        value(named: name).flatMap { String(validating: $0, as: UTF8.self) }
+    }
+}
+
+/// A record as the runtime hands it to a stage.
+public struct InputRecord: Sendable, Hashable {
+    public var key: [UInt8]?
+    /// The payload; nil is a tombstone, a legal Kafka record that every stage must handle.
+    public var value: [UInt8]?
+    public var headers: [RecordHeader]
+    /// Record timestamp, epoch milliseconds.
+    public var timestamp: Int64
+    public var origin: RecordOrigin
+
+    public init(
+        key: [UInt8]? = nil, value: [UInt8]?, headers: [RecordHeader] = [], timestamp: Int64,
+        origin: RecordOrigin
+    ) {
+        self.key = key
+        self.value = value
+        self.headers = headers
+        self.timestamp = timestamp
+        self.origin = origin
+    }
+}
+
+/// A record a stage wants produced.
+public struct OutputRecord: Sendable, Hashable {
+    /// Logical output name (e.g. `prices.candles.1m`); the runtime maps it to a topic.
+    public var output: String
+    public var key: [UInt8]?
+    /// nil produces a tombstone.
+    public var value: [UInt8]?
+    public var headers: [RecordHeader]
+    /// Deterministic identity of this output: the same input delivered twice yields the same
+    /// key, so consumers (and the runtime's producer) can drop the duplicate. The runtime
+    /// should also send it as the `dedupe-key` header.
+    public var dedupeKey: String
+
+    public init(
+        output: String, key: [UInt8]?, value: [UInt8]?, headers: [RecordHeader] = [], dedupeKey: String
+    ) {
+        self.output = output
+        self.key = key
+        self.value = value
+        self.headers = headers
+        self.dedupeKey = dedupeKey
+    }
+
+    /// Key as UTF-8 text (tests, CLI).
+    public var keyString: String? { key.map { String(decoding: $0, as: UTF8.self) } }
+    /// Value as UTF-8 text (tests, CLI).
+    public var valueString: String? { value.map { String(decoding: $0, as: UTF8.self) } }
+}
+
+/// What the runtime passes with each call: time comes in as a value, stages never read a clock.
+public struct StageContext: Sendable, Hashable {
+    /// "Now" in epoch milliseconds: the runtime's event time (for a record, usually its
+    /// timestamp; for `advance`, the wall clock it sampled). Tests pass any value.
+    public var now: Int64
+
+    public init(now: Int64) { self.now = now }
+}
+
+/// Everything a stage returns for one call.
+public struct StageOutput: Sendable, Hashable {
+    /// Records to produce, in order.
+    public var records: [OutputRecord]
+    /// Inputs that could not be used. The runtime sends each one to the dead-letter topic
+    /// together with the origin of the input record it was processing.
+    public var failures: [DecodeFailure]
+
+    public init(records: [OutputRecord] = [], failures: [DecodeFailure] = []) {
+        self.records = records
+        self.failures = failures
+    }
+
+    public static let empty = StageOutput()
+
+    public mutating func append(contentsOf other: StageOutput) {
+        records.append(contentsOf: other.records)
+        failures.append(contentsOf: other.failures)
+    }
+}
+
+/// A decode failure as it goes to the dead-letter topic: the failure plus where the input came from.
+public struct DeadLetter: Sendable, Hashable, Codable {
+    public var stage: String
+    public var origin: RecordOrigin
+    public var failure: DecodeFailure
+
+    public init(stage: String, origin: RecordOrigin, failure: DecodeFailure) {
+        self.stage = stage
+        self.origin = origin
+        self.failure = failure
+    }
+
+    /// The dead-letter record value: `{"stage":..,"topic":..,"partition":..,"offset":..,"field":..,"reason":..,"detail":..}`.
+    public func jsonBytes() -> [UInt8] {
+        var w = JSONWriter()
+        w.beginObject()
+        w.key("stage"); w.string(stage)
+        w.key("topic"); w.string(origin.topic)
+        w.key("partition"); w.int(Int64(origin.partition))
+        w.key("offset"); w.int(origin.offset)
+        w.key("field"); w.string(failure.field)
+        w.key("reason"); w.string(failure.reason.rawValue)
+        w.key("detail"); w.string(failure.detail)
+        w.endObject()
+        return w.bytes
+    }
+}

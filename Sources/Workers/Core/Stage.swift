@@ -1,0 +1,117 @@
+/// A pipeline stage: a pure transform from one input record to output records and decode failures.
+///
+/// ## Contract
+/// - Pure: everything a stage uses comes in as arguments (the record, its own configuration
+///   stored in the conforming value, the state, and ``StageContext/now``). No Kafka, sockets,
+///   clocks or globals, so the same inputs always give the same outputs.
+/// - State is a value: `process` receives the current state `inout` (value in, new value out;
+///   Swift's `inout` on a value type is exactly "take the state, return the new state" without a
+///   copy). `State` is `Codable` so the runtime can checkpoint it next to the committed offsets,
+///   and restore it with `JSONDecoder` after a restart. Stateless stages use ``NoState``.
+/// - Never crashes on data. Tombstones (`value == nil`) and garbage produce either nothing or a
+///   ``DecodeFailure`` in ``StageOutput/failures``.
+/// - Duplicates are harmless: delivering the same record twice yields the same outputs (or none the
+///   second time), and every ``OutputRecord`` carries a deterministic ``OutputRecord/dedupeKey``.
+///
+/// ## How the runtime drives a stage
+/// ```swift
+/// var state = stage.initialState          // or decode the last checkpoint
+/// for each consumed record r:
+///     let out = stage.process(r, state: &state, context: StageContext(now: r.timestamp))
+///     for o in out.records: produce (topic = mapping[o.output], o.key, o.value, o.headers + ("dedupe-key", o.dedupeKey))
+///     for f in out.failures: produce DeadLetter(stage: stage.name, origin: r.origin, failure: f).jsonBytes()
+///                              to the dead-letter topic
+///     periodically: checkpoint JSONEncoder().encode(state) with the offsets
+/// every few seconds (optional, only stages that batch by time need it):
+///     let out = stage.advance(state: &state, context: StageContext(now: wallClockMillis))
+/// ```
+/// A chain of stages is itself a stage: ``Chain`` (built with ``Stage/then(_:)``) feeds every
+/// output of the first stage as an input record to the second; its state is both states.
+/// When stages are chosen at run time, ``chain(_:)`` composes `any Stage` values and
+/// ``StageRunner`` holds one with its state (``StageCatalog`` builds them by name).
+public protocol Stage: Sendable {
+    /// The stage's checkpointable state.
+    associatedtype State: Codable & Sendable & Equatable = NoState
+
+    /// Stable name, used in dead letters and by `pipelinectl run --stage`.
+    var name: String { get }
+
+    /// State for a fresh start (no checkpoint).
+    var initialState: State { get }
+
+    /// Handles one input record.
+    func process(_ record: InputRecord, state: inout State, context: StageContext) -> StageOutput
+
+    /// Lets time pass without a record (closes batching windows). Default: does nothing.
+    func advance(state: inout State, context: StageContext) -> StageOutput
+}
+
+extension Stage {
+    public func advance(state: inout State, context: StageContext) -> StageOutput { .empty }
+}
+
+extension Stage where State == NoState {
+    public var initialState: NoState { NoState() }
+}
+
+/// The state of a stateless stage.
+public struct NoState: Codable, Sendable, Hashable {
+    public init() {}
+}
+
+/// Two stages in sequence: each output record of `first` becomes an input record of `second`
+/// (topic = the output name, same origin partition/offset and timestamp, so dead letters still
+/// point at the Kafka record that started it). Failures of both stages are returned.
+public struct Chain<First: Stage, Second: Stage>: Stage {
+    public struct State: Codable, Sendable, Equatable {
+        public var first: First.State
+        public var second: Second.State
+    }
+
+    public let first: First
+    public let second: Second
+
+    public init(_ first: First, _ second: Second) {
+        self.first = first
+        self.second = second
+    }
+
+    public var name: String { first.name + "," + second.name }
+    public var initialState: State { State(first: first.initialState, second: second.initialState) }
+
+    public func process(_ record: InputRecord, state: inout State, context: StageContext) -> StageOutput {
+        let upstream = first.process(record, state: &state.first, context: context)
+        return forward(upstream, from: record, state: &state, context: context)
+    }
+
+    public func advance(state: inout State, context: StageContext) -> StageOutput {
+        let upstream = first.advance(state: &state.first, context: context)
+        let origin = RecordOrigin(topic: first.name, partition: -1, offset: -1)
+        let trigger = InputRecord(value: nil, timestamp: context.now, origin: origin)
+        var out = forward(upstream, from: trigger, state: &state, context: context)
+        out.append(contentsOf: second.advance(state: &state.second, context: context))
+        return out
+    }
+
+    private func forward(
+        _ upstream: StageOutput, from record: InputRecord, state: inout State, context: StageContext
+    ) -> StageOutput {
+        var out = StageOutput(records: [], failures: upstream.failures)
+        for produced in upstream.records {
+            // The dedupe key travels as a header, as it does when the runtime produces the record.
+            let next = InputRecord(
+                key: produced.key, value: produced.value,
+                headers: produced.headers + [RecordHeader("dedupe-key", produced.dedupeKey)],
+                timestamp: record.timestamp,
+                origin: RecordOrigin(topic: produced.output, partition: record.origin.partition, offset: record.origin.offset)
+            )
+            out.append(contentsOf: second.process(next, state: &state.second, context: context))
+        }
+        return out
+    }
+}
+
+extension Stage {
+    /// `a.then(b)`: the chain that feeds `a`'s outputs into `b`.
+    public func then<Next: Stage>(_ next: Next) -> Chain<Self, Next> { Chain(self, next) }
+}

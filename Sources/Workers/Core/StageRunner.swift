@@ -1,0 +1,121 @@
+/// A stage and its state behind one concrete type, for callers that choose stages at run time
+/// (`pipelinectl run`, a runtime configured by name). Generic code should prefer the stage type
+/// itself; this only erases it.
+public struct StageRunner: Sendable {
+    private var box: any RunnerBox
+
+    public init(_ stage: any Stage) {
+        func make<S: Stage>(_ s: S) -> any RunnerBox { Box(stage: s, state: s.initialState) }
+        box = make(stage)
+    }
+
+    public var name: String { box.name }
+
+    public mutating func process(_ record: InputRecord, context: StageContext) -> StageOutput {
+        box.process(record, context: context)
+    }
+
+    public mutating func advance(context: StageContext) -> StageOutput {
+        box.advance(context: context)
+    }
+}
+
+private protocol RunnerBox: Sendable {
+    var name: String { get }
+    mutating func process(_ record: InputRecord, context: StageContext) -> StageOutput
+    mutating func advance(context: StageContext) -> StageOutput
+}
+
+private struct Box<S: Stage>: RunnerBox {
+    let stage: S
+    var state: S.State
+    var name: String { stage.name }
+
+    mutating func process(_ record: InputRecord, context: StageContext) -> StageOutput {
+        stage.process(record, state: &state, context: context)
+    }
+
+    mutating func advance(context: StageContext) -> StageOutput {
+        stage.advance(state: &state, context: context)
+    }
+}
+
+/// Chains stages chosen at run time (`a.then(b).then(c)` with the types opened one by one).
+public func chain(_ stages: [any Stage]) -> (any Stage)? {
+    guard var result = stages.first else { return nil }
+    for next in stages.dropFirst() {
+        func open<A: Stage>(_ a: A) -> any Stage {
+            func openNext<B: Stage>(_ b: B) -> any Stage { Chain(a, b) }
+            return openNext(next)
+        }
+        result = open(result)
+    }
+    return result
+}
+
+/// The stages `pipelinectl run --stage` knows by name, built from one set of options.
+public struct StageCatalog: Sendable {
+    /// Configuration shared by the catalog's stages (each uses the options that concern it).
+    public struct Options: Sendable {
+        public var limits = DecodeLimits.default
+        /// Offset of zone-less upstream dates (Korean time by default).
+        public var utcOffsetSeconds = 9 * 3600
+        public var candleLatenessMillis: Int64 = 10_000
+        public var feedTopN = 60
+        public var feedCategories = CampaignFeedStage.defaultCategories
+        public var feedUser = CampaignFeedStage.UserSource.header("user-id")
+        public var newProductsIntervalMillis: Int64 = 5 * 60_000
+        public var thumbnailSizes = ThumbnailSize.defaults
+        public var alerts: [WatchlistAlertStage.Subscription] = []
+        public init() {}
+    }
+
+    /// A name that is not in the catalog.
+    public struct UnknownStage: Error, CustomStringConvertible, Equatable {
+        public var name: String
+        public init(name: String) { self.name = name }
+        public var description: String {
+            "unknown stage '\(name)'; known stages: \(StageCatalog.names.joined(separator: ", "))"
+        }
+    }
+
+    public var options: Options
+    public init(options: Options = Options()) { self.options = options }
+
+    /// Every stage name, in pipeline order.
+    public static let names = [
+        "prices.decode", "prices.latest", "prices.candles", "prices.alerts",
+        "products.decode", "products.thumbnails", "products.new-notifications",
+        "campaigns.feed", "campaigns.notifications", "notifications.render",
+    ]
+
+    public func stage(named name: String) throws(UnknownStage) -> any Stage {
+        let prices = PriceTickDecoder(limits: options.limits)
+        let products = ProductDecoder(limits: options.limits, utcOffsetSeconds: options.utcOffsetSeconds)
+        let campaigns = CampaignDecoder(limits: options.limits, utcOffsetSeconds: options.utcOffsetSeconds)
+        switch name {
+        case "prices.decode": return PriceDecodeStage(decoder: prices)
+        case "prices.latest": return LatestTickerStage(decoder: prices)
+        case "prices.candles": return CandleStage(decoder: prices, allowedLatenessMillis: options.candleLatenessMillis)
+        case "prices.alerts": return WatchlistAlertStage(subscriptions: options.alerts, decoder: prices)
+        case "products.decode": return ProductDecodeStage(decoder: products)
+        case "products.thumbnails": return ThumbnailRequestStage(sizes: options.thumbnailSizes, decoder: products)
+        case "products.new-notifications":
+            return NewProductsNotificationStage(intervalMillis: options.newProductsIntervalMillis, decoder: products)
+        case "campaigns.feed":
+            return CampaignFeedStage(
+                topN: options.feedTopN, categories: options.feedCategories, user: options.feedUser, decoder: campaigns)
+        case "campaigns.notifications": return CampaignNotificationStage(decoder: campaigns)
+        case "notifications.render": return NotificationRenderStage(decoder: NotificationDecoder(limits: options.limits))
+        default: throw UnknownStage(name: name)
+        }
+    }
+
+    /// The chain of the named stages, in order (`["prices.decode", "prices.candles"]`).
+    public func runner(for names: [String]) throws(UnknownStage) -> StageRunner {
+        var stages: [any Stage] = []
+        for n in names { stages.append(try stage(named: n)) }
+        guard let combined = chain(stages) else { throw UnknownStage(name: "") }
+        return StageRunner(combined)
+    }
+}

@@ -1,0 +1,583 @@
+/// A byte-level JSON reader that the stream decoders drive directly.
+///
+/// Why not `JSONDecoder`: it builds a tree of boxed values and a dictionary per object, and ran 4x
+/// slower than pydantic on the Upbit ticker. This scanner reads the bytes once, in place: keys are
+/// matched as byte spans (``KeyTable``), unknown values are skipped without materialising them,
+/// numbers are parsed from digits, and only the strings a decoder keeps become `String`s.
+///
+/// Safety: every read is bounds-checked against `count` (hostile input), nesting is limited by
+/// ``DecodeLimits/maxDepth`` and array length by ``DecodeLimits/maxArrayElements``. Errors are
+/// ``DecodeFailure`` values with an empty field path; decoders prefix the path while unwinding.
+///
+/// The pointer is only valid inside the `withUnsafeBytes` closure that created the scanner;
+/// ``JSONScanner/withScanner(_:limits:_:)`` is the only way to make one.
+struct JSONScanner {
+    private let base: UnsafeRawPointer
+    let count: Int
+    private(set) var pos: Int = 0
+    private var depth: Int = 0
+    let limits: DecodeLimits
+
+    private init(base: UnsafeRawPointer, count: Int, limits: DecodeLimits) {
+        self.base = base
+        self.count = count
+        self.limits = limits
+    }
+
+    /// Runs `body` with a scanner over `bytes`, after checking the size limit; also checks that
+    /// nothing but whitespace follows what `body` read.
+    static func withScanner<R>(
+        _ bytes: [UInt8], limits: DecodeLimits, _ body: (inout JSONScanner) throws(DecodeFailure) -> R
+    ) throws(DecodeFailure) -> R {
+        guard bytes.count <= limits.maxBytes else {
+            throw DecodeFailure(field: "$", reason: .tooLarge, detail: "\(bytes.count) bytes > limit \(limits.maxBytes)")
+        }
+        let result: Result<R, DecodeFailure> = bytes.withUnsafeBytes { raw in
+            guard let base = raw.baseAddress, raw.count > 0 else {
+                return .failure(DecodeFailure(field: "$", reason: .emptyValue, detail: "empty value"))
+            }
+            var scanner = JSONScanner(base: base, count: raw.count, limits: limits)
+            // Some WebSocket clients prefix binary frames with a UTF-8 byte-order mark.
+            if raw.count >= 3, raw[0] == 0xEF, raw[1] == 0xBB, raw[2] == 0xBF { scanner.pos = 3 }
+            do throws(DecodeFailure) {
+                let value = try body(&scanner)
+                scanner.skipWhitespace()
+                if scanner.pos != scanner.count {
+                    throw scanner.syntax("unexpected data after the JSON value")
+                }
+                return .success(value)
+            } catch {
+                // A failure nobody attributed to a field is about the value as a whole.
+                var rooted = error
+                if rooted.field.isEmpty { rooted.field = "$" }
+                return .failure(rooted)
+            }
+        }
+        return try result.get()
+    }
+
+    // MARK: Bytes
+
+    @inline(__always)
+    private func byte(_ i: Int) -> UInt8 { base.load(fromByteOffset: i, as: UInt8.self) }
+
+    @inline(__always)
+    mutating func skipWhitespace() {
+        while pos < count {
+            let b = byte(pos)
+            // space, \n, \r, \t
+            if b == 0x20 || b == 0x0A || b == 0x0D || b == 0x09 { pos += 1 } else { return }
+        }
+    }
+
+    func syntax(_ message: String) -> DecodeFailure {
+        DecodeFailure(field: "", reason: .malformedJSON, detail: "\(message) at byte \(pos)")
+    }
+
+    func wrongType(_ expected: String) -> DecodeFailure {
+        let found: String
+        if pos < count {
+            switch byte(pos) {
+            case UInt8(ascii: "{"): found = "object"
+            case UInt8(ascii: "["): found = "array"
+            case UInt8(ascii: "\""): found = "string"
+            case UInt8(ascii: "t"), UInt8(ascii: "f"): found = "boolean"
+            case UInt8(ascii: "n"): found = "null"
+            default: found = "number"
+            }
+        } else {
+            found = "end of input"
+        }
+        return DecodeFailure(field: "", reason: .wrongType, detail: "expected \(expected), found \(found)")
+    }
+
+    /// The next non-whitespace byte, without consuming it.
+    @inline(__always)
+    mutating func peek() throws(DecodeFailure) -> UInt8 {
+        skipWhitespace()
+        guard pos < count else { throw syntax("unexpected end of input") }
+        return byte(pos)
+    }
+
+    // MARK: Structure
+
+    /// True if the next value is `null` (consumed); false otherwise (nothing consumed).
+    mutating func consumeNull() throws(DecodeFailure) -> Bool {
+        guard try peek() == UInt8(ascii: "n") else { return false }
+        try literal("null")
+        return true
+    }
+
+    private mutating func literal(_ text: StaticString) throws(DecodeFailure) {
+        let n = text.utf8CodeUnitCount
+        guard count - pos >= n else { throw syntax("truncated literal") }
+        let p = text.utf8Start
+        for i in 0..<n where byte(pos + i) != p[i] {
+            throw syntax("invalid literal")
+        }
+        pos += n
+    }
+
+    private mutating func enter() throws(DecodeFailure) {
+        depth += 1
+        if depth > limits.maxDepth {
+            throw DecodeFailure(field: "", reason: .tooDeep, detail: "nesting deeper than \(limits.maxDepth)")
+        }
+    }
+
+    /// Consumes `{`. Then call ``nextKey(_:)`` until it returns nil.
+    mutating func beginObject() throws(DecodeFailure) {
+        guard try peek() == UInt8(ascii: "{") else { throw wrongType("object") }
+        pos += 1
+        try enter()
+    }
+
+    /// Reads the next key and its `:`; nil after the closing `}`. `first` starts true.
+    mutating func nextKey(_ first: inout Bool) throws(DecodeFailure) -> JSONSpan? {
+        var b = try peek()
+        if b == UInt8(ascii: "}") {
+            pos += 1
+            depth -= 1
+            return nil
+        }
+        if !first {
+            guard b == UInt8(ascii: ",") else { throw syntax("expected ',' or '}'") }
+            pos += 1
+            b = try peek()
+        }
+        first = false
+        guard b == UInt8(ascii: "\"") else { throw syntax("expected a key") }
+        let key = try readStringSpan()
+        guard try peek() == UInt8(ascii: ":") else { throw syntax("expected ':'") }
+        pos += 1
+        return key
+    }
+
+    /// Consumes `[`. Then call ``nextElement(_:)`` until it returns false.
+    mutating func beginArray() throws(DecodeFailure) {
+        guard try peek() == UInt8(ascii: "[") else { throw wrongType("array") }
+        pos += 1
+        try enter()
+    }
+
+    /// True if another element follows (positioned at it); false after the closing `]`.
+    mutating func nextElement(_ first: inout Bool) throws(DecodeFailure) -> Bool {
+        let b = try peek()
+        if b == UInt8(ascii: "]") {
+            pos += 1
+            depth -= 1
+            return false
+        }
+        if !first {
+            guard b == UInt8(ascii: ",") else { throw syntax("expected ',' or ']'") }
+            pos += 1
+            _ = try peek()
+        }
+        first = false
+        return true
+    }
+
+    /// Skips one value of any type, checking its syntax. Recursion is bounded by `maxDepth`.
+    mutating func skipValue() throws(DecodeFailure) {
+        switch try peek() {
+        case UInt8(ascii: "{"):
+            try beginObject()
+            var first = true
+            while try nextKey(&first) != nil { try skipValue() }
+        case UInt8(ascii: "["):
+            try beginArray()
+            var first = true
+            var n = 0
+            while try nextElement(&first) {
+                n += 1
+                if n > limits.maxArrayElements { throw tooManyElements() }
+                try skipValue()
+            }
+        case UInt8(ascii: "\""):
+            _ = try readStringSpan()
+        case UInt8(ascii: "t"): try literal("true")
+        case UInt8(ascii: "f"): try literal("false")
+        case UInt8(ascii: "n"): try literal("null")
+        default:
+            _ = try readNumberParts()
+        }
+    }
+
+    func tooManyElements() -> DecodeFailure {
+        DecodeFailure(field: "", reason: .tooLarge, detail: "more than \(limits.maxArrayElements) array elements")
+    }
+
+    // MARK: Strings
+
+    /// Reads a string token and returns where its content lies (quotes excluded). Escapes are
+    /// validated but not decoded; control characters are rejected as JSON requires.
+    mutating func readStringSpan() throws(DecodeFailure) -> JSONSpan {
+        guard try peek() == UInt8(ascii: "\"") else { throw wrongType("string") }
+        pos += 1
+        let start = pos
+        var escaped = false
+        while true {
+            // Eight bytes at a time while none needs attention ('"', '\\' or a control character):
+            // URLs and names are long, and string scanning was the largest share of decode time.
+            // The tests below are the classic exact "has a zero byte" / "has a byte < n" bit tricks.
+            while pos &+ 8 <= count {
+                let w = UInt64(littleEndian: base.loadUnaligned(fromByteOffset: pos, as: UInt64.self))
+                let quote = w ^ 0x2222_2222_2222_2222
+                let backslash = w ^ 0x5C5C_5C5C_5C5C_5C5C
+                let special =
+                    ((quote &- 0x0101_0101_0101_0101) & ~quote)
+                    | ((backslash &- 0x0101_0101_0101_0101) & ~backslash)
+                    | ((w &- 0x2020_2020_2020_2020) & ~w)
+                if special & 0x8080_8080_8080_8080 != 0 { break }
+                pos &+= 8
+            }
+            guard pos < count else { break }
+            let b = byte(pos)
+            if b == UInt8(ascii: "\"") {
+                let span = JSONSpan(start: start, end: pos, escaped: escaped)
+                pos += 1
+                return span
+            }
+            if b == UInt8(ascii: "\\") {
+                escaped = true
+                guard pos + 1 < count else { break }
+                switch byte(pos + 1) {
+                case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"), UInt8(ascii: "b"),
+                    UInt8(ascii: "f"), UInt8(ascii: "n"), UInt8(ascii: "r"), UInt8(ascii: "t"):
+                    pos += 2
+                case UInt8(ascii: "u"):
+                    guard pos + 5 < count else { throw syntax("truncated \\u escape") }
+                    for i in 2...5 where hexValue(byte(pos + i)) == nil {
+                        throw syntax("invalid \\u escape")
+                    }
+                    pos += 6
+                default:
+                    throw syntax("invalid escape")
+                }
+                continue
+            }
+            if b < 0x20 { throw syntax("control character in string") }
+            pos += 1
+        }
+        throw syntax("unterminated string")
+    }
+
+    /// Reads a string value as a Swift `String` (escapes decoded, UTF-8 validated).
+    mutating func readString() throws(DecodeFailure) -> String {
+        let span = try readStringSpan()
+        return try string(span)
+    }
+
+    /// The decoded text of a span. Invalid UTF-8 is a failure, not a replacement character:
+    /// the value would not round-trip.
+    func string(_ span: JSONSpan) throws(DecodeFailure) -> String {
+        if !span.escaped {
+            let raw = UnsafeRawBufferPointer(start: base + span.start, count: span.end - span.start)
+            guard let s = String(validating: raw, as: UTF8.self) else {
+                throw DecodeFailure(field: "", reason: .malformedJSON, detail: "invalid UTF-8 in string")
+            }
+            return s
+        }
+        let bytes = try unescaped(span)
+        guard let s = String(validating: bytes, as: UTF8.self) else {
+            throw DecodeFailure(field: "", reason: .malformedJSON, detail: "invalid UTF-8 in string")
+        }
+        return s
+    }
+
+    /// The bytes of a span with escapes decoded (used for escaped keys and strings).
+    func unescaped(_ span: JSONSpan) throws(DecodeFailure) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(span.end - span.start)
+        var i = span.start
+        // readStringSpan validated the escapes, so each index below is in bounds.
+        while i < span.end {
+            let b = byte(i)
+            guard b == UInt8(ascii: "\\") else {
+                out.append(b)
+                i += 1
+                continue
+            }
+            let e = byte(i + 1)
+            i += 2
+            switch e {
+            case UInt8(ascii: "b"): out.append(0x08)
+            case UInt8(ascii: "f"): out.append(0x0C)
+            case UInt8(ascii: "n"): out.append(0x0A)
+            case UInt8(ascii: "r"): out.append(0x0D)
+            case UInt8(ascii: "t"): out.append(0x09)
+            case UInt8(ascii: "u"):
+                var scalar = hex4(at: i)
+                i += 4
+                if (0xD800...0xDBFF).contains(scalar) {
+                    // A high surrogate must be followed by an escaped low surrogate.
+                    guard i + 6 <= span.end, byte(i) == UInt8(ascii: "\\"), byte(i + 1) == UInt8(ascii: "u") else { throw DecodeFailure(field: "", reason: .malformedJSON, detail: "unpaired surrogate") }
+                    let low = hex4(at: i + 2)
+                    guard (0xDC00...0xDFFF).contains(low) else {
+                        throw DecodeFailure(field: "", reason: .malformedJSON, detail: "unpaired surrogate")
+                    }
+                    scalar = 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00)
+                    i += 6
+                } else if (0xDC00...0xDFFF).contains(scalar) {
+                    throw DecodeFailure(field: "", reason: .malformedJSON, detail: "unpaired surrogate")
+                }
+                guard let u = Unicode.Scalar(scalar) else {
+                    throw DecodeFailure(field: "", reason: .malformedJSON, detail: "invalid \\u escape")
+                }
+                if let encoded = UTF8.encode(u) { out.append(contentsOf: encoded) }  // always non-nil for a valid scalar
+            default: out.append(e)  // " \ /
+            }
+        }
+        return out
+    }
+
+    private func hex4(at i: Int) -> UInt32 {
+        var v: UInt32 = 0
+        for k in 0..<4 { v = v << 4 | UInt32(hexValue(byte(i + k)) ?? 0) }
+        return v
+    }
+
+    /// True if the span's raw bytes equal `literal` (for enum-like values such as `RISE`).
+    func spanEquals(_ span: JSONSpan, _ literal: StaticString) -> Bool {
+        let n = literal.utf8CodeUnitCount
+        guard !span.escaped, span.end - span.start == n else { return false }
+        let p = literal.utf8Start
+        for i in 0..<n where byte(span.start + i) != p[i] { return false }
+        return true
+    }
+
+    /// Raw bytes of a span (the key table hashes them).
+    func withSpanBytes<R>(_ span: JSONSpan, _ body: (UnsafeRawBufferPointer) -> R) -> R {
+        body(UnsafeRawBufferPointer(start: base + span.start, count: span.end - span.start))
+    }
+
+    /// Reads a string and hands its raw bytes to `body` without making a `String`
+    /// (dates, enums). Escaped strings are unescaped first.
+    mutating func withStringBytes<R>(
+        _ body: (UnsafeRawBufferPointer) throws(DecodeFailure) -> R
+    ) throws(DecodeFailure) -> R {
+        let span = try readStringSpan()
+        if !span.escaped {
+            return try body(UnsafeRawBufferPointer(start: base + span.start, count: span.end - span.start))
+        }
+        let bytes = try unescaped(span)
+        do {
+            return try bytes.withUnsafeBytes { raw throws(DecodeFailure) in try body(raw) }
+        } catch let e as DecodeFailure {
+            throw e
+        } catch {
+            throw DecodeFailure(field: "", reason: .invalidValue, detail: "\(error)")
+        }
+    }
+
+    // MARK: Booleans
+
+    mutating func readBool() throws(DecodeFailure) -> Bool {
+        switch try peek() {
+        case UInt8(ascii: "t"): try literal("true"); return true
+        case UInt8(ascii: "f"): try literal("false"); return false
+        default: throw wrongType("boolean")
+        }
+    }
+
+    // MARK: Numbers
+
+    /// Reads a number as the nearest `Double`, exactly (correct rounding).
+    ///
+    /// Fast path (Clinger): up to 19 significant digits fit a `UInt64`; when the digits are at
+    /// most 2^53 and the decimal exponent is within ±22, one IEEE multiplication or division by
+    /// an exact power of ten is correctly rounded. Trailing zeros (`10711749229.465390000000`,
+    /// `31883000.00000000`) are not digits here: they are deferred and folded into the exponent,
+    /// so Upbit's padded values stay on the fast path. Anything else falls back to the standard
+    /// library's correctly rounded `Double(Substring)` on the token text.
+    mutating func readDouble() throws(DecodeFailure) -> Double {
+        let parts = try readNumberParts()
+        if !parts.slow, parts.mantissa <= (1 << 53), parts.scale >= -22, parts.scale <= 22 {
+            let m = Double(parts.mantissa)
+            let v = parts.scale >= 0 ? m * powersOfTen[parts.scale] : m / powersOfTen[-parts.scale]
+            return parts.negative ? -v : v
+        }
+        return try slowDouble(parts)
+    }
+
+    private func slowDouble(_ parts: NumberParts) throws(DecodeFailure) -> Double {
+        let raw = UnsafeRawBufferPointer(start: base + parts.start, count: parts.end - parts.start)
+        let text = String(decoding: raw, as: UTF8.self)
+        guard let v = Double(text), v.isFinite else {
+            throw DecodeFailure(field: "", reason: .invalidValue, detail: "number out of range: \(text.prefix(40))")
+        }
+        return v
+    }
+
+    /// Reads a number that must be integral: `2000`, `2000.0` and `2.0E3` are all 2000; `2000.5`
+    /// is a failure. Limited to ±2^63.
+    mutating func readInt() throws(DecodeFailure) -> Int64 {
+        let parts = try readNumberParts()
+        if !parts.slow {
+            guard parts.scale >= 0 else {
+                throw DecodeFailure(field: "", reason: .wrongType, detail: "expected an integer, found a fraction")
+            }
+            var v = parts.mantissa
+            if parts.scale > 0 {
+                guard parts.scale <= 19 else { throw intRange() }
+                let (r, o) = v.multipliedReportingOverflow(by: UInt64(powersOfTenInt[parts.scale]))
+                guard !o else { throw intRange() }
+                v = r
+            }
+            if parts.negative {
+                guard v <= UInt64(Int64.max) + 1 else { throw intRange() }
+                return v == UInt64(Int64.max) + 1 ? Int64.min : -Int64(v)
+            }
+            guard v <= UInt64(Int64.max) else { throw intRange() }
+            return Int64(v)
+        }
+        // More than 19 significant digits: only representable if it is an integer that fits.
+        let d = try slowDouble(parts)
+        // (Compared through Int64 rather than rounded(): keeps Workers free of libm.)
+        guard abs(d) < 9.2e18, d == Double(Int64(d)) else {
+            throw DecodeFailure(field: "", reason: .invalidValue, detail: "expected an integer within 64 bits")
+        }
+        return Int64(d)
+    }
+
+    private func intRange() -> DecodeFailure {
+        DecodeFailure(field: "", reason: .invalidValue, detail: "integer out of 64-bit range")
+    }
+
+    struct NumberParts {
+        var negative = false
+        var mantissa: UInt64 = 0
+        /// value = mantissa × 10^scale
+        var scale = 0
+        /// Too many digits or a huge exponent: use the slow path.
+        var slow = false
+        var start = 0
+        var end = 0
+    }
+
+    /// Scans one JSON number (strict RFC 8259 grammar) into mantissa and decimal exponent.
+    mutating func readNumberParts() throws(DecodeFailure) -> NumberParts {
+        var p = NumberParts()
+        let first = try peek()
+        p.start = pos
+        if first == UInt8(ascii: "-") {
+            p.negative = true
+            pos += 1
+        }
+        guard pos < count else { throw syntax("truncated number") }
+        var sig = 0  // significant digits held in mantissa
+        var pendingZeros = 0  // zeros seen after the last non-zero digit, not yet in mantissa
+
+        @inline(__always)
+        func push(_ d: UInt64, _ p: inout NumberParts) {
+            if p.mantissa == 0 {
+                p.mantissa = d
+                sig = 1
+            } else {
+                let add = pendingZeros + 1
+                if sig + add > 19 {
+                    p.slow = true
+                } else {
+                    p.mantissa = p.mantissa &* powersOfTenInt[add] &+ d
+                    sig += add
+                }
+            }
+            pendingZeros = 0
+        }
+
+        let lead = byte(pos)
+        if lead == UInt8(ascii: "0") {
+            pos += 1
+            if pos < count, isDigit(byte(pos)) { throw syntax("leading zero in number") }
+        } else if lead >= UInt8(ascii: "1") && lead <= UInt8(ascii: "9") {
+            while pos < count {
+                let b = byte(pos)
+                guard isDigit(b) else { break }
+                if b == UInt8(ascii: "0") { pendingZeros += 1 } else { push(UInt64(b &- 0x30), &p) }
+                pos += 1
+            }
+            // Integer-part zeros stay pending: a fraction may follow and continue the digits.
+        } else {
+            throw first == UInt8(ascii: "-") ? syntax("invalid number") : wrongTypeOrSyntax(first)
+        }
+        if pos < count, byte(pos) == UInt8(ascii: ".") {
+            pos += 1
+            guard pos < count, isDigit(byte(pos)) else { throw syntax("digit expected after '.'") }
+            while pos < count {
+                let b = byte(pos)
+                guard isDigit(b) else { break }
+                p.scale -= 1
+                if b == UInt8(ascii: "0") {
+                    if p.mantissa != 0 { pendingZeros += 1 }
+                } else {
+                    push(UInt64(b &- 0x30), &p)
+                }
+                pos += 1
+            }
+        }
+        // Trailing zeros were never multiplied into the mantissa: fold them into the exponent.
+        p.scale += pendingZeros
+        pendingZeros = 0
+        if pos < count, byte(pos) | 0x20 == UInt8(ascii: "e") {
+            pos += 1
+            var expNegative = false
+            if pos < count, byte(pos) == UInt8(ascii: "+") || byte(pos) == UInt8(ascii: "-") {
+                expNegative = byte(pos) == UInt8(ascii: "-")
+                pos += 1
+            }
+            guard pos < count, isDigit(byte(pos)) else { throw syntax("digit expected in exponent") }
+            var e = 0
+            while pos < count {
+                let b = byte(pos)
+                guard isDigit(b) else { break }
+                if e < 100_000 { e = e * 10 + Int(b &- 0x30) } else { p.slow = true }
+                pos += 1
+            }
+            p.scale += expNegative ? -e : e
+        }
+        if p.mantissa == 0 { p.scale = 0 }
+        p.end = pos
+        return p
+    }
+
+    private func wrongTypeOrSyntax(_ b: UInt8) -> DecodeFailure {
+        switch b {
+        case UInt8(ascii: "{"), UInt8(ascii: "["), UInt8(ascii: "\""), UInt8(ascii: "t"), UInt8(ascii: "f"), UInt8(ascii: "n"):
+            return wrongType("number")
+        default:
+            return syntax("unexpected character")
+        }
+    }
+}
+
+/// Where a string token's content lies in the input.
+struct JSONSpan {
+    var start: Int
+    var end: Int
+    /// Contains backslash escapes (must be decoded before use).
+    var escaped: Bool
+}
+
+@inline(__always) private func isDigit(_ b: UInt8) -> Bool { b &- 0x30 < 10 }
+
+private func hexValue(_ b: UInt8) -> UInt8? {
+    switch b {
+    case UInt8(ascii: "0")...UInt8(ascii: "9"): return b - 0x30
+    case UInt8(ascii: "a")...UInt8(ascii: "f"): return b - 0x61 + 10
+    case UInt8(ascii: "A")...UInt8(ascii: "F"): return b - 0x41 + 10
+    default: return nil
+    }
+}
+
+/// 10^0 … 10^22, all exactly representable as Double.
+private let powersOfTen: [Double] = [
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
+    1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
+]
+
+/// 10^0 … 10^19 as UInt64.
+private let powersOfTenInt: [UInt64] = [
+    1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000, 100_000_000, 1_000_000_000, 10_000_000_000,
+    100_000_000_000, 1_000_000_000_000, 10_000_000_000_000, 100_000_000_000_000, 1_000_000_000_000_000,
+    10_000_000_000_000_000, 100_000_000_000_000_000, 1_000_000_000_000_000_000, 10_000_000_000_000_000_000,
+]

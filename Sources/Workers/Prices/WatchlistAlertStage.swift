@@ -1,0 +1,86 @@
+/// `prices.alerts`: watchlist alerts when a market's signed change rate crosses a subscriber's
+/// threshold, once per crossing.
+///
+/// A positive threshold fires when the rate rises to or above it, a negative one when the rate
+/// falls to or below it. The alert re-arms only after the rate is back on the other side, so a
+/// rate hovering above +5 % alerts once. Ticks older than the last one seen for a market are
+/// ignored (out of order, or redelivered). Alerts go out as ``PushNotification``s to the
+/// subscriber's token on output `notifications`.
+public struct WatchlistAlertStage: Stage {
+    public struct Subscription: Codable, Sendable, Hashable {
+        /// Device or user token that receives the alert.
+        public var subscriber: String
+        public var market: String
+        /// Signed ratio: 0.05 is +5 %, -0.03 is -3 %.
+        public var threshold: Double
+
+        public init(subscriber: String, market: String, threshold: Double) {
+            self.subscriber = subscriber
+            self.market = market
+            self.threshold = threshold
+        }
+
+        var id: String { "\(subscriber)|\(market)|\(threshold)" }
+    }
+
+    public struct State: Codable, Sendable, Equatable {
+        /// Subscription id → currently beyond its threshold.
+        public var beyond: [String: Bool] = [:]
+        /// Market → trade time of the last tick used.
+        public var lastTick: [String: Int64] = [:]
+        public init() {}
+    }
+
+    public var decoder: PriceTickDecoder
+    /// Subscriptions by market.
+    private let byMarket: [String: [Subscription]]
+
+    public init(subscriptions: [Subscription], decoder: PriceTickDecoder = PriceTickDecoder()) {
+        self.decoder = decoder
+        self.byMarket = Dictionary(grouping: subscriptions, by: \.market)
+    }
+
+    public var name: String { "prices.alerts" }
+    public var initialState: State { State() }
+
+    public func process(_ record: InputRecord, state: inout State, context: StageContext) -> StageOutput {
+        guard let value = record.value else { return .empty }
+        let ticks: [PriceTick]
+        do { ticks = try decoder.decode(value) } catch { return StageOutput(failures: [error]) }
+        var out = StageOutput()
+        for tick in ticks {
+            guard let subs = byMarket[tick.market] else { continue }
+            if let last = state.lastTick[tick.market], tick.tradeTimestamp <= last { continue }
+            state.lastTick[tick.market] = tick.tradeTimestamp
+            for sub in subs {
+                let isBeyond = sub.threshold >= 0 ? tick.signedChangeRate >= sub.threshold : tick.signedChangeRate <= sub.threshold
+                let was = state.beyond[sub.id] ?? false
+                state.beyond[sub.id] = isBeyond
+                guard isBeyond, !was else { continue }
+                let percent = formatPercent(tick.signedChangeRate)
+                let n = PushNotification(
+                    recipient: .token(sub.subscriber),
+                    title: "\(tick.market) \(percent)",
+                    body: "\(tick.market) is at \(formatPrice(tick.tradePrice)), \(percent) today (your alert: \(formatPercent(sub.threshold))).",
+                    data: ["market": tick.market, "kind": "price-alert"],
+                    collapseKey: "price-alert-\(tick.market)",
+                    dedupeKey: "alert:\(sub.id):\(tick.tradeTimestamp)")
+                out.records.append(n.outputRecord())
+            }
+        }
+        return out
+    }
+}
+
+/// `+1.27%` from 0.0127 (two decimals, no Foundation formatter).
+func formatPercent(_ ratio: Double) -> String {
+    let hundredths = Int64(abs(ratio) * 10_000 + 0.5)  // half-up; avoids libm in Workers
+    let sign = ratio < 0 ? "-" : "+"
+    let frac = hundredths % 100
+    return "\(sign)\(hundredths / 100).\(frac < 10 ? "0" : "")\(frac)%"
+}
+
+func formatPrice(_ v: Double) -> String {
+    if abs(v) < 1e15, v == Double(Int64(v)) { return String(Int64(v)) }
+    return v.description
+}

@@ -1,0 +1,121 @@
+import Testing
+@testable import Workers
+
+/// The number parser against the standard library's correctly rounded parser, and the
+/// scanner's structural checks, through the price decoder's public surface.
+@Suite struct NumberParsingTests {
+    private func parse(_ text: String) throws(DecodeFailure) -> Double {
+        try JSONScanner.withScanner(Array(text.utf8), limits: .default) { s throws(DecodeFailure) in try s.readDouble() }
+    }
+
+    @Test(arguments: [
+        "0", "-0", "1", "31883000", "31883000.00000000", "10711749229.465390000000", "8.4e-05", "1.5e+03",
+        "1.23123123E8", "0.0126713295", "-0.0036809816", "134056539620.4656", "2117.53740907", "100.5", "1e22",
+        "1e23", "123456789012345678901234567890", "0.1", "0.30000000000000004", "2.2250738585072014e-308",
+        "4.9e-324", "1.7976931348623157e308", "9007199254740993", "0.000000000000000000000000001",
+        "1000000000000000000000.0000000000001", "7.00000000000000000000000000000000000001",
+    ])
+    func matchesStandardLibrary(_ text: String) throws {
+        let v = try parse(text)
+        #expect(v == Double(text)!, "parsed \(text) as \(v)")
+    }
+
+    @Test func randomDecimalsMatchStandardLibrary() throws {
+        var rng = SplitMix(seed: 42)
+        for _ in 0..<20_000 {
+            let digits = Int(rng.next() % 20) + 1
+            var text = rng.next() % 2 == 0 ? "-" : ""
+            let intDigits = Int(rng.next() % UInt64(digits)) + 1
+            for i in 0..<digits {
+                if i == intDigits { text += "." }
+                let d = rng.next() % 10
+                text += String(i == 0 && intDigits > 1 && d == 0 ? 1 : d)
+            }
+            if text.contains("."), rng.next() % 3 == 0 { text += String(repeating: "0", count: Int(rng.next() % 12)) }
+            if rng.next() % 3 == 0 { text += "e\(Int(rng.next() % 60) - 30)" }
+            let v = try parse(text)
+            #expect(v == Double(text)!, "parsed \(text) as \(v)")
+        }
+    }
+
+    @Test(arguments: ["01", "1.", ".5", "-", "1e", "1e+", "+1", "0x10", "1.2.3", "NaN", "Infinity", "--1", "1e999"])
+    func rejectsInvalidNumbers(_ text: String) {
+        #expect(throws: DecodeFailure.self) { try parse(text) }
+    }
+
+    @Test func integersAcceptIntegralDecimalForms() throws {
+        func int(_ t: String) throws(DecodeFailure) -> Int64 {
+            try JSONScanner.withScanner(Array(t.utf8), limits: .default) { s throws(DecodeFailure) in try s.readInt() }
+        }
+        #expect(try int("2000") == 2000)
+        #expect(try int("2000.0") == 2000)
+        #expect(try int("2.0E3") == 2000)
+        #expect(try int("1699931526014") == 1_699_931_526_014)
+        #expect(try int("-9223372036854775808") == Int64.min)
+        #expect(throws: DecodeFailure.self) { try int("2000.5") }
+        #expect(throws: DecodeFailure.self) { try int("9223372036854775808") }
+        #expect(throws: DecodeFailure.self) { try int("1e30") }
+    }
+
+    @Test func stringsDecodeEscapesAndRejectBadOnes() throws {
+        func str(_ t: String) throws(DecodeFailure) -> String {
+            try JSONScanner.withScanner(Array(t.utf8), limits: .default) { s throws(DecodeFailure) in try s.readString() }
+        }
+        #expect(try str(#""a\"b\\c\/d\n\u00e9\ud83d\ude00""#) == "a\"b\\c/d\né😀")
+        #expect(try str(#""한글""#) == "한글")
+        #expect(throws: DecodeFailure.self) { try str(#""\ud83d""#) }
+        #expect(throws: DecodeFailure.self) { try str(#""\x""#) }
+        #expect(throws: DecodeFailure.self) { try str("\"a\nb\"") }
+        #expect(throws: DecodeFailure.self) { try str("\"abc") }
+        #expect(throws: DecodeFailure.self) {
+            try JSONScanner.withScanner([0x22, 0xFF, 0xFE, 0x22], limits: .default) { s throws(DecodeFailure) in try s.readString() }
+        }
+    }
+
+    /// The string scanner reads 8 bytes at a time: put escapes, quotes, control characters and
+    /// multi-byte UTF-8 at every offset around the word boundaries.
+    @Test func specialBytesAtEveryOffsetOfTheWordScan() throws {
+        func str(_ t: String) throws(DecodeFailure) -> String {
+            try JSONScanner.withScanner(Array(t.utf8), limits: .default) { s throws(DecodeFailure) in try s.readString() }
+        }
+        for prefix in 0..<20 {
+            let pad = String(repeating: "a", count: prefix)
+            #expect(try str("\"\(pad)\"") == pad)
+            #expect(try str("\"\(pad)\\\"\(pad)\"") == pad + "\"" + pad)
+            #expect(try str("\"\(pad)é한\\n\(pad)\"") == pad + "é한\n" + pad)
+            #expect(throws: DecodeFailure.self) { try str("\"\(pad)\u{1}\(pad)\"") }
+            #expect(throws: DecodeFailure.self) { try str("\"\(pad)\u{1F}\"") }
+            #expect(throws: DecodeFailure.self) { try str("\"\(pad)") }
+        }
+    }
+
+    @Test func dateTimesParseWithAndWithoutZone() throws {
+        func ms(_ t: String, _ offset: Int = 9 * 3600) -> Int64? {
+            Array(t.utf8).withUnsafeBytes { LocalDateTime.epochMillis($0, defaultOffsetSeconds: offset) }
+        }
+        // 2022-01-04T00:00:00 KST is 2022-01-03T15:00:00Z.
+        #expect(ms("2022-01-04T00:00:00.00") == 1_641_222_000_000)
+        #expect(ms("2022-01-04T00:00:00") == 1_641_222_000_000)
+        #expect(ms("2022-01-04T00:00:00", 0) == 1_641_254_400_000)
+        #expect(ms("2022-01-03T15:00:00.123Z") == 1_641_222_000_123)
+        #expect(ms("2022-01-04T00:00:00.123456+09:00") == 1_641_222_000_123)
+        #expect(ms("2022-02-30T00:00:00") == nil)
+        #expect(ms("2022-01-04 25:00:00") == nil)
+        #expect(ms("2022-01-04T00:00:00.") == nil)
+        #expect(ms("2022-01-04") == nil)
+        #expect(LocalDateTime.isoUTC(1_641_222_000_123) == "2022-01-03T15:00:00.123Z")
+    }
+}
+
+/// Small deterministic generator so randomised tests reproduce.
+struct SplitMix {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}

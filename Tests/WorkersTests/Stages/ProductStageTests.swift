@@ -1,0 +1,132 @@
+import Foundation
+import Testing
+import Workers
+
+@Suite struct ProductStageTests {
+    @Test func decodeStageEmitsOneEventPerProductWithKind() {
+        var driver = TestDriver(ProductDecodeStage(), topic: "market.products")
+        driver.send(key: "page", value: Fixtures.productPageOld, timestamp: 1)
+        driver.send(key: "522", value: Fixtures.productDetail, headers: ["event-type": "updated"], timestamp: 2)
+        driver.send(key: "16", value: nil, timestamp: 3)
+        let events = driver.outputs(named: "products.events")
+        #expect(events.map(\.keyString) == ["15", "16", "522", "16"])
+        // #16 was issued a day after it was created: an update.
+        #expect(events.map { $0.headers.string(named: "event-type") } == ["created", "updated", "updated", "deleted"])
+        #expect(events.last?.value == nil)
+        #expect(driver.deadLetters.isEmpty)
+        // Created-vs-updated without a header: issued_at after created_at is an update.
+        var d2 = TestDriver(ProductDecodeStage())
+        d2.send(value: Fixtures.productDetail, timestamp: 1)
+        #expect(d2.outputs.first?.headers.string(named: "event-type") == "updated")
+    }
+
+    @Test func decodeStageValueGolden() {
+        var driver = TestDriver(ProductDecodeStage(), topic: "market.products", partitions: 1)
+        driver.send(value: Fixtures.productDetail, timestamp: 1)
+        #expect(driver.outputs.first?.valueString == """
+            {"id":522,"vendor_id":6,"vendorName":"keyboard-shop","name":"Keyboard","description":"mechanical",\
+            "thumbnail":"https://img.example.com/t/522","currency":"KRW","price":50000,"bargain_price":45000,\
+            "discounted_price":5000,"stock":3,"created_at":"2022-01-03T15:00:00.000Z","issued_at":"2022-01-04T15:00:00.000Z",\
+            "images":[{"id":1,"url":"https://img.example.com/o/1.jpg","thumbnail_url":"https://img.example.com/t/1.jpg",\
+            "issued_at":"2022-01-03T15:00:00.000Z"},{"id":2,"url":"https://img.example.com/o/2",\
+            "thumbnail_url":"https://img.example.com/t/2","issued_at":"2022-01-03T15:00:00.000Z"}]}
+            """)
+        #expect(driver.outputs.first?.dedupeKey == "product:522:updated:market.products/0/0#0")
+    }
+
+    @Test func decodeStageFailures() {
+        var driver = TestDriver(ProductDecodeStage())
+        driver.send(key: "x", value: nil, timestamp: 1)
+        driver.send(value: Fixtures.productDetail, headers: ["event-type": "renamed"], timestamp: 2)
+        driver.send(value: Fixtures.productDetail.replacingOccurrences(of: #""price":50000"#, with: #""price":-5"#), timestamp: 3)
+        #expect(driver.deadLetters.map(\.failure.field) == ["key", "header:event-type", "price"])
+        #expect(driver.outputs.isEmpty)
+    }
+
+    @Test func thumbnailRequestsOnePerImagePerSizeGolden() {
+        var driver = TestDriver(ProductDecodeStage().then(ThumbnailRequestStage()))
+        driver.send(value: Fixtures.productDetail, timestamp: 1)
+        let requests = driver.outputs(named: "thumbnails.requests")
+        #expect(requests.count == 4)  // 2 images × (list, grid)
+        #expect(requests.first?.valueString == """
+            {"product_id":522,"image_index":0,"source_url":"https://img.example.com/o/1.jpg","size":"list",\
+            "width":160,"height":160,"fit":"cover","dedupe_key":"\(requests.first?.dedupeKey ?? "")"}
+            """)
+        #expect(requests.map(\.dedupeKey).allSatisfy { $0.hasPrefix("thumb:522:") })
+        #expect(Set(requests.map(\.dedupeKey)).count == 4)
+        // An update with the same images yields the same dedupe keys; a deletion yields nothing.
+        let before = requests.map(\.dedupeKey)
+        let again = driver.send(value: Fixtures.productDetail, headers: ["event-type": "updated"], timestamp: 2)
+        #expect(again.records.map(\.dedupeKey) == before)
+        #expect(driver.send(key: "522", value: nil, timestamp: 3).records.isEmpty)
+    }
+
+    @Test func listProductsWithoutImagesUseTheirThumbnail() {
+        var driver = TestDriver(ThumbnailRequestStage(sizes: [ThumbnailSize(name: "grid", width: 300, height: 200, fit: .fit)]))
+        driver.send(value: Fixtures.productPageNew, timestamp: 1)
+        #expect(driver.outputs.count == 1)
+        #expect(driver.outputs.first?.valueString?.contains(#""source_url":"https://s3.example.com/training-resources/2022/10/18/abc""#) == true)
+    }
+
+    @Test func aBurstOfNewProductsGivesOneNotificationPerCategory() {
+        let stage = NewProductsNotificationStage(intervalMillis: 60_000)
+        var driver = TestDriver(stage)
+        func product(_ id: Int, _ name: String) -> String {
+            Fixtures.productPageNew
+                .replacingOccurrences(of: #""id":2012"#, with: #""id":\#(id)"#)
+                .replacingOccurrences(of: "Apple Watch", with: name)
+        }
+        driver.send(value: product(1, "Watch"), headers: ["category": "watches"], timestamp: 1_000)
+        driver.send(value: product(2, "Strap"), headers: ["category": "watches"], timestamp: 20_000)
+        driver.send(value: product(3, "Book"), headers: ["category": "books"], timestamp: 30_000)
+        driver.send(value: product(2, "Strap"), headers: ["category": "watches"], timestamp: 40_000)  // redelivered
+        #expect(driver.outputs.isEmpty)
+        driver.send(value: product(4, "Band"), headers: ["category": "watches"], timestamp: 61_000)  // closes "watches", opens a new window
+        #expect(driver.outputs.map(\.dedupeKey) == ["new-products:watches:1000"])
+        #expect(driver.outputs.first?.valueString == """
+            {"topic":"new-products-watches","title":"New products","body":"Watch and 1 more",\
+            "data":{"category":"watches","count":"2","kind":"new-products"},"collapse_key":"new-products-watches",\
+            "dedupe_key":"new-products:watches:1000"}
+            """)
+        driver.advance(to: 200_000)
+        #expect(driver.outputs.map(\.dedupeKey) == [
+            "new-products:watches:1000", "new-products:books:30000", "new-products:watches:61000",
+        ])
+        // Everything again: nothing new to announce.
+        driver.redeliver(from: 0)
+        driver.advance(to: 400_000)
+        #expect(driver.outputs.count == 3)
+    }
+}
+
+@Suite struct NotificationTests {
+    let n = PushNotification(
+        recipient: .topic("campaign-7"), title: "Goal reached!", body: "Walk \"더\" — 100%",
+        data: ["kind": "goal-reached", "campaign_id": "7"], collapseKey: "campaign-7-goal", dedupeKey: "campaign:7:goal")
+
+    @Test func rendersFCMGolden() {
+        #expect(String(decoding: n.fcmJSON(), as: UTF8.self) == """
+            {"message":{"topic":"campaign-7","notification":{"title":"Goal reached!","body":"Walk \\"더\\" — 100%"},\
+            "data":{"campaign_id":"7","kind":"goal-reached","dedupe_key":"campaign:7:goal"},\
+            "android":{"collapse_key":"campaign-7-goal"},"apns":{"headers":{"apns-collapse-id":"campaign-7-goal"}}}}
+            """)
+    }
+
+    @Test func rendersAPNsGolden() {
+        #expect(String(decoding: n.apnsJSON(), as: UTF8.self) == """
+            {"aps":{"alert":{"title":"Goal reached!","body":"Walk \\"더\\" — 100%"},"thread-id":"campaign-7-goal"},\
+            "campaign_id":"7","kind":"goal-reached","dedupe_key":"campaign:7:goal"}
+            """)
+    }
+
+    @Test func typedFormRoundTripsAndRenderStageEmitsBoth() throws {
+        #expect(try NotificationDecoder().decode(n.jsonBytes()) == n)
+        var driver = TestDriver(NotificationRenderStage())
+        let out = driver.send(key: "topic:campaign-7", value: String(decoding: n.jsonBytes(), as: UTF8.self), timestamp: 1)
+        #expect(out.records.map(\.output) == ["notifications.fcm", "notifications.apns"])
+        #expect(out.records.last?.headers == [RecordHeader("apns-collapse-id", "campaign-7-goal")])
+        #expect(out.records.map(\.dedupeKey) == ["fcm:campaign:7:goal", "apns:campaign:7:goal"])
+        driver.send(value: #"{"title":"x"}"#, timestamp: 2)
+        #expect(driver.deadLetters.map(\.failure.field) == ["token"])
+    }
+}

@@ -1,0 +1,72 @@
+import Testing
+import Workers
+
+@Suite struct JSONLinesRunnerTests {
+    func runner(_ names: [String], options: StageCatalog.Options = .init()) throws -> JSONLinesRunner {
+        JSONLinesRunner(runner: try StageCatalog(options: options).runner(for: names))
+    }
+
+    @Test func envelopeAndBareLinesGolden() throws {
+        var r = try runner(["prices.decode", "prices.latest"])
+        let lines = [
+            #"{"topic":"upbit","partition":2,"offset":40,"key":"KRW-BTC","value":{"code":"KRW-BTC","trade_price":1.5e3,"signed_change_rate":0,"trade_volume":2,"trade_timestamp":1000},"headers":{"h":"v"},"timestamp":5}"#,
+            "",
+            #"{"cd":"KRW-ETH","tp":7,"scr":0.01,"tv":1,"ttms":2000}"#,
+            #"{"value":"{\"code\":\"KRW-BTC\",\"trade_price\":\"x\"}","offset":9}"#,
+            #"{"value":null,"key":"KRW-BTC"}"#,
+        ]
+        let out = lines.flatMap { r.process(line: $0) }
+        #expect(out == [
+            #"{"type":"output","output":"prices.latest","key":"KRW-BTC","value":{"type":"ticker","code":"KRW-BTC","trade_price":1500,"signed_change_rate":0,"trade_volume":2,"trade_timestamp":1000},"headers":{},"dedupe_key":"latest:KRW-BTC:1000:0"}"#,
+            #"{"type":"output","output":"prices.latest","key":"KRW-ETH","value":{"type":"ticker","code":"KRW-ETH","trade_price":7,"signed_change_rate":0.01,"trade_volume":1,"trade_timestamp":2000},"headers":{},"dedupe_key":"latest:KRW-ETH:2000:0"}"#,
+            #"{"type":"failure","stage":"prices.decode,prices.latest","topic":"stdin","partition":0,"offset":9,"field":"trade_price","reason":"wrong-type","detail":"expected number, found string"}"#,
+        ])
+    }
+
+    @Test func unknownStageNamesItAndListsTheKnownOnes() {
+        #expect(throws: StageCatalog.UnknownStage(name: "prices.candle")) {
+            try StageCatalog().runner(for: ["prices.decode", "prices.candle"])
+        }
+        #expect(StageCatalog.UnknownStage(name: "x").description.contains("prices.candles"))
+    }
+
+    @Test func everyCatalogNameBuildsAndSurvivesGarbage() throws {
+        for name in StageCatalog.names {
+            var r = try runner([name])
+            #expect(r.runner.name == name)
+            for line in ["{", "[1,2]", "null", #"{"value":null}"#, "\u{0}", #"{"value":{"a":[[[[]]]]}}"#] {
+                _ = r.process(line: line)
+            }
+        }
+    }
+
+    @Test func advanceFlushesBatches() throws {
+        var options = StageCatalog.Options()
+        options.newProductsIntervalMillis = 1000
+        var r = try runner(["products.decode", "products.new-notifications", "notifications.render"], options: options)
+        #expect(r.process(line: #"{"value":\#(Fixtures.productPageNew),"timestamp":10}"#).isEmpty)
+        let out = r.advance(to: 5000)
+        #expect(out.count == 2)
+        #expect(out.first?.contains(#""output":"notifications.fcm""#) == true)
+    }
+}
+
+@Suite struct TestDriverTests {
+    @Test func spreadsKeysOverPartitionsWithPerPartitionOffsets() {
+        var driver = TestDriver(PriceDecodeStage(), partitions: 4)
+        for i in 0..<40 {
+            driver.send(key: "KRW-C\(i % 8)", value: tick("KRW-C\(i % 8)", price: 1, at: Int64(i + 1)), timestamp: Int64(i))
+        }
+        let byPartition = Dictionary(grouping: driver.delivered, by: \.origin.partition)
+        #expect(byPartition.count > 1)
+        for (_, records) in byPartition {
+            #expect(records.map(\.origin.offset) == Array(0..<Int64(records.count)))
+            // One key always lands on one partition.
+            for r in records { #expect(byPartition.values.filter { $0.contains { $0.key == r.key } }.count == 1) }
+        }
+        #expect(driver.outputs.count == 40)
+        // Redelivery of the last 10: same dedupe keys as the first time.
+        let again = driver.redeliver(from: 30)
+        #expect(again.records.map(\.dedupeKey) == driver.outputs[30..<40].map(\.dedupeKey))
+    }
+}
