@@ -49,6 +49,7 @@ let package = Package(
             name: "Pipeline",
             dependencies: [
                 "CKafka",
+                "Workers",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Pipeline
+import Workers
 
 /// The main job on the embedded local default: produce, pass through a stage in a consumer group, count.
 struct Demo: AsyncParsableCommand {
@@ -21,12 +22,12 @@ struct Demo: AsyncParsableCommand {
     func run() async throws {
         try Preflight.checkRuntime()
         try await withBootstrap(connection.servers) { servers in
-            let input = "demo.input", output = "demo.output"
+            let input = "demo.input", output = "demo.output", deadLetters = "demo.dead-letters"
             let admin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: servers))
-            for topic in [input, output] {
+            for topic in [input, output, deadLetters] {
                 try await admin.createTopic(TopicSpec(name: topic, partitions: partitions), ignoreExisting: true)
             }
-            print("topics \(input) and \(output): \(partitions) partitions")
+            print("topics \(input), \(output) and \(deadLetters): \(partitions) partitions")
 
             // 1. Produce.
             let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: servers))
@@ -51,17 +52,17 @@ struct Demo: AsyncParsableCommand {
             consumerConfig.heartbeatInterval = .milliseconds(500)
             let consumer = try KafkaConsumer(configuration: consumerConfig)
             try consumer.subscribe([input])
-            let runner = PassThroughRunner(consumer: consumer, producer: producer) { record in
-                ProducerRecord(topic: output, key: record.key, value: record.value, headers: record.headers, timestamp: record.timestamp)
-            }
+            let worker = StageWorker(
+                stage: PassThroughStage(), consumer: consumer, producer: producer,
+                routing: .init(outputs: ["out": output], deadLetterTopic: deadLetters))
             let consumeStart = clock.now
             let target = delivered
-            let counts = try await runner.run { $0.consumed >= target }
+            let counts = try await worker.run { $0.consumed >= target }
             let elapsed = clock.now - consumeStart
             try await consumer.close()
             await producer.close()
             print("consumed:  \(formatRate(counts.consumed, elapsed)) (includes joining the group)")
-            print("forwarded: \(counts.produced) messages to \(output)")
+            print("forwarded: \(counts.produced) messages to \(output), \(counts.deadLettered) to \(deadLetters)")
             let committed = try await admin.committedOffsets(group: "demo-pass-through").reduce(Int64(0)) { $0 + $1.offset }
             print("committed offsets of group demo-pass-through add up to \(committed)")
             guard counts.consumed == delivered, counts.produced == delivered, committed == Int64(delivered) else {

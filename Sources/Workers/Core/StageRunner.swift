@@ -84,6 +84,7 @@ public struct StageCatalog: Sendable {
 
     /// Every stage name, in pipeline order.
     public static let names = [
+        "pass-through",
         "prices.decode", "prices.latest", "prices.candles", "prices.alerts",
         "products.decode", "products.thumbnails", "products.new-notifications",
         "campaigns.feed", "campaigns.notifications", "notifications.render",
@@ -94,6 +95,7 @@ public struct StageCatalog: Sendable {
         let products = ProductDecoder(limits: options.limits, utcOffsetSeconds: options.utcOffsetSeconds)
         let campaigns = CampaignDecoder(limits: options.limits, utcOffsetSeconds: options.utcOffsetSeconds)
         switch name {
+        case "pass-through": return PassThroughStage()
         case "prices.decode": return PriceDecodeStage(decoder: prices)
         case "prices.latest": return LatestTickerStage(decoder: prices)
         case "prices.candles": return CandleStage(decoder: prices, allowedLatenessMillis: options.candleLatenessMillis)

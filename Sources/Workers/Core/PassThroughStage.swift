@@ -1,0 +1,15 @@
+/// Forwards every record unchanged (tombstones included) to the output ``output``.
+/// The demo's stage, and a baseline for measuring the runtime without a transform.
+public struct PassThroughStage: Stage {
+    public var output: String
+    public init(output: String = "out") { self.output = output }
+
+    public var name: String { "pass-through" }
+
+    public func process(_ record: InputRecord, state: inout NoState, context: StageContext) -> StageOutput {
+        let origin = record.origin
+        return StageOutput(records: [OutputRecord(
+            output: output, key: record.key, value: record.value, headers: record.headers,
+            dedupeKey: "\(origin.topic)/\(origin.partition)/\(origin.offset)")])
+    }
+}

@@ -1,0 +1,95 @@
+import Foundation
+import Testing
+import Pipeline
+import Workers
+
+/// A real stage on the real local broker: good records come out decoded, bad ones go to the
+/// dead-letter topic with their origin, and the worker keeps going.
+@Suite(.timeLimit(.minutes(2))) struct StageWorkerTests {
+    static let tick = """
+        {"type":"ticker","code":"KRW-XRP","opening_price":815.0,"high_price":820,"low_price":810.0,"trade_price":812.0,\
+        "prev_closing_price":815,"change":"FALL","change_price":3.0,"change_rate":0.0036,"signed_change_price":-3.0,\
+        "signed_change_rate":-0.0042,"trade_volume":1.5e+03,"acc_trade_volume":1000.5,"acc_trade_volume_24h":2000.25,\
+        "acc_trade_price":812000.0,"acc_trade_price_24h":1624000.00000000,"trade_date":"20231114","trade_time":"031206",\
+        "trade_timestamp":1700000000123,"ask_bid":"ASK","timestamp":1700000000150,"delisting_date":null,"stream_type":"REALTIME"}
+        """
+
+    @Test func decodeFailuresGoToTheDeadLetterTopicAndTheWorkerKeepsGoing() async throws {
+        try await LocalBroker.with { broker in
+            let servers = [broker.bootstrapServers]
+            let admin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: servers))
+            for topic in ["prices.raw", "prices.ticks", "prices.dead-letters"] {
+                try await admin.createTopic(TopicSpec(name: topic, partitions: 2))
+            }
+            let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: servers))
+            // 30 records, every third one broken in a different way.
+            let broken = ["{\"type\":\"ticker\",", "[1,2,3]", "{\"type\":\"ticker\",\"code\":\"KRW-XRP\",\"trade_price\":-5}"]
+            let inputs = (0..<30).map { i in
+                ProducerRecord(
+                    topic: "prices.raw", key: Array("m\(i)".utf8),
+                    value: Array((i % 3 == 2 ? broken[(i / 3) % 3] : Self.tick).utf8),
+                    headers: [KafkaHeader(key: "source", string: "upbit")])
+            }
+            let sent = try await producer.send(inputs)
+            #expect(sent.allSatisfy { $0.error == nil })
+
+            var config = ConsumerConfiguration(bootstrapServers: servers, groupID: "decoder")
+            config.sessionTimeout = .milliseconds(2000)
+            config.heartbeatInterval = .milliseconds(300)
+            let consumer = try KafkaConsumer(configuration: config)
+            try consumer.subscribe(["prices.raw"])
+            let catalog = StageCatalog()
+            let stage = try #require(try catalog.stage(named: "prices.decode") as? PriceDecodeStage)
+            let worker = StageWorker(
+                stage: stage, consumer: consumer, producer: producer,
+                routing: .init(deadLetterTopic: "prices.dead-letters"))
+            let counts = try await worker.run { $0.consumed >= 30 }
+            try await consumer.close()
+            #expect(counts.consumed == 30)
+            #expect(counts.produced == 20)
+            #expect(counts.deadLettered == 10)
+
+            // Read both output topics back.
+            let readConfig = { (group: String) in
+                var c = ConsumerConfiguration(bootstrapServers: servers, groupID: group)
+                c.sessionTimeout = .milliseconds(2000)
+                c.heartbeatInterval = .milliseconds(300)
+                return c
+            }
+            func read(_ topic: String, count: Int) async throws -> [ConsumerRecord] {
+                let reader = try KafkaConsumer(configuration: readConfig("read-\(topic)"))
+                try reader.subscribe([topic])
+                var records: [ConsumerRecord] = []
+                for try await event in reader {
+                    if case .records(let batch) = event { records += batch }
+                    if records.count >= count { break }
+                }
+                try await reader.close()
+                return records
+            }
+            let ticks = try await read("prices.ticks", count: 20)
+            #expect(ticks.count == 20)
+            #expect(ticks.allSatisfy { $0.header("dedupe-key") != nil })
+
+            let dead = try await read("prices.dead-letters", count: 10)
+            #expect(dead.count == 10)
+            let offsetsBySource = Dictionary(uniqueKeysWithValues: zip(inputs.map { String(decoding: $0.key!, as: UTF8.self) }, sent))
+            for letter in dead {
+                let key = String(decoding: letter.key!, as: UTF8.self)
+                let original = try #require(inputs.first { $0.key == letter.key })
+                #expect(letter.value == original.value, "the original bytes are kept")
+                #expect(letter.header("source") == Array("upbit".utf8), "and the original headers")
+                #expect(letter.header(DeadLetterHeader.stage) == Array("prices.decode".utf8))
+                #expect(letter.header(DeadLetterHeader.originTopic) == Array("prices.raw".utf8))
+                let report = try #require(offsetsBySource[key])
+                #expect(letter.header(DeadLetterHeader.originPartition) == Array(String(report.partition).utf8))
+                #expect(letter.header(DeadLetterHeader.originOffset) == Array(String(report.offset).utf8))
+                #expect(!(letter.header(DeadLetterHeader.reason) ?? []).isEmpty)
+                #expect(!(letter.header(DeadLetterHeader.field) ?? []).isEmpty)
+            }
+            let committed = try await admin.committedOffsets(group: "decoder")
+            #expect(committed.reduce(0) { $0 + $1.offset } == 30, "every input committed once")
+            await producer.close()
+        }
+    }
+}
