@@ -34,7 +34,8 @@ import Workers
         }
         let firstKeys = Set(driver.outputs.map(\.dedupeKey))
         let firstFailures = driver.deadLetters.count
-        #expect(firstFailures > 0, "the garbage line must fail")
+        // Every decoding stage rejects the garbage line; pass-through forwards anything.
+        if !(stage is PassThroughStage) { #expect(firstFailures > 0, "the garbage line must fail") }
         let again = driver.redeliver(from: 0)
         for r in again.records {
             #expect(firstKeys.contains(r.dedupeKey), "\(stage.name) produced a new output on redelivery: \(r.dedupeKey)")

@@ -70,3 +70,19 @@ import Workers
         #expect(again.records.map(\.dedupeKey) == driver.outputs[30..<40].map(\.dedupeKey))
     }
 }
+
+@Suite struct PassThroughStageTests {
+    @Test func forwardsEverythingUnchangedWithADeterministicDedupeKey() {
+        var driver = TestDriver(PassThroughStage(output: "copy"), partitions: 2)
+        driver.send(key: "k", value: "not json at all", headers: ["h": "v"], timestamp: 5)
+        driver.send(key: "gone", value: nil, headers: [:], timestamp: 6)
+        #expect(driver.outputs.map(\.output) == ["copy", "copy"])
+        #expect(driver.outputs[0].valueString == "not json at all")
+        #expect(driver.outputs[0].headers == [RecordHeader("h", "v")])
+        #expect(driver.outputs[1].value == nil, "a tombstone stays a tombstone")
+        #expect(driver.deadLetters.isEmpty)
+        let first = driver.outputs.map(\.dedupeKey)
+        let again = driver.redeliver(from: 0)
+        #expect(again.records.map(\.dedupeKey) == first, "a redelivered record gets the same dedupe key")
+    }
+}
