@@ -51,6 +51,9 @@ public final class KafkaAdmin: Sendable {
         self.timeout = timeout
     }
 
+    // rd_kafka_destroy blocks while librdkafka's threads stop: the last release happens off the cooperative pool.
+    deinit { BlockingExecutor.release(client) }
+
     private var timeoutMilliseconds: Int32 {
         Int32(clamping: timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000)
     }

@@ -17,7 +17,11 @@ public final class KafkaMockCluster: @unchecked Sendable {  // librdkafka's mock
         self.cluster = cluster
     }
 
-    deinit { rd_kafka_mock_cluster_destroy(cluster) }
+    deinit {
+        rd_kafka_mock_cluster_destroy(cluster)
+        // rd_kafka_destroy blocks while librdkafka's threads stop: release off the cooperative pool.
+        BlockingExecutor.release(client)
+    }
 
     /// The brokers' `host:port` list.
     public var bootstrapServers: String { String(cString: rd_kafka_mock_cluster_bootstraps(cluster)) }
