@@ -43,6 +43,28 @@ static inline int cvips_thumbnail_buffer(
         NULL);
 }
 
+/// The EXIF orientation (1...8) libvips read from the header; 1 when there is none.
+static inline int cvips_orientation(VipsImage *image) {
+    int orientation = 1;
+    if (vips_image_get_typeof(image, VIPS_META_ORIENTATION) &&
+        vips_image_get_int(image, VIPS_META_ORIENTATION, &orientation) == 0 &&
+        orientation >= 1 && orientation <= 8)
+        return orientation;
+    return 1;
+}
+
+/// vips_thumbnail_image on an already decoded, upright image (see cvips_thumbnail_buffer for
+/// the modes). Used to cut several sizes from one decode.
+static inline int cvips_thumbnail_image(
+    VipsImage *in, VipsImage **out, int width, int height, VipsSize size, VipsInteresting crop) {
+    return vips_thumbnail_image(in, out, width,
+        "height", height,
+        "size", size,
+        "crop", crop,
+        "no_rotate", TRUE,
+        NULL);
+}
+
 /// Convert to 8-bit sRGB (from 16-bit RGB or grey, which PNG allows). libvips' thumbnail
 /// already imports an embedded ICC profile into sRGB; this only changes the sample format.
 static inline int cvips_to_srgb(VipsImage *in, VipsImage **out) {
@@ -95,13 +117,15 @@ static inline int cvips_webpsave_buffer(VipsImage *in, void **buf, size_t *len, 
 
 // ---- Per-image time limit -------------------------------------------------------------
 //
-// libvips evaluates lazily: the decode and resize run inside the save call, which emits
-// "eval" progress signals on the image being written (once vips_image_set_progress is on).
+// libvips evaluates lazily: the decode and resize run inside the save call (or inside
+// vips_image_copy_memory when several sizes share one decode), which emits "eval" progress
+// signals for the image being computed once vips_image_set_progress is on for it.
 // The handler compares the monotonic clock against a deadline carried in the signal's user
 // data (a gint64 in microseconds, packed into the pointer: 64-bit targets only) and calls
-// vips_image_set_kill, which makes the computation stop at the next tile and the save
-// return -1. This is the one clock the resize reads, and it only decides *whether* the
-// image fails, never what the output is.
+// vips_image_set_kill, which makes the computation stop at the next tile and the call
+// return -1. (Chosen over a watchdog thread: no extra thread, and the kill happens on the
+// computing threads themselves.) This is the one clock the resize reads, and it only
+// decides *whether* the image fails, never what the output is.
 
 static void cvips__deadline_eval(VipsImage *image, VipsProgress *progress, void *user) {
     (void)progress;
@@ -117,7 +141,7 @@ static inline void cvips_set_deadline(VipsImage *image, gint64 timeout_us) {
     g_signal_connect(image, "eval", G_CALLBACK(cvips__deadline_eval), (void *)(intptr_t)deadline);
 }
 
-/// Whether the clock has passed a deadline set up the same way (for reporting timedOut).
+/// The monotonic clock the deadlines use, in microseconds (to tell a kill from a decode error).
 static inline gint64 cvips_monotonic_us(void) { return g_get_monotonic_time(); }
 
 /// SHA-256 of a byte range as 64 lowercase hex characters (GLib, already linked by libvips).

@@ -50,6 +50,7 @@ struct Demo: AsyncParsableCommand {
             var consumerConfig = ConsumerConfiguration(bootstrapServers: servers, groupID: "demo-pass-through")
             consumerConfig.sessionTimeout = .milliseconds(3000)
             consumerConfig.heartbeatInterval = .milliseconds(500)
+            consumerConfig.reportEndOfPartition = true
             let consumer = try KafkaConsumer(configuration: consumerConfig)
             try consumer.subscribe([input])
             let worker = StageWorker(

@@ -39,7 +39,14 @@ public final class KafkaProducer: Sendable {
     /// index `i` belongs to `records[i]`; per-message failures are in ``DeliveryReport/error``.
     /// Throws only when the producer is closed before the records could be enqueued.
     public func send(_ records: [ProducerRecord]) async throws(KafkaError) -> [DeliveryReport] {
-        guard !records.isEmpty else { return [] }
+        try await submit(records).reports()
+    }
+
+    /// Enqueues all records (in order) and returns without waiting for delivery; await
+    /// ``DeliveryTicket/reports()`` for the outcome. Submitting batch after batch keeps their
+    /// order within each partition while several are in flight.
+    public func submit(_ records: [ProducerRecord]) async throws(KafkaError) -> DeliveryTicket {
+        guard !records.isEmpty else { return DeliveryTicket(core: core, batchID: nil) }
         precondition(records.count < ProducerCore.maxBatchSize, "a batch holds at most \(ProducerCore.maxBatchSize - 1) records")
         let batchID = try core.openBatch(count: records.count)
         var topics = TopicHandleCache()
@@ -52,7 +59,7 @@ public final class KafkaProducer: Sendable {
             }
             if let error { core.fail(token: token, error: error) }
         }
-        return await core.awaitBatch(batchID)
+        return DeliveryTicket(core: core, batchID: batchID)
     }
 
     /// Enqueues a record and returns its id at once; the report arrives on ``deliveryReports``.
@@ -92,6 +99,19 @@ public final class KafkaProducer: Sendable {
             try? await flush(deadline: .seconds(1))
         }
         await core.stop()
+    }
+}
+
+/// The delivery outcome of records handed to ``KafkaProducer/submit(_:)``.
+public struct DeliveryTicket: Sendable {
+    let core: ProducerCore
+    let batchID: UInt64?
+
+    /// Waits until every record is delivered or failed; the report at index `i` belongs to record `i`.
+    /// Call it once.
+    public func reports() async -> [DeliveryReport] {
+        guard let batchID else { return [] }
+        return await core.awaitBatch(batchID)
     }
 }
 

@@ -19,6 +19,8 @@ public enum DeadLetterHeader {
 /// headers) to the dead-letter topic with the stage, the reason and the origin (topic,
 /// partition, offset) in headers, so nothing is lost and the worker keeps going. Only when every
 /// output and dead letter of the batch is delivered are the batch's offsets stored for commit.
+/// Up to ``maxBatchesInFlight`` batches are produced concurrently; their outputs are enqueued in
+/// order and their offsets stored in order.
 /// Stored offsets are committed in the background, when partitions are revoked, and on close.
 ///
 /// The stage's state lives in memory for the worker's lifetime (checkpointing it with the
@@ -49,8 +51,15 @@ public struct StageWorker<S: Stage>: Sendable {
     public let producer: KafkaProducer
     public let routing: Routing
     public let logger: Logger
+    /// Batches whose outputs may be awaiting delivery at once (1 = strictly one at a time).
+    public var maxBatchesInFlight: Int
 
-    public init(stage: S, consumer: KafkaConsumer, producer: KafkaProducer, routing: Routing, logger: Logger = Logger(label: "stage-worker")) {
+    public init(
+        stage: S, consumer: KafkaConsumer, producer: KafkaProducer, routing: Routing,
+        maxBatchesInFlight: Int = 4, logger: Logger = Logger(label: "stage-worker")
+    ) {
+        precondition(maxBatchesInFlight >= 1, "maxBatchesInFlight must be at least 1")
+        self.maxBatchesInFlight = maxBatchesInFlight
         self.stage = stage
         self.consumer = consumer
         self.producer = producer
@@ -58,15 +67,52 @@ public struct StageWorker<S: Stage>: Sendable {
         self.logger = logger
     }
 
-    /// Runs until the consumer's sequence ends (it is closed) or `shouldStop` says so after a batch.
+    /// A batch whose outputs are on their way.
+    private struct InFlight {
+        var records: [ConsumerRecord]
+        var ticket: DeliveryTicket
+        var produced: Int
+        var deadLettered: Int
+    }
+
+    /// Runs until the consumer's sequence ends (it is closed) or `shouldStop` says so after a
+    /// batch; `shouldStop` sees the counts including batches still in flight, and everything in
+    /// flight is delivered and stored before `run` returns. With
+    /// ``ConsumerConfiguration/reportEndOfPartition`` on, a worker that catches up stores its
+    /// finished work at once instead of when the next records arrive.
     public func run(until shouldStop: @Sendable (Counts) -> Bool = { _ in false }) async throws -> Counts {
         var counts = Counts()
         var state = stage.initialState
-        var outgoing: [ProducerRecord] = []
+        var inFlight: [InFlight] = []
+
+        /// Waits for the oldest batch's deliveries, then stores its offsets.
+        func settleOldest() async throws {
+            let batch = inFlight.removeFirst()
+            let reports = await batch.ticket.reports()
+            if let error = reports.first(where: { $0.error != nil })?.error {
+                // Offsets stay unstored: after a restart the batch is read again.
+                throw error
+            }
+            try consumer.store(batch.records)
+            counts.consumed += batch.records.count
+            counts.produced += batch.produced
+            counts.deadLettered += batch.deadLettered
+        }
+
+        /// The counts once everything in flight is settled.
+        func projected() -> Counts {
+            inFlight.reduce(into: counts) { c, b in
+                c.consumed += b.records.count
+                c.produced += b.produced
+                c.deadLettered += b.deadLettered
+            }
+        }
+
         for try await event in consumer {
             switch event {
             case .records(let batch):
-                outgoing.removeAll(keepingCapacity: true)
+                var outgoing: [ProducerRecord] = []
+                outgoing.reserveCapacity(batch.count)
                 var deadLetters = 0
                 for record in batch {
                     let input = InputRecord(
@@ -87,25 +133,23 @@ public struct StageWorker<S: Stage>: Sendable {
                         deadLetters += 1
                     }
                 }
-                let reports = try await producer.send(outgoing)
-                if let error = reports.first(where: { $0.error != nil })?.error {
-                    // Offsets stay unstored: after a restart the batch is read again.
-                    throw error
-                }
-                try consumer.store(batch)
-                counts.consumed += batch.count
-                counts.produced += outgoing.count - deadLetters
-                counts.deadLettered += deadLetters
-                if shouldStop(counts) { return counts }
+                let ticket = try await producer.submit(outgoing)
+                inFlight.append(InFlight(records: batch, ticket: ticket, produced: outgoing.count - deadLetters, deadLettered: deadLetters))
+                while inFlight.count >= maxBatchesInFlight { try await settleOldest() }
             case .revoked(let partitions):
+                // Everything read from these partitions must be delivered and stored before they go.
+                while !inFlight.isEmpty { try await settleOldest() }
                 logger.info("partitions revoked", metadata: ["partitions": "\(partitions)"])
                 try await consumer.commit()
             case .assigned(let partitions):
                 logger.info("partitions assigned", metadata: ["partitions": "\(partitions)"])
             case .endOfPartition:
-                break
+                // Nothing more to read right now: do not leave finished work unstored.
+                while !inFlight.isEmpty { try await settleOldest() }
             }
+            if shouldStop(projected()) { break }
         }
+        while !inFlight.isEmpty { try await settleOldest() }
         return counts
     }
 
