@@ -68,7 +68,9 @@ let package = Package(
         .executableTarget(
             name: "decode-bench", dependencies: ["Workers"], path: "Benchmarks/DecodeBench",
             exclude: ["peer_pydantic.py", "RESULTS.md"]),
-        .executableTarget(name: "thumbnail-bench", dependencies: ["Thumbnails"], path: "Benchmarks/ThumbnailBench"),
+        .executableTarget(
+            name: "thumbnail-bench", dependencies: ["Thumbnails"], path: "Benchmarks/ThumbnailBench",
+            exclude: ["RESULTS.md"]),
 
         // Tests. PipelineTests need no broker (configuration, errors, librdkafka's mock cluster);
         // IntegrationTests start the local tansu broker.

@@ -65,6 +65,7 @@ struct Demo: AsyncParsableCommand {
             print("consumed:  \(formatRate(counts.consumed, elapsed)) (includes joining the group)")
             print("forwarded: \(counts.produced) messages to \(output), \(counts.deadLettered) to \(deadLetters)")
             let committed = try await admin.committedOffsets(group: "demo-pass-through").reduce(Int64(0)) { $0 + $1.offset }
+            await admin.close()
             print("committed offsets of group demo-pass-through add up to \(committed)")
             guard counts.consumed == delivered, counts.produced == delivered, committed == Int64(delivered) else {
                 throw ValidationError("counts do not match: produced \(delivered), consumed \(counts.consumed), forwarded \(counts.produced), committed \(committed)")

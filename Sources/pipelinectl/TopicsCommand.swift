@@ -13,7 +13,9 @@ struct Topics: AsyncParsableCommand {
         func run() async throws {
             try Preflight.checkRuntime()
             let admin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: bootstrapServer.split(separator: ",").map(String.init)))
-            for topic in try await admin.listTopics() {
+            let topics = try await admin.listTopics()
+            await admin.close()
+            for topic in topics {
                 print("\(topic.name)\tpartitions=\(topic.partitions)\tcleanup.policy=\(topic.cleanupPolicy ?? "unknown")")
             }
         }
@@ -37,6 +39,7 @@ struct Topics: AsyncParsableCommand {
             try Preflight.checkRuntime()
             let admin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: bootstrapServer.split(separator: ",").map(String.init)))
             try await admin.createTopic(TopicSpec(name: name, partitions: partitions, config: cleanupPolicy.map { ["cleanup.policy": $0] } ?? [:]))
+            await admin.close()
             print("created \(name)")
         }
     }
@@ -50,6 +53,7 @@ struct Topics: AsyncParsableCommand {
             try Preflight.checkRuntime()
             let admin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: bootstrapServer.split(separator: ",").map(String.init)))
             try await admin.deleteTopic(name)
+            await admin.close()
             print("deleted \(name)")
         }
     }

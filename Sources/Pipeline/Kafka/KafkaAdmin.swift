@@ -51,8 +51,12 @@ public final class KafkaAdmin: Sendable {
         self.timeout = timeout
     }
 
-    // rd_kafka_destroy blocks while librdkafka's threads stop: the last release happens off the cooperative pool.
-    deinit { BlockingExecutor.release(client) }
+    /// Destroys the client off the cooperative pool. Call it before the program exits; an admin
+    /// that was not closed is destroyed (blocking briefly) when it is released.
+    public func close() async {
+        let client = self.client
+        await BlockingExecutor.run { client.destroy() }
+    }
 
     private var timeoutMilliseconds: Int32 {
         Int32(clamping: timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000)
@@ -61,8 +65,13 @@ public final class KafkaAdmin: Sendable {
     private func run<T: Sendable>(_ body: @escaping @Sendable (RDKafkaAdmin, Int32) throws(KafkaError) -> T) async throws(KafkaError) -> T {
         let admin = RDKafkaAdmin(client: client)
         let ms = timeoutMilliseconds
-        defer { client.drainLogs() }
-        return try await BlockingExecutor.run { () throws(KafkaError) in try body(admin, ms) }
+        let client = self.client
+        return try await BlockingExecutor.run { () throws(KafkaError) in
+            try client.using { () throws(KafkaError) in
+                defer { client.drainLogs() }
+                return try body(admin, ms)
+            }
+        }
     }
 
     /// Creates a topic. With `ignoreExisting`, an existing topic of that name is not an error.

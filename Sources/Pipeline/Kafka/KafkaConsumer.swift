@@ -45,7 +45,7 @@ public final class KafkaConsumer: AsyncSequence, Sendable {
 
     /// Subscribes the group member to these topics (replacing an earlier subscription).
     public func subscribe(_ topics: [String]) throws(KafkaError) {
-        try core.consumer.subscribe(topics)
+        try core.consumer.client.using { () throws(KafkaError) in try core.consumer.subscribe(topics) }
     }
 
     public struct AsyncIterator: AsyncIteratorProtocol {
@@ -66,55 +66,58 @@ public final class KafkaConsumer: AsyncSequence, Sendable {
         var next: [TopicPartition: Int64] = [:]
         for r in records { next[r.topicPartition] = Swift.max(next[r.topicPartition] ?? -1, r.offset + 1) }
         guard !next.isEmpty else { return }
-        try core.consumer.store(next.map { TopicPartitionOffset($0.key.topic, $0.key.partition, offset: $0.value) })
+        let offsets = next.map { TopicPartitionOffset($0.key.topic, $0.key.partition, offset: $0.value) }
+        try core.consumer.client.using { () throws(KafkaError) in try core.consumer.store(offsets) }
     }
 
     /// Stores explicit offsets (each the next offset to read).
     public func store(offsets: [TopicPartitionOffset]) throws(KafkaError) {
-        try core.consumer.store(offsets)
+        try core.consumer.client.using { () throws(KafkaError) in try core.consumer.store(offsets) }
     }
 
     /// Commits the stored offsets and waits for the broker's answer.
     public func commit() async throws(KafkaError) {
         let consumer = core.consumer
-        try await BlockingExecutor.run { () throws(KafkaError) in try consumer.commit(nil) }
+        try await BlockingExecutor.run { () throws(KafkaError) in try consumer.client.using { () throws(KafkaError) in try consumer.commit(nil) } }
     }
 
     /// Commits these offsets (each the next offset to read) and waits for the broker's answer.
     public func commit(_ offsets: [TopicPartitionOffset]) async throws(KafkaError) {
         let consumer = core.consumer
-        try await BlockingExecutor.run { () throws(KafkaError) in try consumer.commit(offsets) }
+        try await BlockingExecutor.run { () throws(KafkaError) in try consumer.client.using { () throws(KafkaError) in try consumer.commit(offsets) } }
     }
 
     /// The group's committed offsets for these partitions (-1001, librdkafka's "invalid", when none).
     public func committed(_ partitions: [TopicPartition], timeout: Duration = .seconds(10)) async throws(KafkaError) -> [TopicPartitionOffset] {
         let consumer = core.consumer
         let ms = Int32(clamping: timeout.components.seconds * 1000)
-        return try await BlockingExecutor.run { () throws(KafkaError) in try consumer.committed(partitions, timeoutMilliseconds: ms) }
+        return try await BlockingExecutor.run { () throws(KafkaError) in
+            try consumer.client.using { () throws(KafkaError) in try consumer.committed(partitions, timeoutMilliseconds: ms) }
+        }
     }
 
     /// The next offset this member will read, per partition.
     public func position(_ partitions: [TopicPartition]) throws(KafkaError) -> [TopicPartitionOffset] {
-        try core.consumer.position(partitions)
+        try core.consumer.client.using { () throws(KafkaError) in try core.consumer.position(partitions) }
     }
 
     /// The partitions currently assigned to this member.
     public func assignment() throws(KafkaError) -> [TopicPartition] {
-        try core.consumer.assignment()
+        try core.consumer.client.using { () throws(KafkaError) in try core.consumer.assignment() }
     }
 
     /// Stops fetching from these partitions (the assignment is kept).
     public func pause(_ partitions: [TopicPartition]) throws(KafkaError) {
-        try core.consumer.pause(partitions)
+        try core.consumer.client.using { () throws(KafkaError) in try core.consumer.pause(partitions) }
     }
 
     public func resume(_ partitions: [TopicPartition]) throws(KafkaError) {
-        try core.consumer.resume(partitions)
+        try core.consumer.client.using { () throws(KafkaError) in try core.consumer.resume(partitions) }
     }
 
     /// The high watermark seen in the last fetch from this partition (no broker round trip).
     public func cachedHighWatermark(_ partition: TopicPartition) -> Int64? {
-        core.consumer.cachedWatermarks(partition)?.high
+        (try? core.consumer.client.using { core.consumer.cachedWatermarks(partition)?.high }) ?? nil
     }
 
     /// Ends the event sequence, commits stored offsets, and leaves the group, within the deadline.
@@ -343,8 +346,8 @@ final class ConsumerCore: @unchecked Sendable {
         pending?.resume(throwing: error)
     }
 
-    /// Commits what the application stored, then leaves the group (the rebalance callback sees
-    /// `closing` and revokes without waiting for the application).
+    /// Commits what the application stored, leaves the group (the rebalance callback sees
+    /// `closing` and revokes without waiting for the application), and destroys the handle.
     private func finishClose() {
         var result: KafkaError?
         do {
@@ -355,6 +358,8 @@ final class ConsumerCore: @unchecked Sendable {
         }
         do { try consumer.close() } catch { result = result ?? error }
         consumer.client.drainLogs()
+        // Destroyed here, before close() returns, so that a program can exit right after it.
+        consumer.destroy()
         condition.lock()
         closed = true
         closeResult = .some(result)

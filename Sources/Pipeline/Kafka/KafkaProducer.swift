@@ -26,6 +26,8 @@ public final class KafkaProducer: Sendable {
         core.startPolling()
     }
 
+    /// A producer that was not closed stops its poll thread here; its handle is destroyed when
+    /// the thread lets go of it. Close producers before the program exits.
     deinit { core.stopPolling() }
 
     /// Sends one record and waits for its delivery. Throws the delivery error.
@@ -46,9 +48,15 @@ public final class KafkaProducer: Sendable {
     /// ``DeliveryTicket/reports()`` for the outcome. Submitting batch after batch keeps their
     /// order within each partition while several are in flight.
     public func submit(_ records: [ProducerRecord]) async throws(KafkaError) -> DeliveryTicket {
-        guard !records.isEmpty else { return DeliveryTicket(core: core, batchID: nil) }
+        guard !records.isEmpty else { return DeliveryTicket(core: core, batchID: nil, count: 0) }
         precondition(records.count < ProducerCore.maxBatchSize, "a batch holds at most \(ProducerCore.maxBatchSize - 1) records")
         let batchID = try core.openBatch(count: records.count)
+        // Holds the handle for the whole batch (close waits for it), one guard per batch, not per message.
+        guard core.client.enterUse() else {
+            for index in records.indices { core.fail(token: batchID << ProducerCore.indexBits | UInt64(index), error: KafkaError.closed) }
+            return DeliveryTicket(core: core, batchID: batchID, count: records.count)
+        }
+        defer { core.client.leaveUse() }
         var topics = TopicHandleCache()
         for index in records.indices {
             let token = batchID << ProducerCore.indexBits | UInt64(index)
@@ -59,12 +67,14 @@ public final class KafkaProducer: Sendable {
             }
             if let error { core.fail(token: token, error: error) }
         }
-        return DeliveryTicket(core: core, batchID: batchID)
+        return DeliveryTicket(core: core, batchID: batchID, count: records.count)
     }
 
     /// Enqueues a record and returns its id at once; the report arrives on ``deliveryReports``.
     public func enqueue(_ record: ProducerRecord) async throws(KafkaError) -> UInt64 {
         let id = try core.nextFireAndForgetToken()
+        guard core.client.enterUse() else { throw KafkaError.closed }
+        defer { core.client.leaveUse() }
         var topics = TopicHandleCache()
         var error = core.client.produce(record, token: id, topics: &topics)
         if error?.code == .queueFull {
@@ -78,13 +88,15 @@ public final class KafkaProducer: Sendable {
     }
 
     /// Messages enqueued but not yet delivered or failed.
-    public var inFlight: Int { core.client.outQueueLength }
+    public var inFlight: Int { (try? core.client.using { core.client.outQueueLength }) ?? 0 }
 
     /// Waits until everything enqueued is delivered or failed, or the deadline passes.
     public func flush(deadline: Duration) async throws(KafkaError) {
         let client = core.client
         let ms = Int32(clamping: deadline.components.seconds * 1000 + deadline.components.attoseconds / 1_000_000_000_000_000)
-        if let error = await BlockingExecutor.run({ client.flush(timeoutMilliseconds: ms) }) { throw error }
+        if let error = try await BlockingExecutor.run({ () throws(KafkaError) in try client.using { client.flush(timeoutMilliseconds: ms) } }) {
+            throw error
+        }
     }
 
     /// Flushes within the deadline, fails whatever is still undelivered (``KafkaError/Code/delivery``
@@ -94,11 +106,13 @@ public final class KafkaProducer: Sendable {
         do { try await flush(deadline: deadline) } catch { flushError = error }
         if let flushError {
             core.client.logger.warning("closing producer: \(flushError); purging undelivered messages")
-            core.client.purge()
+            _ = try? core.client.using { core.client.purge() }
             // Purged messages still get reports; give the poll thread a moment to route them.
             try? await flush(deadline: .seconds(1))
         }
         await core.stop()
+        let client = core.client
+        await BlockingExecutor.run { client.destroy() }
     }
 }
 
@@ -106,12 +120,13 @@ public final class KafkaProducer: Sendable {
 public struct DeliveryTicket: Sendable {
     let core: ProducerCore
     let batchID: UInt64?
+    let count: Int
 
     /// Waits until every record is delivered or failed; the report at index `i` belongs to record `i`.
     /// Call it once.
     public func reports() async -> [DeliveryReport] {
         guard let batchID else { return [] }
-        return await core.awaitBatch(batchID)
+        return await core.awaitBatch(batchID, count: count)
     }
 }
 
@@ -197,10 +212,13 @@ final class ProducerCore: Sendable {
         route(&one, overrideError: error)
     }
 
-    func awaitBatch(_ id: UInt64) async -> [DeliveryReport] {
+    func awaitBatch(_ id: UInt64, count: Int) async -> [DeliveryReport] {
         await withCheckedContinuation { continuation in
             let done: [DeliveryReport]? = state.withLock { s in
-                guard let batch = s.batches[id] else { return [] }
+                guard let batch = s.batches[id] else {
+                    // Swept by close() before anyone waited: none of it can be delivered any more.
+                    return (0..<count).map { DeliveryReport(id: UInt64($0), partition: -1, offset: -1, error: KafkaError.closed) }
+                }
                 if batch.remaining == 0 {
                     s.batches[id] = nil
                     return batch.reports

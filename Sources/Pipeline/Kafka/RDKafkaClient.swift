@@ -15,6 +15,7 @@ final class RDKafkaClient: @unchecked Sendable {
     let logger: Logger
     private let logQueue: OpaquePointer
     private let topics = Mutex<[String: OpaquePointer]>([:])
+    private let lifetime = HandleLifetime()
 
     /// - Parameter configure: called with the `rd_kafka_conf_t` before the client is created,
     ///   to register callbacks or event masks.
@@ -39,11 +40,32 @@ final class RDKafkaClient: @unchecked Sendable {
         rd_kafka_set_log_queue(rk, logQueue)
     }
 
-    deinit {
+    deinit { destroy() }
+
+    /// Runs `body` unless the client is destroyed (then throws ``KafkaError/closed``); `destroy`
+    /// waits for running bodies. The public API wraps its calls in this so that a call racing a
+    /// close gets an error instead of a freed handle.
+    func using<T>(_ body: () throws(KafkaError) -> T) throws(KafkaError) -> T {
+        guard lifetime.enter() else { throw KafkaError.closed }
+        defer { lifetime.leave() }
+        return try body()
+    }
+
+    /// Destroys the `rd_kafka_t` (once; later calls return at once). Blocking: librdkafka stops
+    /// its threads. Clients are destroyed explicitly by `close()`, before the program can exit:
+    /// a process that exits while librdkafka is being torn down can crash in its bundled OpenSSL.
+    func destroy() {
+        guard lifetime.endAndWait() else { return }
         for (_, rkt) in topics.withLock({ $0 }) { rd_kafka_topic_destroy(rkt) }
         rd_kafka_queue_destroy(logQueue)
         rd_kafka_destroy(handle)
     }
+
+    var isDestroyed: Bool { lifetime.isEnded }
+
+    /// The unscoped form of ``using(_:)`` for a hot loop: pair every true result with ``leaveUse()``.
+    func enterUse() -> Bool { lifetime.enter() }
+    func leaveUse() { lifetime.leave() }
 
     var name: String { String(cString: rd_kafka_name(handle)) }
 
@@ -116,5 +138,43 @@ final class RDKafkaClient: @unchecked Sendable {
             let error = t.err == RD_KAFKA_RESP_ERR_NO_ERROR ? nil : RDKafkaError.make(t.err, code: .broker, context: "topic \(String(cString: t.topic))")
             return (String(cString: t.topic), Int(t.partition_cnt), error)
         }
+    }
+}
+
+/// Counts calls inside ``RDKafkaClient/using(_:)`` so that destruction waits for them.
+private final class HandleLifetime: @unchecked Sendable {  // all state behind `condition`
+    private let condition = NSCondition()
+    private var users = 0
+    private var ended = false
+
+    func enter() -> Bool {
+        condition.lock()
+        defer { condition.unlock() }
+        guard !ended else { return false }
+        users += 1
+        return true
+    }
+
+    func leave() {
+        condition.lock()
+        users -= 1
+        if users == 0 { condition.broadcast() }
+        condition.unlock()
+    }
+
+    /// Marks the end and waits for current users. True for the first caller only.
+    func endAndWait() -> Bool {
+        condition.lock()
+        defer { condition.unlock() }
+        guard !ended else { return false }
+        ended = true
+        while users > 0 { condition.wait() }
+        return true
+    }
+
+    var isEnded: Bool {
+        condition.lock()
+        defer { condition.unlock() }
+        return ended
     }
 }

@@ -1,5 +1,6 @@
 import CKafka
 import Logging
+import Synchronization
 
 /// What one `rd_kafka_consumer_poll` returned.
 enum RDKafkaPolled {
@@ -77,11 +78,21 @@ final class RDKafkaConsumer: @unchecked Sendable {  // immutable after init; lib
         consumerQueue = rd_kafka_queue_get_consumer(client.handle)
     }
 
+    private let queueDestroyed = Atomic<Bool>(false)
+
     deinit {
-        rd_kafka_queue_destroy(consumerQueue)
-        // The client (and with it rd_kafka_t) may outlive this object only if someone else holds it;
-        // nobody does, so the callback cannot fire after this point.
+        destroy()
+        // rd_kafka_t is gone: the rebalance callback cannot fire any more.
         retainedContext.release()
+    }
+
+    /// Destroys the consumer queue, then the client (queues must go before `rd_kafka_destroy`).
+    /// Blocking. Only the poll thread (after it stopped polling) and deinit call it.
+    func destroy() {
+        if !queueDestroyed.exchange(true, ordering: .acquiringAndReleasing) {
+            rd_kafka_queue_destroy(consumerQueue)
+        }
+        client.destroy()
     }
 
     func subscribe(_ topics: [String]) throws(KafkaError) {

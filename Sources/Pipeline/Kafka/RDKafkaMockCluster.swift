@@ -17,10 +17,10 @@ public final class KafkaMockCluster: @unchecked Sendable {  // librdkafka's mock
         self.cluster = cluster
     }
 
+    /// A test double: destroyed synchronously (the mock cluster first, then its owning client).
     deinit {
         rd_kafka_mock_cluster_destroy(cluster)
-        // rd_kafka_destroy blocks while librdkafka's threads stop: release off the cooperative pool.
-        BlockingExecutor.release(client)
+        client.destroy()
     }
 
     /// The brokers' `host:port` list.

@@ -5,12 +5,6 @@ import Dispatch
 public enum BlockingExecutor {
     private static let queue = DispatchQueue(label: "pipeline.blocking", qos: .userInitiated, attributes: .concurrent)
 
-    /// Drops a reference on a Dispatch thread, for objects whose deinit blocks (an `rd_kafka_t`
-    /// waits for its threads to stop in `rd_kafka_destroy`).
-    static func release(_ object: some AnyObject & Sendable) {
-        queue.async { withExtendedLifetime(object) {} }
-    }
-
     public static func run<T: Sendable, E: Error>(_ body: @escaping @Sendable () throws(E) -> T) async throws(E) -> T {
         let result: Result<T, E> = await withCheckedContinuation { continuation in
             queue.async {
