@@ -236,6 +236,7 @@ final class ConsumerCore: @unchecked Sendable {
             let pending = beginClosing()
             condition.unlock()
             pending?.resume(returning: nil)
+            consumer.wakePoll()
         }
     }
 

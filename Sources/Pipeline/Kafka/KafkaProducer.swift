@@ -315,7 +315,7 @@ final class ProducerCore: Sendable {
                 return s.pollThreadRunning
             }
             stopRequested.store(true, ordering: .releasing)
-            if !running { continuation.resume() }
+            if running { client.wakeDeliveryReportPoll() } else { continuation.resume() }
         }
         let orphaned = state.withLock { s in
             defer { s.batches.removeAll() }

@@ -54,8 +54,11 @@ final class RDKafkaClient: @unchecked Sendable {
     /// Destroys the `rd_kafka_t` (once; later calls return at once). Blocking: librdkafka stops
     /// its threads. Clients are destroyed explicitly by `close()`, before the program can exit:
     /// a process that exits while librdkafka is being torn down can crash in its bundled OpenSSL.
-    func destroy() {
+    /// - Parameter destroyQueues: destroys queues the caller owns; it runs after in-flight
+    ///   ``using(_:)`` calls have finished and before `rd_kafka_destroy` (queues must go first).
+    func destroy(destroyQueues: () -> Void = {}) {
         guard lifetime.endAndWait() else { return }
+        destroyQueues()
         for (_, rkt) in topics.withLock({ $0 }) { rd_kafka_topic_destroy(rkt) }
         rd_kafka_queue_destroy(logQueue)
         rd_kafka_destroy(handle)

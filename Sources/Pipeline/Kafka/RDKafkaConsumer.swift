@@ -1,6 +1,5 @@
 import CKafka
 import Logging
-import Synchronization
 
 /// What one `rd_kafka_consumer_poll` returned.
 enum RDKafkaPolled {
@@ -78,21 +77,22 @@ final class RDKafkaConsumer: @unchecked Sendable {  // immutable after init; lib
         consumerQueue = rd_kafka_queue_get_consumer(client.handle)
     }
 
-    private let queueDestroyed = Atomic<Bool>(false)
-
     deinit {
         destroy()
         // rd_kafka_t is gone: the rebalance callback cannot fire any more.
         retainedContext.release()
     }
 
+    /// Makes a waiting `poll` return at once (`rd_kafka_queue_yield`), so closing does not wait
+    /// out the poll timeout. Safe from any thread; does nothing once destroyed.
+    func wakePoll() {
+        _ = try? client.using { rd_kafka_queue_yield(consumerQueue) }
+    }
+
     /// Destroys the consumer queue, then the client (queues must go before `rd_kafka_destroy`).
     /// Blocking. Only the poll thread (after it stopped polling) and deinit call it.
     func destroy() {
-        if !queueDestroyed.exchange(true, ordering: .acquiringAndReleasing) {
-            rd_kafka_queue_destroy(consumerQueue)
-        }
-        client.destroy()
+        client.destroy { rd_kafka_queue_destroy(consumerQueue) }
     }
 
     func subscribe(_ topics: [String]) throws(KafkaError) {

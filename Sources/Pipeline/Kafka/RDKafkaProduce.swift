@@ -122,6 +122,14 @@ extension RDKafkaClient {
 
     var outQueueLength: Int { Int(rd_kafka_outq_len(handle)) }
 
+    /// Makes a `serveDeliveryReports` that is waiting return at once (`rd_kafka_queue_yield`),
+    /// so stopping the poll thread does not wait out its poll timeout.
+    func wakeDeliveryReportPoll() {
+        let queue = rd_kafka_queue_get_main(handle)!
+        defer { rd_kafka_queue_destroy(queue) }
+        rd_kafka_queue_yield(queue)
+    }
+
     static func enableDeliveryReportEvents(_ conf: OpaquePointer) {
         // Delivery reports and errors arrive as events on the main queue, polled by our thread,
         // instead of through C callbacks (the swift-kafka-client approach).
