@@ -67,10 +67,8 @@ let package = Package(
         // Benchmarks (release builds, run by scripts/bench-*; not tests).
         .executableTarget(
             name: "decode-bench", dependencies: ["Workers"], path: "Benchmarks/DecodeBench",
-            exclude: ["peer_pydantic.py", "RESULTS.md"]),
-        .executableTarget(
-            name: "thumbnail-bench", dependencies: ["Thumbnails"], path: "Benchmarks/ThumbnailBench",
-            exclude: ["RESULTS.md"]),
+            exclude: ["peer_pydantic.py"]),
+        .executableTarget(name: "thumbnail-bench", dependencies: ["Thumbnails"], path: "Benchmarks/ThumbnailBench"),
 
         // Tests. PipelineTests need no broker (configuration, errors, librdkafka's mock cluster);
         // IntegrationTests start the local tansu broker.
