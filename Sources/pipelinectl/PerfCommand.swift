@@ -10,7 +10,7 @@ struct Perf: AsyncParsableCommand {
 
     struct Produce: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Produce N messages of a given size and wait for every delivery.")
-        @Option(name: .customLong("bootstrap-server"), help: "Kafka bootstrap servers.") var bootstrapServer: String
+        @OptionGroup var connection: RequiredConnection
         @Option(help: "Topic to produce to.") var topic: String
         @Option(help: "Number of messages.") var messages = 1_000_000
         @Option(help: "Bytes per message value.") var size = 200
@@ -25,7 +25,7 @@ struct Perf: AsyncParsableCommand {
 
         func run() async throws {
             try Preflight.checkRuntime()
-            var config = ProducerConfiguration(bootstrapServers: bootstrapServer.split(separator: ",").map(String.init))
+            var config = ProducerConfiguration(bootstrapServers: connection.servers)
             config.kafka.raw = try parseProperties(properties)
             let producer = try KafkaProducer(configuration: config)
             let value = [UInt8](repeating: UInt8(ascii: "x"), count: size)
@@ -60,7 +60,7 @@ struct Perf: AsyncParsableCommand {
 
     struct Consume: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Consume N messages in a fresh consumer group.")
-        @Option(name: .customLong("bootstrap-server"), help: "Kafka bootstrap servers.") var bootstrapServer: String
+        @OptionGroup var connection: RequiredConnection
         @Option(help: "Topic to consume.") var topic: String
         @Option(help: "Stop after this many messages.") var messages = 1_000_000
         @Option(help: "Consumer group (default: a new one).") var group: String?
@@ -74,7 +74,7 @@ struct Perf: AsyncParsableCommand {
         func run() async throws {
             try Preflight.checkRuntime()
             var config = ConsumerConfiguration(
-                bootstrapServers: bootstrapServer.split(separator: ",").map(String.init),
+                bootstrapServers: connection.servers,
                 groupID: group ?? "perf-\(UUID().uuidString.prefix(8))")
             config.sessionTimeout = .milliseconds(2000)
             config.heartbeatInterval = .milliseconds(500)

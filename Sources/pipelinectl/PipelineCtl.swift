@@ -16,16 +16,30 @@ struct ConnectionOptions: ParsableArguments {
     @Option(name: .customLong("bootstrap-server"), help: "Kafka bootstrap servers, host:port[,host:port]. Default: start an embedded local broker.")
     var bootstrapServer: String?
 
-    var servers: [String]? {
-        bootstrapServer.map { $0.split(separator: ",").map { String($0.trimmingCharacters(in: .whitespaces)) } }
-    }
+    var servers: [String]? { bootstrapServer.map(parseServers) }
 
     func validate() throws {
-        if let servers {
-            for server in servers where !server.contains(":") || server.hasSuffix(":") {
-                throw ValidationError("--bootstrap-server: '\(server)' is not host:port")
-            }
-        }
+        if let bootstrapServer { try validateServers(bootstrapServer) }
+    }
+}
+
+/// `--bootstrap-server` for commands that need an existing cluster.
+struct RequiredConnection: ParsableArguments {
+    @Option(name: .customLong("bootstrap-server"), help: "Kafka bootstrap servers, host:port[,host:port].")
+    var bootstrapServer: String
+
+    var servers: [String] { parseServers(bootstrapServer) }
+
+    func validate() throws { try validateServers(bootstrapServer) }
+}
+
+func parseServers(_ list: String) -> [String] {
+    list.split(separator: ",").map { String($0.trimmingCharacters(in: .whitespaces)) }
+}
+
+func validateServers(_ list: String) throws {
+    for server in parseServers(list) where !server.contains(":") || server.hasSuffix(":") {
+        throw ValidationError("--bootstrap-server: '\(server)' is not host:port")
     }
 }
 

@@ -8,11 +8,11 @@ struct Topics: AsyncParsableCommand {
 
     struct List: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "List topics with partitions and cleanup policy.")
-        @Option(name: .customLong("bootstrap-server"), help: "Kafka bootstrap servers, host:port[,host:port].") var bootstrapServer: String
+        @OptionGroup var connection: RequiredConnection
 
         func run() async throws {
             try Preflight.checkRuntime()
-            let admin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: bootstrapServer.split(separator: ",").map(String.init)))
+            let admin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: connection.servers))
             let topics = try await admin.listTopics()
             await admin.close()
             for topic in topics {
@@ -23,7 +23,7 @@ struct Topics: AsyncParsableCommand {
 
     struct Create: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Create a topic.")
-        @Option(name: .customLong("bootstrap-server"), help: "Kafka bootstrap servers.") var bootstrapServer: String
+        @OptionGroup var connection: RequiredConnection
         @Argument(help: "Topic name.") var name: String
         @Option(help: "Number of partitions.") var partitions = 1
         @Option(name: .customLong("cleanup-policy"), help: "delete, compact or compact,delete.") var cleanupPolicy: String?
@@ -37,7 +37,7 @@ struct Topics: AsyncParsableCommand {
 
         func run() async throws {
             try Preflight.checkRuntime()
-            let admin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: bootstrapServer.split(separator: ",").map(String.init)))
+            let admin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: connection.servers))
             try await admin.createTopic(TopicSpec(name: name, partitions: partitions, config: cleanupPolicy.map { ["cleanup.policy": $0] } ?? [:]))
             await admin.close()
             print("created \(name)")
@@ -46,12 +46,12 @@ struct Topics: AsyncParsableCommand {
 
     struct Delete: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Delete a topic.")
-        @Option(name: .customLong("bootstrap-server"), help: "Kafka bootstrap servers.") var bootstrapServer: String
+        @OptionGroup var connection: RequiredConnection
         @Argument(help: "Topic name.") var name: String
 
         func run() async throws {
             try Preflight.checkRuntime()
-            let admin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: bootstrapServer.split(separator: ",").map(String.init)))
+            let admin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: connection.servers))
             try await admin.deleteTopic(name)
             await admin.close()
             print("deleted \(name)")

@@ -76,6 +76,8 @@ import Testing
         #expect(milliseconds(.seconds(6)) == "6000")
         #expect(milliseconds(.milliseconds(250)) == "250")
         #expect(milliseconds(.microseconds(1500)) == "1")
+        #expect(Duration.milliseconds(500).timeoutMilliseconds == 500, "sub-second timeouts are kept")
+        #expect(Duration.seconds(10_000_000).timeoutMilliseconds == Int32.max, "clamped to a C int")
     }
 
     @Test func oldLibrdkafkaIsRefusedUnlessOverridden() throws {

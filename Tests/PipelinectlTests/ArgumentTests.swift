@@ -23,6 +23,11 @@ import Testing
             PipelineCtl.message(for: error).contains("'localhost' is not host:port")
         }
         #expect {
+            _ = try PipelineCtl.parseAsRoot(["topics", "list", "--bootstrap-server", "h:1,nohost"])
+        } throws: { error in
+            PipelineCtl.message(for: error).contains("'nohost' is not host:port")
+        }
+        #expect {
             _ = try PipelineCtl.parseAsRoot(["topics", "create", "--bootstrap-server", "h:1", "t", "--cleanup-policy", "compacted"])
         } throws: { error in
             PipelineCtl.message(for: error).contains("--cleanup-policy: 'compacted'")

@@ -58,13 +58,9 @@ public final class KafkaAdmin: Sendable {
         await BlockingExecutor.run { client.destroy() }
     }
 
-    private var timeoutMilliseconds: Int32 {
-        Int32(clamping: timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000)
-    }
-
     private func run<T: Sendable>(_ body: @escaping @Sendable (RDKafkaAdmin, Int32) throws(KafkaError) -> T) async throws(KafkaError) -> T {
         let admin = RDKafkaAdmin(client: client)
-        let ms = timeoutMilliseconds
+        let ms = timeout.timeoutMilliseconds
         let client = self.client
         return try await BlockingExecutor.run { () throws(KafkaError) in
             try client.using { () throws(KafkaError) in

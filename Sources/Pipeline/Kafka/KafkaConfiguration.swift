@@ -222,7 +222,15 @@ public struct ConsumerConfiguration: Sendable {
     }
 }
 
-func milliseconds(_ d: Duration) -> String {
-    let (seconds, attoseconds) = d.components
-    return String(seconds * 1000 + attoseconds / 1_000_000_000_000_000)
+func milliseconds(_ d: Duration) -> String { String(d.wholeMilliseconds) }
+
+extension Duration {
+    /// Whole milliseconds (sub-millisecond parts dropped), as librdkafka's `*.ms` settings and timeouts take them.
+    var wholeMilliseconds: Int64 {
+        let (seconds, attoseconds) = components
+        return seconds * 1000 + attoseconds / 1_000_000_000_000_000
+    }
+
+    /// The same, clamped to a C `int` timeout argument.
+    var timeoutMilliseconds: Int32 { Int32(clamping: wholeMilliseconds) }
 }

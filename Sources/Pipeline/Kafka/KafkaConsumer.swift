@@ -90,7 +90,7 @@ public final class KafkaConsumer: AsyncSequence, Sendable {
     /// The group's committed offsets for these partitions (-1001, librdkafka's "invalid", when none).
     public func committed(_ partitions: [TopicPartition], timeout: Duration = .seconds(10)) async throws(KafkaError) -> [TopicPartitionOffset] {
         let consumer = core.consumer
-        let ms = Int32(clamping: timeout.components.seconds * 1000)
+        let ms = timeout.timeoutMilliseconds
         return try await BlockingExecutor.run { () throws(KafkaError) in
             try consumer.client.using { () throws(KafkaError) in try consumer.committed(partitions, timeoutMilliseconds: ms) }
         }

@@ -93,7 +93,7 @@ public final class KafkaProducer: Sendable {
     /// Waits until everything enqueued is delivered or failed, or the deadline passes.
     public func flush(deadline: Duration) async throws(KafkaError) {
         let client = core.client
-        let ms = Int32(clamping: deadline.components.seconds * 1000 + deadline.components.attoseconds / 1_000_000_000_000_000)
+        let ms = deadline.timeoutMilliseconds
         if let error = try await BlockingExecutor.run({ () throws(KafkaError) in try client.using { client.flush(timeoutMilliseconds: ms) } }) {
             throw error
         }

@@ -64,8 +64,6 @@ final class RDKafkaClient: @unchecked Sendable {
         rd_kafka_destroy(handle)
     }
 
-    var isDestroyed: Bool { lifetime.isEnded }
-
     /// The unscoped form of ``using(_:)`` for a hot loop: pair every true result with ``leaveUse()``.
     func enterUse() -> Bool { lifetime.enter() }
     func leaveUse() { lifetime.leave() }
@@ -173,11 +171,5 @@ private final class HandleLifetime: @unchecked Sendable {  // all state behind `
         ended = true
         while users > 0 { condition.wait() }
         return true
-    }
-
-    var isEnded: Bool {
-        condition.lock()
-        defer { condition.unlock() }
-        return ended
     }
 }

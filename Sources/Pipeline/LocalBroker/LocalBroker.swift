@@ -43,22 +43,12 @@ public final class LocalBroker: Sendable {
     /// Starts a broker on a free loopback port and returns once it accepts connections.
     public static func start(_ options: Options = Options(), logger: Logger = Logger(label: "local-broker")) async throws -> LocalBroker {
         let tansu = try options.tansuPath ?? locateTansu()
-        var environment: [String: String] = [:]
-        var storageURL = "memory://tansu/"
         var moto: (ManagedProcess.Handle, Int)?
-        if case .s3 = options.storage {
-            let started = try await startMoto(timeout: options.startTimeout)
-            moto = started
-            environment = [
-                "AWS_ENDPOINT": "http://127.0.0.1:\(started.1)", "AWS_ALLOW_HTTP": "true",
-                "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local", "AWS_REGION": "us-east-1",
-            ]
-            storageURL = "s3://tansu/"
-        }
+        if case .s3 = options.storage { moto = try await startMoto(timeout: options.startTimeout) }
         let port = try FreePort.find()
         do {
-            let broker = try await startTansu(tansu, port: port, storage: storageURL, environment: environment, timeout: options.startTimeout)
-            logger.info("local broker ready", metadata: ["bootstrap": "127.0.0.1:\(port)", "storage": "\(storageURL)"])
+            let broker = try await startTansu(tansu, port: port, motoPort: moto?.1, timeout: options.startTimeout)
+            logger.info("local broker ready", metadata: ["bootstrap": "127.0.0.1:\(port)", "storage": "\(moto == nil ? "memory" : "s3")"])
             return LocalBroker(port: port, options: options, tansuPath: tansu, broker: broker, moto: moto, logger: logger)
         } catch {
             moto?.0.terminate()
@@ -88,16 +78,7 @@ public final class LocalBroker: Sendable {
     public func restart() async throws -> LocalBroker {
         broker.kill()
         await broker.waitForExit()
-        var environment: [String: String] = [:]
-        var storageURL = "memory://tansu/"
-        if let moto {
-            environment = [
-                "AWS_ENDPOINT": "http://127.0.0.1:\(moto.port)", "AWS_ALLOW_HTTP": "true",
-                "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local", "AWS_REGION": "us-east-1",
-            ]
-            storageURL = "s3://tansu/"
-        }
-        let restarted = try await Self.startTansu(tansuPath, port: port, storage: storageURL, environment: environment, timeout: options.startTimeout)
+        let restarted = try await Self.startTansu(tansuPath, port: port, motoPort: moto?.port, timeout: options.startTimeout)
         return LocalBroker(port: port, options: options, tansuPath: tansuPath, broker: restarted, moto: moto, logger: logger)
     }
 
@@ -126,8 +107,18 @@ public final class LocalBroker: Sendable {
             "tansu was not found: run scripts/install-deps (it installs the pinned broker to .deps/bin/tansu) or set TANSU_BIN")
     }
 
-    private static func startTansu(_ path: String, port: Int, storage: String, environment: [String: String], timeout: Duration) async throws -> ManagedProcess.Handle {
+    /// Starts tansu on `port`: memory storage, or S3 storage on the moto_server at `motoPort`.
+    private static func startTansu(_ path: String, port: Int, motoPort: Int?, timeout: Duration) async throws -> ManagedProcess.Handle {
         let url = "tcp://127.0.0.1:\(port)"
+        var storage = "memory://tansu/"
+        var environment: [String: String] = [:]
+        if let motoPort {
+            storage = "s3://tansu/"
+            environment = [
+                "AWS_ENDPOINT": "http://127.0.0.1:\(motoPort)", "AWS_ALLOW_HTTP": "true",
+                "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local", "AWS_REGION": "us-east-1",
+            ]
+        }
         let process = try ManagedProcess.launch(
             path,
             arguments: ["broker", "--listener-url", url, "--advertised-listener-url", url, "--storage-engine", storage],
