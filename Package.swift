@@ -16,6 +16,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
         .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
         .package(url: "https://github.com/x-sheep/swift-property-based", from: "2.0.1"),
+        .package(url: "https://github.com/jpsim/Yams", from: "6.0.0"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
     ],
     targets: [
         // C modules: the only doors into C libraries.
@@ -44,13 +46,17 @@ let package = Package(
             ]
         ),
 
-        // The runtime: Kafka layer (only Kafka/RDKafka* files import CKafka), local broker, runner.
+        // The runtime. Kafka/ is the client (only Kafka/RDKafka* files import CKafka; nothing of
+        // the runtime); Topology/ reads topology.yaml; Runtime/ hosts stages on Kafka
+        // (depends on Kafka and Workers); LocalBroker/ runs tansu.
         .target(
             name: "Pipeline",
             dependencies: [
                 "CKafka",
                 "Workers",
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "Yams", package: "Yams"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
 
@@ -61,6 +67,7 @@ let package = Package(
                 "Workers",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
 

@@ -46,29 +46,37 @@ struct Demo: AsyncParsableCommand {
             }
             print("produced:  \(formatRate(delivered, clock.now - produceStart))")
 
-            // 2. Consume through a pass-through stage in a consumer group, producing to the output topic.
-            var consumerConfig = ConsumerConfiguration(bootstrapServers: servers, groupID: "demo-pass-through")
-            consumerConfig.sessionTimeout = .milliseconds(3000)
-            consumerConfig.heartbeatInterval = .milliseconds(500)
-            consumerConfig.reportEndOfPartition = true
-            let consumer = try KafkaConsumer(configuration: consumerConfig)
-            try consumer.subscribe([input])
-            let worker = StageWorker(
-                stage: PassThroughStage(), consumer: consumer, producer: producer,
-                routing: .init(outputs: ["out": output], deadLetterTopic: deadLetters))
+            // 2. Run the pass-through stage as a worker would: its consumer group, outputs, commits.
+            let topology = try Topology.parse("""
+                topics:
+                  - {name: \(input), partitions: \(partitions)}
+                  - {name: \(output), partitions: \(partitions)}
+                  - {name: \(deadLetters), partitions: 1}
+                stages:
+                  - name: demo-pass-through
+                    chain: [pass-through]
+                    inputs: [\(input)]
+                    outputs: {out: \(output)}
+                    dead-letter-topic: \(deadLetters)
+                """, source: "demo topology")
+            var settings = WorkerSettings(bootstrapServers: servers)
+            settings.sessionTimeout = .milliseconds(3000)
+            settings.heartbeatInterval = .milliseconds(500)
+            settings.stopAfterInputs = delivered
+            let service = try StageService(
+                definition: try topology.stage(named: "demo-pass-through"), topology: topology, settings: settings)
             let consumeStart = clock.now
-            let target = delivered
-            let counts = try await worker.run { $0.consumed >= target }
+            try await service.run()
             let elapsed = clock.now - consumeStart
-            try await consumer.close()
             await producer.close()
-            print("consumed:  \(formatRate(counts.consumed, elapsed)) (includes joining the group)")
-            print("forwarded: \(counts.produced) messages to \(output), \(counts.deadLettered) to \(deadLetters)")
+            let counts = service.counters
+            print("consumed:  \(formatRate(counts.inputsDone.value, elapsed)) (includes joining the group)")
+            print("forwarded: \(counts.produced.value) messages to \(output), \(counts.deadLettered.value) to \(deadLetters)")
             let committed = try await admin.committedOffsets(group: "demo-pass-through").reduce(Int64(0)) { $0 + $1.offset }
             await admin.close()
             print("committed offsets of group demo-pass-through add up to \(committed)")
-            guard counts.consumed == delivered, counts.produced == delivered, committed == Int64(delivered) else {
-                throw ValidationError("counts do not match: produced \(delivered), consumed \(counts.consumed), forwarded \(counts.produced), committed \(committed)")
+            guard counts.inputsDone.value == delivered, counts.produced.value == delivered, committed == Int64(delivered) else {
+                throw ValidationError("counts do not match: produced \(delivered), consumed \(counts.inputsDone.value), forwarded \(counts.produced.value), committed \(committed)")
             }
             print("ok: every message produced, consumed, forwarded and committed once")
         }

@@ -19,11 +19,13 @@ struct Run: ParsableCommand {
             or a bare upstream JSON message, used as the value. A record's timestamp is
             the stages' "now"; a line without one reuses the previous record's.
 
-            Output: one line per produced record or decode failure
+            Output: one line per produced record or dead letter
               {"type":"output","output":..,"key":..,"value":..,
                "headers":{..},"dedupe_key":..}
-              {"type":"failure","stage":..,"topic":..,"partition":..,"offset":..,
-               "field":..,"reason":..,"detail":..}
+              {"type":"dead-letter","key":..,"value":<the input, unchanged>,
+               "headers":{..,"dead-letter.stage":..,"dead-letter.reason":..,
+               "dead-letter.field":..,"dead-letter.detail":..,"dead-letter.origin.topic":..,..}}
+            (a dead letter is exactly the record the worker sends to the dead-letter topic)
             """
     )
 

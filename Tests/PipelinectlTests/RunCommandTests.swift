@@ -44,7 +44,7 @@ import Testing
         var out: [String] = []
         try run.execute(lines: lines) { out.append($0) }
         #expect(out == [
-            #"{"type":"failure","stage":"prices.decode,prices.candles","topic":"stdin","partition":0,"offset":1,"field":"trade_price","reason":"wrong-type","detail":"expected number, found string"}"#,
+            #"{"type":"dead-letter","key":null,"value":{"code":"KRW-BTC","trade_price":"oops"},"headers":{"dead-letter.stage":"prices.decode,prices.candles","dead-letter.reason":"wrong-type","dead-letter.field":"trade_price","dead-letter.detail":"expected number, found string","dead-letter.origin.topic":"stdin","dead-letter.origin.partition":"0","dead-letter.origin.offset":"1","dead-letter.attempts":"1"}}"#,
             #"{"type":"output","output":"prices.candles.1m","key":"KRW-BTC|2023-11-14T03:12","value":{"market":"KRW-BTC","candle_date_time_utc":"2023-11-14T03:12:00","opening_price":100,"high_price":100,"low_price":100,"trade_price":100,"timestamp":1699931521000,"candle_acc_trade_price":100,"candle_acc_trade_volume":1,"unit":1},"headers":{},"dedupe_key":"candle:KRW-BTC:1699931520000"}"#,
         ])
     }

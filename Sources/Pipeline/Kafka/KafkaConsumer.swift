@@ -48,6 +48,13 @@ public final class KafkaConsumer: AsyncSequence, Sendable {
         try core.consumer.client.using { () throws(KafkaError) in try core.consumer.subscribe(topics) }
     }
 
+    /// Reads these partitions from these offsets without joining the group (manual assignment;
+    /// use instead of ``subscribe(_:)``). ``TopicPartitionOffset/beginning`` and
+    /// ``TopicPartitionOffset/end`` are the logical offsets. An empty list unassigns.
+    public func assign(_ offsets: [TopicPartitionOffset]) throws(KafkaError) {
+        try core.consumer.client.using { () throws(KafkaError) in try core.consumer.assign(offsets) }
+    }
+
     public struct AsyncIterator: AsyncIteratorProtocol {
         let core: ConsumerCore
         public mutating func next() async throws(KafkaError) -> ConsumerEvent? {
@@ -125,17 +132,8 @@ public final class KafkaConsumer: AsyncSequence, Sendable {
     /// the background).
     public func close(deadline: Duration = .seconds(10)) async throws(KafkaError) {
         let core = self.core
-        let result: KafkaError?? = await withTaskGroup(of: KafkaError??.self) { group in
-            group.addTask { .some(await core.close()) }
-            group.addTask {
-                try? await Task.sleep(for: deadline)
-                return .none
-            }
-            let first = await group.next() ?? nil
-            group.cancelAll()
-            return first
-        }
-        switch result {
+        let outcome = await Deadline.race(deadline) { await core.close() }
+        switch outcome {
         case .none: throw KafkaError.timedOut("closing the consumer")
         case .some(.some(let error)): throw error
         case .some(.none): return
@@ -162,6 +160,12 @@ final class ConsumerCore: @unchecked Sendable {
     // Poll thread only:
     private var outbox: [ConsumerEvent] = []
     private var pendingBatch: [ConsumerRecord] = []
+    /// Records taken by the running `drainFetched` call. librdkafka can serve the rebalance
+    /// callback from inside that call; the callback then must not touch `drained` (the call is
+    /// filling it), and records of partitions it revoked must not be handed out after the
+    /// `.revoked` event: they are dropped (never stored, so the next owner reads them again).
+    private var drained: [ConsumerRecord] = []
+    private var revokedWhileDraining: Set<TopicPartition> = []
     private var names = RDKafkaConsumer.TopicNames()
 
     init(consumer: RDKafkaConsumer, maxBatchSize: Int) {
@@ -177,10 +181,21 @@ final class ConsumerCore: @unchecked Sendable {
                 outbox.append(.records(pendingBatch))
                 pendingBatch = []
             }
+            if !assigned { revokedWhileDraining.formUnion(partitions) }
+            if isClosing {
+                // Closing (rd_kafka_consumer_close revokes everything): nobody acknowledges any
+                // more. Commit what the application stored while the partitions are still ours
+                // and the generation is valid; a commit after the revocation would fail with
+                // ILLEGAL_GENERATION or REBALANCE_IN_PROGRESS and the stored offsets be lost.
+                if !assigned { commitOnClose() }
+                return
+            }
             outbox.append(assigned ? .assigned(partitions) : .revoked(partitions))
             while !outbox.isEmpty, deliverNext() {}
-            // The application has the event; wait until it asks for the next one (its acknowledgement).
-            _ = waitForDemand()
+            // The application has the event; wait until it asks for the next one (its
+            // acknowledgement), or closes instead: then what it stored meanwhile is committed
+            // here, while the partitions are still ours.
+            if !waitForDemand(), !assigned { commitOnClose() }
         }
         let thread = Thread { [self] in run() }
         thread.name = "kafka-consumer-poll"
@@ -190,6 +205,9 @@ final class ConsumerCore: @unchecked Sendable {
     // MARK: application side
 
     func next() async throws(KafkaError) -> ConsumerEvent? {
+        // A task cancelled while it handled the last event ends the sequence here: the
+        // cancellation handler below only fires for a wait that is already registered.
+        if Task.isCancelled { return nil }
         do {
             return try await withTaskCancellationHandler {
                 try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<ConsumerEvent?, any Error>) in
@@ -303,7 +321,7 @@ final class ConsumerCore: @unchecked Sendable {
             }
             handle(polled)
             while outbox.isEmpty, pendingBatch.count < maxBatchSize {
-                let taken = consumer.drainFetched(limit: maxBatchSize - pendingBatch.count, names: &names, into: &pendingBatch) { handle($0) }
+                let taken = drainFetched(limit: maxBatchSize - pendingBatch.count)
                 if taken == 0 { break }
             }
             if terminalError != nil { return }
@@ -314,6 +332,25 @@ final class ConsumerCore: @unchecked Sendable {
             pendingBatch = []
         }
         if !outbox.isEmpty { _ = deliverNext() }
+    }
+
+    /// Takes what is already fetched (see `drained`). Poll thread only.
+    private func drainFetched(limit: Int) -> Int {
+        revokedWhileDraining.removeAll(keepingCapacity: true)
+        var others: [RDKafkaPolled] = []
+        var batch = drained
+        drained = []
+        batch.removeAll(keepingCapacity: true)
+        let taken = consumer.drainFetched(limit: limit, names: &names, into: &batch) { others.append($0) }
+        if revokedWhileDraining.isEmpty {
+            pendingBatch.append(contentsOf: batch)
+        } else {
+            pendingBatch.append(contentsOf: batch.lazy.filter { !self.revokedWhileDraining.contains($0.topicPartition) })
+        }
+        batch.removeAll(keepingCapacity: true)
+        drained = batch
+        for event in others { handle(event) }
+        return taken
     }
 
     /// Poll thread only.
@@ -328,6 +365,27 @@ final class ConsumerCore: @unchecked Sendable {
                 fail(with: fatal)
             } else {
                 consumer.client.logger.warning("consumer error: \(error)")
+            }
+        }
+    }
+
+    /// Set by `commitOnClose` (poll thread only).
+    private var closeCommitError: KafkaError?
+
+    /// Commits stored offsets from inside the revocation of a closing consumer, retrying while
+    /// the group is still settling a rebalance. Poll thread only.
+    private func commitOnClose() {
+        closeCommitError = nil
+        for attempt in 0..<10 {
+            do {
+                try consumer.commit(nil)
+                return
+            } catch where error.isRebalanceInProgress && attempt < 9 {
+                Thread.sleep(forTimeInterval: 0.1)  // the poll thread, not the cooperative pool
+            } catch {
+                closeCommitError = error
+                consumer.client.logger.warning("commit on close failed: \(error)")
+                return
             }
         }
     }
@@ -353,11 +411,16 @@ final class ConsumerCore: @unchecked Sendable {
         var result: KafkaError?
         do {
             try consumer.commit(nil)
+        } catch where error.isRebalanceInProgress {
+            // The group is rebalancing: the commit is refused until it settles. Closing revokes
+            // our partitions through the rebalance callback, which commits (`commitOnClose`).
+            consumer.client.logger.info("commit on close deferred to the revocation: \(error)")
         } catch {
             result = error
             consumer.client.logger.warning("commit on close failed: \(error)")
         }
         do { try consumer.close() } catch { result = result ?? error }
+        if let error = closeCommitError { result = result ?? error }
         consumer.client.drainLogs()
         // Destroyed here, before close() returns, so that a program can exit right after it.
         consumer.destroy()

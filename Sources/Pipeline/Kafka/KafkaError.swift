@@ -69,4 +69,10 @@ public struct KafkaError: Error, Sendable, Hashable, CustomStringConvertible {
     static func timedOut(_ what: String) -> KafkaError {
         KafkaError(code: .timedOut, message: "\(what) did not finish before its deadline", isRetriable: true)
     }
+
+    /// The group is rebalancing (`REBALANCE_IN_PROGRESS`, `ILLEGAL_GENERATION`): a commit may
+    /// succeed once the rebalance settles.
+    public var isRebalanceInProgress: Bool {
+        rdKafkaCode == 27 || rdKafkaCode == 22
+    }
 }

@@ -317,16 +317,25 @@ final class ProducerCore: Sendable {
             stopRequested.store(true, ordering: .releasing)
             if running { client.wakeDeliveryReportPoll() } else { continuation.resume() }
         }
+        // Batches nobody awaits yet keep their reports (delivered ones stay delivered) for a
+        // later `reports()`; only records that never got a report are failed as closed.
         let orphaned = state.withLock { s in
-            defer { s.batches.removeAll() }
-            return s.batches.values.compactMap { batch -> (CheckedContinuation<[DeliveryReport], Never>, [DeliveryReport])? in
-                guard let c = batch.continuation else { return nil }
-                return (c, batch.reports.map { r in
-                    var r = r
-                    if r.offset < 0 && r.error == nil { r.error = KafkaError.closed }
-                    return r
-                })
+            var waiting: [(CheckedContinuation<[DeliveryReport], Never>, [DeliveryReport])] = []
+            for (id, var batch) in s.batches {
+                if batch.remaining > 0 {
+                    for i in batch.reports.indices where batch.reports[i].offset < 0 && batch.reports[i].error == nil {
+                        batch.reports[i].error = KafkaError.closed
+                    }
+                    batch.remaining = 0
+                }
+                if let c = batch.continuation {
+                    waiting.append((c, batch.reports))
+                    s.batches[id] = nil
+                } else {
+                    s.batches[id] = batch
+                }
             }
+            return waiting
         }
         for (continuation, reports) in orphaned { continuation.resume(returning: reports) }
         reports.finish()

@@ -21,6 +21,9 @@ public struct TopicPartitionOffset: Sendable, Hashable, CustomStringConvertible 
     }
     public var topicPartition: TopicPartition { TopicPartition(topic, partition) }
     public var description: String { "\(topic)[\(partition)]@\(offset)" }
+    /// librdkafka's logical offsets (`RD_KAFKA_OFFSET_BEGINNING`, `RD_KAFKA_OFFSET_END`).
+    public static let beginning: Int64 = -2
+    public static let end: Int64 = -1
 }
 
 /// A record header. A header may have no value.

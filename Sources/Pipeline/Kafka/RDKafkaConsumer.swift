@@ -1,4 +1,5 @@
 import CKafka
+import Foundation
 import Logging
 
 /// What one `rd_kafka_consumer_poll` returned.
@@ -102,15 +103,34 @@ final class RDKafkaConsumer: @unchecked Sendable {  // immutable after init; lib
         guard err == RD_KAFKA_RESP_ERR_NO_ERROR else { throw RDKafkaError.make(err, code: .broker, context: "subscribe to \(topics)") }
     }
 
-    /// Topic names by topic handle: most batches come from few topics, so names are converted once.
+    /// The last topic name converted, so most records of a batch reuse one `String`. It is
+    /// keyed by the name's bytes, not by the `rd_kafka_topic_t` pointer: a pointer we hold no
+    /// reference on can be freed and reused for another topic.
     struct TopicNames {
-        var last: (OpaquePointer, String)?
+        private var last: String?
+        private var lastBytes: [CChar] = []
+
         mutating func name(_ rkt: OpaquePointer) -> String {
-            if let last, last.0 == rkt { return last.1 }
-            let name = String(cString: rd_kafka_topic_name(rkt))
-            last = (rkt, name)
+            let cName = rd_kafka_topic_name(rkt)!
+            if let last, lastBytes.withUnsafeBufferPointer({ strcmp($0.baseAddress!, cName) == 0 }) { return last }
+            let name = String(cString: cName)
+            last = name
+            lastBytes = Array(name.utf8CString)
             return name
         }
+    }
+
+    /// `rd_kafka_assign`: reads exactly these partitions from these offsets (no group
+    /// membership, nothing committed unless the application commits). Empty: unassign.
+    func assign(_ offsets: [TopicPartitionOffset]) throws(KafkaError) {
+        let err: rd_kafka_resp_err_t
+        if offsets.isEmpty {
+            err = rd_kafka_assign(client.handle, nil)
+        } else {
+            let list = RDKafkaTopicPartitionList(offsets)
+            err = rd_kafka_assign(client.handle, list.pointer)
+        }
+        guard err == RD_KAFKA_RESP_ERR_NO_ERROR else { throw RDKafkaError.make(err, code: .broker, context: "assign \(offsets)") }
     }
 
     /// One `rd_kafka_consumer_poll`. Blocking up to the timeout: only the poll thread calls it.

@@ -53,27 +53,21 @@ enum ManagedProcess {
         /// Returns when the process prints a line containing `needle`; throws if it exits first
         /// or the timeout passes.
         func waitForLine(containing needle: String, timeout: Duration) async throws {
-            let found = try await withThrowingTaskGroup(of: Bool.self) { group in
-                group.addTask {
-                    await withCheckedContinuation { continuation in
-                        let immediate: Bool? = self.state.withLock { s in
-                            if s.tail.contains(where: { $0.contains(needle) }) { return true }
-                            if s.outputClosed { return false }
-                            s.lineWaiters.append((needle, continuation))
-                            return nil
-                        }
-                        if let immediate { continuation.resume(returning: immediate) }
+            let found = await Deadline.race(timeout) {
+                await withCheckedContinuation { continuation in
+                    let immediate: Bool? = self.state.withLock { s in
+                        if s.tail.contains(where: { $0.contains(needle) }) { return true }
+                        if s.outputClosed { return false }
+                        s.lineWaiters.append((needle, continuation))
+                        return nil
                     }
+                    if let immediate { continuation.resume(returning: immediate) }
                 }
-                group.addTask {
-                    try await Task.sleep(for: timeout)
-                    throw LocalBrokerError.timedOut("no line containing \"\(needle)\" within \(timeout)")
-                }
-                defer { group.cancelAll() }
-                let first = try await group.next()!
-                // Unblock the line waiter if the timer won.
-                self.outputEndedForWaiters(needle)
-                return first
+            }
+            guard let found else {
+                // The timer won: release the waiter so its task ends too.
+                outputEndedForWaiters(needle)
+                throw LocalBrokerError.timedOut("no line containing \"\(needle)\" within \(timeout)")
             }
             guard found else { throw LocalBrokerError.startFailed("the process exited before printing \"\(needle)\"") }
         }

@@ -17,6 +17,9 @@ public struct DecodeFailure: Error, Sendable, Hashable, Codable, CustomStringCon
         case tooDeep = "too-deep"
         /// A tombstone (or empty value) where a payload is needed.
         case emptyValue = "empty-value"
+        /// The stage's outputs for this input could not be delivered within the retry budget
+        /// (set by the runtime, never by a stage; the error code is in the dead letter).
+        case deliveryFailed = "delivery-failed"
     }
 
     /// Path of the offending field, e.g. `trade_price`, `[1].code`, `pages[3].images`; `$` is the whole value.

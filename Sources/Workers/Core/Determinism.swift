@@ -3,7 +3,7 @@ extension InputRecord {
     /// (records produced by a stage, or forwarded inside a ``Chain``), else `topic/partition/offset`.
     /// Stages derive their outputs' dedupe keys from it, so a redelivered record yields the same keys.
     public var identity: String {
-        if let key = headers.string(named: "dedupe-key") { return key }
+        if let key = headers.string(named: OutputRecord.dedupeKeyHeader) { return key }
         return "\(origin.topic)/\(origin.partition)/\(origin.offset)"
     }
 

@@ -16,7 +16,7 @@
 /// ## Output: one line per output record or failure
 /// ```json
 /// {"type":"output","output":"prices.ticks","key":"KRW-BTC","value":{…},"headers":{…},"dedupe_key":"…"}
-/// {"type":"failure","stage":"prices.decode","topic":"stdin","partition":0,"offset":3,"field":"trade_price","reason":"wrong-type","detail":"…"}
+/// {"type":"dead-letter","key":null,"value":{…the input…},"headers":{"dead-letter.stage":"prices.decode","dead-letter.reason":"wrong-type",…}}
 /// ```
 /// A value that is valid JSON is embedded as JSON, anything else as a string; a tombstone is `null`.
 /// Each record's `timestamp` is the stage's ``StageContext/now``.
@@ -40,42 +40,48 @@ public struct JSONLinesRunner: Sendable {
         if record.timestamp == Int64.min { record.timestamp = lastTimestamp }
         lastTimestamp = record.timestamp
         let out = runner.process(record, context: StageContext(now: record.timestamp))
-        return render(out, origin: record.origin)
+        return render(out, input: record)
     }
 
     /// Lets time pass to `now` (closes batching windows); returns the output lines.
     public mutating func advance(to now: Int64) -> [String] {
-        render(runner.advance(context: StageContext(now: now)), origin: RecordOrigin(topic: "(advance)", partition: -1, offset: -1))
+        render(runner.advance(context: StageContext(now: now)), input: .advance(at: now))
     }
 
-    private func render(_ out: StageOutput, origin: RecordOrigin) -> [String] {
+    private func render(_ out: StageOutput, input: InputRecord) -> [String] {
         var lines: [String] = []
         for r in out.records {
-            var w = JSONWriter()
-            w.beginObject()
-            w.key("type"); w.string("output")
-            w.key("output"); w.string(r.output)
-            w.key("key"); w.optional(r.key.map { String(decoding: $0, as: UTF8.self) })
-            w.key("value")
-            if let v = r.value {
-                if Self.isJSON(v) { w.raw(v) } else { w.string(String(decoding: v, as: UTF8.self)) }
-            } else {
-                w.null()
-            }
-            w.key("headers")
-            w.beginObject()
-            for h in r.headers { w.key(h.name); w.string(String(decoding: h.value, as: UTF8.self)) }
-            w.endObject()
-            w.key("dedupe_key"); w.string(r.dedupeKey)
-            w.endObject()
-            lines.append(String(decoding: w.bytes, as: UTF8.self))
+            lines.append(Self.line(type: "output", output: r.output, key: r.key, value: r.value, headers: r.headers, dedupeKey: r.dedupeKey))
         }
         for f in out.failures {
-            let dead = DeadLetter(stage: runner.name, origin: origin, failure: f).jsonBytes()
-            // {"stage":… → {"type":"failure","stage":…
-            lines.append(#"{"type":"failure","# + String(decoding: dead.dropFirst(), as: UTF8.self))
+            // The same record the Kafka runtime sends to the dead-letter topic.
+            let dead = DeadLetter(stage: runner.name, input: input, failure: f)
+            lines.append(Self.line(type: "dead-letter", output: nil, key: dead.key, value: dead.value, headers: dead.recordHeaders, dedupeKey: nil))
         }
         return lines
+    }
+
+    private static func line(
+        type: String, output: String?, key: [UInt8]?, value: [UInt8]?, headers: [RecordHeader], dedupeKey: String?
+    ) -> String {
+        var w = JSONWriter()
+        w.beginObject()
+        w.key("type"); w.string(type)
+        if let output { w.key("output"); w.string(output) }
+        w.key("key"); w.optional(key.map { String(decoding: $0, as: UTF8.self) })
+        w.key("value")
+        if let v = value {
+            if isJSON(v) { w.raw(v) } else { w.string(String(decoding: v, as: UTF8.self)) }
+        } else {
+            w.null()
+        }
+        w.key("headers")
+        w.beginObject()
+        for h in headers { w.key(h.name); w.string(String(decoding: h.value, as: UTF8.self)) }
+        w.endObject()
+        if let dedupeKey { w.key("dedupe_key"); w.string(dedupeKey) }
+        w.endObject()
+        return String(decoding: w.bytes, as: UTF8.self)
     }
 
     static func isJSON(_ bytes: [UInt8]) -> Bool {

@@ -63,6 +63,13 @@ public struct InputRecord: Sendable, Hashable {
     }
 }
 
+extension InputRecord {
+    /// The record a failure of ``Stage/advance(state:context:)`` is attributed to: no input, origin `(advance)`.
+    public static func advance(at now: Int64) -> InputRecord {
+        InputRecord(value: nil, timestamp: now, origin: RecordOrigin(topic: "(advance)", partition: -1, offset: -1))
+    }
+}
+
 /// A record a stage wants produced.
 public struct OutputRecord: Sendable, Hashable {
     /// Logical output name (e.g. `prices.candles.1m`); the runtime maps it to a topic.
@@ -85,6 +92,9 @@ public struct OutputRecord: Sendable, Hashable {
         self.headers = headers
         self.dedupeKey = dedupeKey
     }
+
+    /// The header that carries ``dedupeKey`` on a produced record.
+    public static let dedupeKeyHeader = "dedupe-key"
 
     /// Key as UTF-8 text (tests, CLI).
     public var keyString: String? { key.map { String(decoding: $0, as: UTF8.self) } }
@@ -119,33 +129,5 @@ public struct StageOutput: Sendable, Hashable {
     public mutating func append(contentsOf other: StageOutput) {
         records.append(contentsOf: other.records)
         failures.append(contentsOf: other.failures)
-    }
-}
-
-/// A decode failure as it goes to the dead-letter topic: the failure plus where the input came from.
-public struct DeadLetter: Sendable, Hashable, Codable {
-    public var stage: String
-    public var origin: RecordOrigin
-    public var failure: DecodeFailure
-
-    public init(stage: String, origin: RecordOrigin, failure: DecodeFailure) {
-        self.stage = stage
-        self.origin = origin
-        self.failure = failure
-    }
-
-    /// The dead-letter record value: `{"stage":..,"topic":..,"partition":..,"offset":..,"field":..,"reason":..,"detail":..}`.
-    public func jsonBytes() -> [UInt8] {
-        var w = JSONWriter()
-        w.beginObject()
-        w.key("stage"); w.string(stage)
-        w.key("topic"); w.string(origin.topic)
-        w.key("partition"); w.int(Int64(origin.partition))
-        w.key("offset"); w.int(origin.offset)
-        w.key("field"); w.string(failure.field)
-        w.key("reason"); w.string(failure.reason.rawValue)
-        w.key("detail"); w.string(failure.detail)
-        w.endObject()
-        return w.bytes
     }
 }

@@ -14,17 +14,11 @@
 ///   second time), and every ``OutputRecord`` carries a deterministic ``OutputRecord/dedupeKey``.
 ///
 /// ## How the runtime drives a stage
-/// ```swift
-/// var state = stage.initialState          // or decode the last checkpoint
-/// for each consumed record r:
-///     let out = stage.process(r, state: &state, context: StageContext(now: r.timestamp))
-///     for o in out.records: produce (topic = mapping[o.output], o.key, o.value, o.headers + ("dedupe-key", o.dedupeKey))
-///     for f in out.failures: produce DeadLetter(stage: stage.name, origin: r.origin, failure: f).jsonBytes()
-///                              to the dead-letter topic
-///     periodically: checkpoint JSONEncoder().encode(state) with the offsets
-/// every few seconds (optional, only stages that batch by time need it):
-///     let out = stage.advance(state: &state, context: StageContext(now: wallClockMillis))
-/// ```
+/// `Pipeline`'s `StageService` keeps one state per input partition (restored from the stage's
+/// changelog topic when the partition is assigned), calls `process` for each record of the
+/// partition in offset order with the record's timestamp as ``StageContext/now``, produces the
+/// outputs with a `dedupe-key` header, sends each failure as a ``DeadLetter``, calls `advance`
+/// on a timer with the wall clock, and checkpoints the state with the offset it covers.
 /// A chain of stages is itself a stage: ``Chain`` (built with ``Stage/then(_:)``) feeds every
 /// output of the first stage as an input record to the second; its state is both states.
 /// When stages are chosen at run time, ``chain(_:)`` composes `any Stage` values and
@@ -101,7 +95,7 @@ public struct Chain<First: Stage, Second: Stage>: Stage {
             // The dedupe key travels as a header, as it does when the runtime produces the record.
             let next = InputRecord(
                 key: produced.key, value: produced.value,
-                headers: produced.headers + [RecordHeader("dedupe-key", produced.dedupeKey)],
+                headers: produced.headers + [RecordHeader(OutputRecord.dedupeKeyHeader, produced.dedupeKey)],
                 timestamp: record.timestamp,
                 origin: RecordOrigin(topic: produced.output, partition: record.origin.partition, offset: record.origin.offset)
             )

@@ -18,18 +18,57 @@ public struct StageRunner: Sendable {
     public mutating func advance(context: StageContext) -> StageOutput {
         box.advance(context: context)
     }
+
+    /// False when the stage (every stage of a chain) keeps no state: then there is nothing to
+    /// checkpoint and an input is done once its outputs are delivered.
+    public var hasState: Bool { box.hasState }
+
+    /// The current state, for a checkpoint (the runtime picks the encoder; Workers has no Foundation).
+    public var state: any Encodable { box.stateValue }
+
+    /// The state's type, to decode a checkpoint with.
+    public var stateType: any Decodable.Type { box.stateType }
+
+    /// Replaces the state with a decoded checkpoint. Throws when it is of another type.
+    public mutating func restore(_ state: any Decodable) throws(StateMismatch) {
+        try box.restore(state)
+    }
+
+    /// A checkpoint's state is not this stage's.
+    public struct StateMismatch: Error, CustomStringConvertible {
+        public var description: String
+    }
 }
+
+/// A state that holds nothing: ``NoState`` and chains of stateless stages.
+public protocol StatelessState {}
+extension NoState: StatelessState {}
+extension Chain.State: StatelessState where First.State: StatelessState, Second.State: StatelessState {}
 
 private protocol RunnerBox: Sendable {
     var name: String { get }
     mutating func process(_ record: InputRecord, context: StageContext) -> StageOutput
     mutating func advance(context: StageContext) -> StageOutput
+    var hasState: Bool { get }
+    var stateValue: any Encodable { get }
+    var stateType: any Decodable.Type { get }
+    mutating func restore(_ state: any Decodable) throws(StageRunner.StateMismatch)
 }
 
 private struct Box<S: Stage>: RunnerBox {
     let stage: S
     var state: S.State
     var name: String { stage.name }
+    var hasState: Bool { !(S.State.self is StatelessState.Type) }
+    var stateValue: any Encodable { state }
+    var stateType: any Decodable.Type { S.State.self }
+
+    mutating func restore(_ restored: any Decodable) throws(StageRunner.StateMismatch) {
+        guard let restored = restored as? S.State else {
+            throw StageRunner.StateMismatch(description: "a checkpoint of \(type(of: restored)) cannot restore \(stage.name) (\(S.State.self))")
+        }
+        state = restored
+    }
 
     mutating func process(_ record: InputRecord, context: StageContext) -> StageOutput {
         stage.process(record, state: &state, context: context)

@@ -15,7 +15,7 @@ public struct TestDriver<S: Stage> {
     public private(set) var state: S.State
     /// Every output produced so far, in order.
     public private(set) var outputs: [OutputRecord] = []
-    /// Every failure produced so far, with the origin of the record that caused it.
+    /// Every failure produced so far, as the dead letter the Kafka runtime would send.
     public private(set) var deadLetters: [DeadLetter] = []
     /// Every record delivered so far (redeliveries included), in order.
     public private(set) var delivered: [InputRecord] = []
@@ -62,7 +62,7 @@ public struct TestDriver<S: Stage> {
     public mutating func deliver(_ record: InputRecord) -> StageOutput {
         delivered.append(record)
         let out = stage.process(record, state: &state, context: StageContext(now: record.timestamp))
-        collect(out, origin: record.origin)
+        collect(out, input: record)
         return out
     }
 
@@ -82,7 +82,7 @@ public struct TestDriver<S: Stage> {
     @discardableResult
     public mutating func advance(to now: Int64) -> StageOutput {
         let out = stage.advance(state: &state, context: StageContext(now: now))
-        collect(out, origin: RecordOrigin(topic: "(advance)", partition: -1, offset: -1))
+        collect(out, input: .advance(at: now))
         return out
     }
 
@@ -92,8 +92,8 @@ public struct TestDriver<S: Stage> {
     /// Replaces the state (e.g. with one decoded from a checkpoint).
     public mutating func restore(_ state: S.State) { self.state = state }
 
-    private mutating func collect(_ out: StageOutput, origin: RecordOrigin) {
+    private mutating func collect(_ out: StageOutput, input: InputRecord) {
         outputs.append(contentsOf: out.records)
-        deadLetters.append(contentsOf: out.failures.map { DeadLetter(stage: stage.name, origin: origin, failure: $0) })
+        deadLetters.append(contentsOf: out.failures.map { DeadLetter(stage: stage.name, input: input, failure: $0) })
     }
 }

@@ -19,7 +19,7 @@ import Workers
         #expect(out == [
             #"{"type":"output","output":"prices.latest","key":"KRW-BTC","value":{"type":"ticker","code":"KRW-BTC","trade_price":1500,"signed_change_rate":0,"trade_volume":2,"trade_timestamp":1000},"headers":{},"dedupe_key":"latest:KRW-BTC:1000:0"}"#,
             #"{"type":"output","output":"prices.latest","key":"KRW-ETH","value":{"type":"ticker","code":"KRW-ETH","trade_price":7,"signed_change_rate":0.01,"trade_volume":1,"trade_timestamp":2000},"headers":{},"dedupe_key":"latest:KRW-ETH:2000:0"}"#,
-            #"{"type":"failure","stage":"prices.decode,prices.latest","topic":"stdin","partition":0,"offset":9,"field":"trade_price","reason":"wrong-type","detail":"expected number, found string"}"#,
+            #"{"type":"dead-letter","key":null,"value":{"code":"KRW-BTC","trade_price":"x"},"headers":{"dead-letter.stage":"prices.decode,prices.latest","dead-letter.reason":"wrong-type","dead-letter.field":"trade_price","dead-letter.detail":"expected number, found string","dead-letter.origin.topic":"stdin","dead-letter.origin.partition":"0","dead-letter.origin.offset":"9","dead-letter.attempts":"1"}}"#,
         ])
     }
 

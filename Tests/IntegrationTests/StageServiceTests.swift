@@ -5,7 +5,7 @@ import Workers
 
 /// A real stage on the real local broker: good records come out decoded, bad ones go to the
 /// dead-letter topic with their origin, and the worker keeps going.
-@Suite(.timeLimit(.minutes(2))) struct StageWorkerTests {
+@Suite(.timeLimit(.minutes(2))) struct StageServiceTests {
     static let tick = """
         {"type":"ticker","code":"KRW-XRP","opening_price":815.0,"high_price":820,"low_price":810.0,"trade_price":812.0,\
         "prev_closing_price":815,"change":"FALL","change_price":3.0,"change_rate":0.0036,"signed_change_price":-3.0,\
@@ -33,21 +33,26 @@ import Workers
             let sent = try await producer.send(inputs)
             #expect(sent.allSatisfy { $0.error == nil })
 
-            var config = ConsumerConfiguration(bootstrapServers: servers, groupID: "decoder")
-            config.sessionTimeout = .milliseconds(2000)
-            config.heartbeatInterval = .milliseconds(300)
-            let consumer = try KafkaConsumer(configuration: config)
-            try consumer.subscribe(["prices.raw"])
-            let catalog = StageCatalog()
-            let stage = try #require(try catalog.stage(named: "prices.decode") as? PriceDecodeStage)
-            let worker = StageWorker(
-                stage: stage, consumer: consumer, producer: producer,
-                routing: .init(deadLetterTopic: "prices.dead-letters"))
-            let counts = try await worker.run { $0.consumed >= 30 }
-            try await consumer.close()
-            #expect(counts.consumed == 30)
-            #expect(counts.produced == 20)
-            #expect(counts.deadLettered == 10)
+            let topology = try Topology.parse("""
+                topics:
+                  - {name: prices.raw, partitions: 2}
+                  - {name: prices.ticks, partitions: 2}
+                  - {name: prices.dead-letters, partitions: 2}
+                stages:
+                  - name: decoder
+                    chain: [prices.decode]
+                    inputs: [prices.raw]
+                    dead-letter-topic: prices.dead-letters
+                """)
+            var settings = WorkerSettings(bootstrapServers: servers)
+            settings.sessionTimeout = .milliseconds(2000)
+            settings.heartbeatInterval = .milliseconds(300)
+            settings.stopAfterInputs = 30
+            let service = try StageService(definition: try topology.stage(named: "decoder"), topology: topology, settings: settings)
+            try await service.run()
+            #expect(service.counters.inputsDone.value == 30)
+            #expect(service.counters.produced.value == 20)
+            #expect(service.counters.deadLettered.value == 10)
 
             // Read both output topics back.
             let readConfig = { (group: String) in

@@ -1,0 +1,171 @@
+import Foundation
+import Logging
+import Workers
+
+/// Outputs of one partition on their way: what was submitted, for which inputs, and the offset
+/// that may be stored once all of it (and everything submitted before it) is delivered.
+struct Pending: Sendable {
+    var records: [ProducerRecord]
+    /// Per record, the index in `inputs` of the input that produced it; -1 for records that
+    /// belong to no single input (dead letters, checkpoints, `advance` outputs).
+    var sources: [Int32]
+    var inputs: [InputRecord]
+    var ticket: DeliveryTicket
+    /// Stored for commit once settled (the next offset to read); nil stores nothing.
+    var storeOffset: Int64?
+    /// Inputs this settles (for the counters).
+    var inputCount: Int
+    var bytes: Int
+
+    /// `sources` value of a record that belongs to no single input.
+    static let noInput: Int32 = -1
+    /// `sources` value of a checkpoint record (not counted as an output).
+    static let checkpointRecord: Int32 = -2
+}
+
+/// One assigned input partition: its stage state (touched only by the service's event loop) and
+/// the task that settles its outputs in order.
+///
+/// Order is per partition: outputs are submitted in input order, settled in submission order, and
+/// an offset is stored only after every earlier output of the partition is delivered (or its input
+/// dead-lettered). Partitions settle independently, so a slow partition does not hold back the
+/// others' commits.
+final class PartitionLane {
+    let partition: TopicPartition
+    var runner: StageRunner
+    /// Offset after the last input folded into the state (or whose outputs were submitted).
+    var nextOffset: Int64?
+    /// Inputs below this offset are already in the restored state: skipped.
+    var skipBelow: Int64 = -1
+    /// The state changed since the last checkpoint.
+    var dirty = false
+    var lastCheckpoint = ContinuousClock.now
+    private let queue: AsyncStream<Pending>.Continuation
+    private let settler: Task<Void, Never>
+
+    init(partition: TopicPartition, runner: StageRunner, settle: @escaping @Sendable (Pending) async -> Void) {
+        self.partition = partition
+        self.runner = runner
+        let (stream, continuation) = AsyncStream<Pending>.makeStream()
+        queue = continuation
+        settler = Task {
+            for await pending in stream { await settle(pending) }
+        }
+    }
+
+    func enqueue(_ pending: Pending) { queue.yield(pending) }
+
+    /// Waits until everything enqueued is settled; the lane takes nothing more.
+    func finish() async {
+        queue.finish()
+        await settler.value
+    }
+}
+
+/// Settles a partition's outputs: waits for their delivery, retries failures with backoff while
+/// the partition is paused, dead-letters inputs whose outputs still fail after the attempts,
+/// and stores the offset. Never skips: records that belong to no single input (dead letters,
+/// checkpoints) are retried until delivered or the worker stops.
+struct Settler: Sendable {
+    let stageName: String
+    let deadLetterTopic: String
+    let retry: Topology.RetryPolicy
+    let consumer: KafkaConsumer
+    let producer: KafkaProducer
+    let backpressure: Backpressure
+    let counters: StageCounters
+    let logger: Logger
+
+    func settle(_ pending: Pending, partition tp: TopicPartition) async {
+        var records = pending.records
+        var sources = pending.sources
+        var reports = await pending.ticket.reports()
+        var attempt = 1
+        var firstFailure: Int64?
+        var paused = false
+        var delivered = 0, deadLettered = 0
+        while true {
+            var failed: [Int] = []
+            for i in reports.indices {
+                if reports[i].error != nil {
+                    failed.append(i)
+                } else if records[i].topic == deadLetterTopic {
+                    deadLettered += 1
+                } else if sources[i] != Pending.checkpointRecord {
+                    delivered += 1
+                }
+            }
+            if failed.isEmpty { break }
+            let error = reports[failed[0]].error!
+            firstFailure = firstFailure ?? Int64(Date().timeIntervalSince1970 * 1000)
+            counters.retries.add(1)
+            var again: [ProducerRecord] = []
+            var againSources: [Int32] = []
+            if attempt >= retry.attempts {
+                // The budget is spent: each input whose outputs failed goes to the dead-letter
+                // topic once, with the error; what belongs to no input is retried on.
+                var dead = Set<Int32>()
+                for i in failed {
+                    if sources[i] >= 0 && records[i].topic != deadLetterTopic {
+                        dead.insert(sources[i])
+                    } else {
+                        again.append(records[i])
+                        againSources.append(sources[i])
+                    }
+                }
+                for s in dead.sorted() {
+                    let letter = DeadLetter(
+                        stage: stageName, input: pending.inputs[Int(s)],
+                        failure: DecodeFailure(field: "$", reason: .deliveryFailed, detail: "\(error)"),
+                        errorCode: error.rdKafkaCode.map(String.init) ?? error.code.rawValue, attempts: attempt,
+                        firstFailure: firstFailure)
+                    again.append(RecordMapping.deadLetter(letter, topic: deadLetterTopic))
+                    againSources.append(-1)
+                }
+                logger.error(
+                    "delivery failed after \(attempt) attempts; inputs go to the dead-letter topic",
+                    metadata: ["partition": "\(tp)", "error": "\(error)", "inputs": "\(dead.count)"])
+            } else {
+                for i in failed {
+                    again.append(records[i])
+                    againSources.append(sources[i])
+                }
+                logger.warning(
+                    "delivery failed, retrying", metadata: ["partition": "\(tp)", "attempt": "\(attempt)", "error": "\(error)"])
+            }
+            if !paused {
+                paused = true
+                backpressure.beginRetry(tp)
+                try? consumer.pause([tp])
+                counters.pausedPartitions.add(1)
+            }
+            attempt += 1
+            try? await Task.sleep(for: retry.backoff(beforeAttempt: min(attempt, 30)))
+            guard let ticket = try? await producer.submit(again) else {
+                logger.error("producer closed while retrying; the partition's offsets stay uncommitted", metadata: ["partition": "\(tp)"])
+                return
+            }
+            records = again
+            sources = againSources
+            reports = await ticket.reports()
+        }
+        if paused {
+            counters.pausedPartitions.add(-1)
+            if backpressure.endRetry(tp) { try? consumer.resume([tp]) }
+        }
+        if let offset = pending.storeOffset {
+            do {
+                try consumer.store(offsets: [TopicPartitionOffset(tp.topic, tp.partition, offset: offset)])
+            } catch {
+                // Revoked or lost meanwhile: the next owner reads from the last commit (at least once).
+                logger.info("offset not stored (partition no longer assigned)", metadata: ["partition": "\(tp)", "error": "\(error)"])
+            }
+        }
+        counters.inputsDone.add(pending.inputCount)
+        counters.produced.add(delivered)
+        counters.deadLettered.add(deadLettered)
+        if backpressure.remove(records: pending.records.count, bytes: pending.bytes) == .resume {
+            if let assigned = try? consumer.assignment() { try? consumer.resume(backpressure.resumable(assigned)) }
+        }
+    }
+}

@@ -1,0 +1,33 @@
+import Workers
+
+/// The one place Kafka records and stage records convert into each other.
+enum RecordMapping {
+    /// A consumed record as a stage sees it. A record without a timestamp gets `now`.
+    static func input(_ r: ConsumerRecord, now: Int64) -> InputRecord {
+        InputRecord(
+            key: r.key, value: r.value,
+            headers: r.headers.map { RecordHeader(name: $0.key, value: $0.value ?? []) },
+            timestamp: r.timestamp ?? now,
+            origin: RecordOrigin(topic: r.topic, partition: r.partition, offset: r.offset))
+    }
+
+    /// A stage output as a record to produce, with its dedupe key as a header and the input's time.
+    static func output(_ o: OutputRecord, topic: String, timestamp: Int64) -> ProducerRecord {
+        var headers = o.headers.map { KafkaHeader(key: $0.name, value: $0.value) }
+        headers.append(KafkaHeader(key: OutputRecord.dedupeKeyHeader, string: o.dedupeKey))
+        return ProducerRecord(topic: topic, key: o.key, value: o.value, headers: headers, timestamp: timestamp)
+    }
+
+    /// A dead letter as a record: the original key, value and timestamp, its headers plus `dead-letter.*`.
+    static func deadLetter(_ d: DeadLetter, topic: String) -> ProducerRecord {
+        ProducerRecord(
+            topic: topic, key: d.key, value: d.value,
+            headers: d.recordHeaders.map { KafkaHeader(key: $0.name, value: $0.value) },
+            timestamp: d.timestamp > 0 ? d.timestamp : nil)
+    }
+
+    /// Approximate memory of a record in flight (for the in-flight byte bound).
+    static func size(_ r: ProducerRecord) -> Int {
+        (r.key?.count ?? 0) + (r.value?.count ?? 0) + r.headers.reduce(0) { $0 + $1.key.utf8.count + ($1.value?.count ?? 0) } + 64
+    }
+}

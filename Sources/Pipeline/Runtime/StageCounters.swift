@@ -1,0 +1,25 @@
+import Synchronization
+
+/// What a stage service has done so far (read by tests, the demo and, later, metrics).
+public final class StageCounters: Sendable {
+    /// Inputs handed to the stage (skipped restored ones not included).
+    public let processed = Atomic<Int>(0)
+    /// Inputs whose outputs are all settled.
+    public let inputsDone = Atomic<Int>(0)
+    /// Outputs delivered (dead letters and checkpoints not included).
+    public let produced = Atomic<Int>(0)
+    public let deadLettered = Atomic<Int>(0)
+    public let retries = Atomic<Int>(0)
+    public let rebalances = Atomic<Int>(0)
+    public let commitFailures = Atomic<Int>(0)
+    public let checkpoints = Atomic<Int>(0)
+    /// Partitions whose state was restored from the changelog.
+    public let restoredPartitions = Atomic<Int>(0)
+    public let pausedPartitions = Atomic<Int>(0)
+    public init() {}
+}
+
+extension Atomic where Value == Int {
+    func add(_ n: Int) { _ = wrappingAdd(n, ordering: .relaxed) }
+    public var value: Int { load(ordering: .relaxed) }
+}

@@ -1,0 +1,396 @@
+import Foundation
+import Logging
+import ServiceLifecycle
+import Synchronization
+import Workers
+
+/// How a worker process connects and stops.
+public struct WorkerSettings: Sendable {
+    public var kafka: KafkaConfiguration
+    /// `session.timeout.ms` (keep it low against the local broker: tansu answers JoinGroup after
+    /// about half of it).
+    public var sessionTimeout: Duration?
+    public var heartbeatInterval: Duration?
+    public var maxPollInterval: Duration?
+    /// `message.timeout.ms`: how long the producer retries one delivery before reporting it failed.
+    public var messageTimeout: Duration?
+    public var maxBatchSize = 1000
+    /// Everything in flight must be delivered, checkpointed and committed within this.
+    public var shutdownDeadline: Duration = .seconds(30)
+    /// Begin a graceful stop once this many inputs were processed (demo, tests). Nil: run until stopped.
+    public var stopAfterInputs: Int?
+    /// Static group membership (`group.instance.id`).
+    public var instanceID: String?
+
+    public init(kafka: KafkaConfiguration) { self.kafka = kafka }
+    public init(bootstrapServers: [String]) { self.kafka = KafkaConfiguration(bootstrapServers: bootstrapServers) }
+}
+
+/// Runs one stage (or chain) of a topology on Kafka, as a member of the stage's consumer group:
+/// consume → process (per partition, in order, with the partition's own state) → produce
+/// outputs and dead letters → store the offset once all of it is delivered → commit.
+///
+/// - At least once: an input's offset is stored only after every output and dead letter of it
+///   and of all earlier inputs of its partition is acknowledged (``Settler``); a stateful
+///   stage's offsets only with a checkpoint of its state (``Changelog``), so a restart or a
+///   rebalance resumes exactly where the state stands.
+/// - Rebalances: on assignment the state of each new partition is restored before its first
+///   record; on revocation its outputs are settled, its state checkpointed and its offsets
+///   committed before the partition goes. A failed commit (a lost assignment) is logged, never fatal.
+/// - Time: `advance` runs on a timer with the wall clock, so windows close on an idle stream.
+/// - Failures: failed deliveries are retried with backoff while the partition is paused; after
+///   the attempts the inputs go to the dead-letter topic. Bad input goes there at once.
+/// - Backpressure: above the in-flight bounds every partition is paused until half is settled.
+/// - Shutdown (``requestStop()`` or the service group's graceful shutdown): stop fetching, settle
+///   everything in flight, checkpoint, commit, leave the group.
+public final class StageService: Service, Sendable {
+    public let definition: Topology.Stage
+    public let counters = StageCounters()
+    let template: StageRunner
+    let changelog: Changelog?
+    let settings: WorkerSettings
+    let logger: Logger
+    private let stopSignal = Mutex<(requested: Bool, forwarder: Task<Void, Never>?)>((false, nil))
+
+    public init(definition: Topology.Stage, topology: Topology, settings: WorkerSettings, logger: Logger = Logger(label: "stage")) throws {
+        self.definition = definition
+        self.settings = settings
+        var logger = logger
+        logger[metadataKey: "stage"] = "\(definition.name)"
+        self.logger = logger
+        template = try StageCatalog(options: definition.options).runner(for: definition.chain)
+        if template.hasState {
+            guard let name = definition.changelog, let topic = topology.topic(named: name) else {
+                throw TopologyError(
+                    source: topology.source, line: nil, path: "stages.\(definition.name).changelog",
+                    message: "\(definition.chain.joined(separator: ",")) keeps state per partition: name a compacted changelog topic")
+            }
+            changelog = Changelog(topic: name, partitions: topic.partitions)
+        } else {
+            changelog = nil
+        }
+    }
+
+    /// Begins a graceful stop: no more records are fetched; ``run()`` settles what is in flight,
+    /// checkpoints, commits, leaves the group and returns.
+    public func requestStop() {
+        let forwarder = stopSignal.withLock { s in
+            s.requested = true
+            return s.forwarder
+        }
+        forwarder?.cancel()
+    }
+
+    public func run() async throws {
+        var consumerConfig = ConsumerConfiguration(kafka: settings.kafka, groupID: definition.group)
+        consumerConfig.sessionTimeout = settings.sessionTimeout
+        consumerConfig.heartbeatInterval = settings.heartbeatInterval
+        consumerConfig.maxPollInterval = settings.maxPollInterval
+        consumerConfig.maxBatchSize = settings.maxBatchSize
+        consumerConfig.groupInstanceID = settings.instanceID
+        var producerConfig = ProducerConfiguration(kafka: settings.kafka)
+        producerConfig.messageTimeout = settings.messageTimeout
+        producerConfig.linger = .milliseconds(5)
+
+        let consumer = try KafkaConsumer(configuration: consumerConfig, logger: logger)
+        let producer = try KafkaProducer(configuration: producerConfig, logger: logger)
+        var reader: KafkaConsumer?
+        if changelog != nil {
+            var readerConfig = ConsumerConfiguration(kafka: settings.kafka, groupID: "\(definition.group).restore")
+            readerConfig.autoCommit = false
+            readerConfig.reportEndOfPartition = true
+            reader = try KafkaConsumer(configuration: readerConfig, logger: logger)
+        }
+        try consumer.subscribe(definition.inputs)
+
+        let backpressure = Backpressure(maxRecords: definition.maxInFlightRecords, maxBytes: definition.maxInFlightBytes)
+        let settler = Settler(
+            stageName: template.name, deadLetterTopic: definition.deadLetterTopic, retry: definition.retry,
+            consumer: consumer, producer: producer, backpressure: backpressure, counters: counters, logger: logger)
+        let loop = StageLoop(service: self, consumer: consumer, producer: producer, reader: reader, settler: settler, backpressure: backpressure)
+
+        let (inputs, feed) = AsyncStream<LoopInput>.makeStream()
+        let forwarder = Task {
+            // Hands each consumer event to the loop and waits until the loop is done with it, so
+            // a rebalance completes only after the loop handled it.
+            var events = consumer.makeAsyncIterator()
+            do {
+                while let event = try await events.next() {
+                    await withCheckedContinuation { ack in feed.yield(.event(event, ack)) }
+                }
+            } catch {
+                feed.yield(.failed(error))
+            }
+            feed.finish()
+        }
+        let stopNow = stopSignal.withLock { s in
+            s.forwarder = forwarder
+            return s.requested
+        }
+        if stopNow { forwarder.cancel() }
+        let interval = definition.advanceInterval
+        let timer = Task {
+            while !Task.isCancelled {
+                do { try await Task.sleep(for: interval) } catch { return }
+                feed.yield(.tick)
+            }
+        }
+        logger.info("worker started", metadata: ["group": "\(definition.group)", "inputs": "\(definition.inputs)"])
+
+        var failure: (any Error)?
+        do {
+            try await withGracefulShutdownHandler {
+                try await loop.run(inputs)
+            } onGracefulShutdown: {
+                self.requestStop()
+            }
+        } catch {
+            failure = error
+            logger.error("worker stopping after an error: \(error)")
+        }
+        requestStop()
+        timer.cancel()
+        // Drain what the forwarder still holds so it can end.
+        let drain = Task { for await input in inputs { if case .event(_, let ack) = input { ack.resume() } } }
+        await forwarder.value
+        await loop.shutdown()
+        drain.cancel()
+        do {
+            try await consumer.close(deadline: settings.shutdownDeadline)
+        } catch {
+            logger.warning("closing the consumer: \(error)")
+            failure = failure ?? error
+        }
+        if let reader { try? await reader.close(deadline: .seconds(5)) }
+        await producer.close(deadline: settings.shutdownDeadline)
+        logger.info(
+            "worker stopped",
+            metadata: [
+                "processed": "\(counters.processed.value)", "produced": "\(counters.produced.value)",
+                "dead-lettered": "\(counters.deadLettered.value)",
+            ])
+        if let failure { throw failure }
+    }
+}
+
+/// What the loop reacts to: a consumer event (acknowledged when handled), a timer tick, or the
+/// consumer's terminal error.
+enum LoopInput: Sendable {
+    case event(ConsumerEvent, CheckedContinuation<Void, Never>)
+    case tick
+    case failed(any Error)
+}
+
+/// The service's event loop: owns the partition lanes and their stage states. Confined to the
+/// task that runs ``StageService/run()``.
+final class StageLoop {
+    let service: StageService
+    let consumer: KafkaConsumer
+    let producer: KafkaProducer
+    let reader: KafkaConsumer?
+    let settler: Settler
+    let backpressure: Backpressure
+    private var lanes: [TopicPartition: PartitionLane] = [:]
+    private var definition: Topology.Stage { service.definition }
+    private var logger: Logger { service.logger }
+    private var counters: StageCounters { service.counters }
+
+    init(service: StageService, consumer: KafkaConsumer, producer: KafkaProducer, reader: KafkaConsumer?, settler: Settler, backpressure: Backpressure) {
+        self.service = service
+        self.consumer = consumer
+        self.producer = producer
+        self.reader = reader
+        self.settler = settler
+        self.backpressure = backpressure
+    }
+
+    static func wallClock() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
+
+    func run(_ inputs: AsyncStream<LoopInput>) async throws {
+        for await input in inputs {
+            switch input {
+            case .event(let event, let ack):
+                do {
+                    try await handle(event)
+                } catch {
+                    ack.resume()
+                    throw error
+                }
+                ack.resume()
+                if let limit = service.settings.stopAfterInputs, counters.processed.value >= limit { service.requestStop() }
+            case .tick:
+                try await advance(now: Self.wallClock())
+            case .failed(let error):
+                throw error
+            }
+        }
+    }
+
+    private func handle(_ event: ConsumerEvent) async throws {
+        switch event {
+        case .records(let batch):
+            try await process(batch)
+        case .assigned(let partitions):
+            counters.rebalances.add(1)
+            logger.info("partitions assigned", metadata: ["partitions": "\(partitions)"])
+            try await assign(partitions)
+            if backpressure.isPaused { try? consumer.pause(partitions) }
+        case .revoked(let partitions):
+            counters.rebalances.add(1)
+            logger.info("partitions revoked", metadata: ["partitions": "\(partitions)"])
+            for tp in partitions {
+                guard let lane = lanes.removeValue(forKey: tp) else { continue }
+                await checkpoint(lane)
+                await lane.finish()
+            }
+            await commit("revocation")
+        case .endOfPartition:
+            break
+        }
+    }
+
+    private func makeLane(_ tp: TopicPartition) -> PartitionLane {
+        let settler = self.settler
+        return PartitionLane(partition: tp, runner: service.template) { await settler.settle($0, partition: tp) }
+    }
+
+    /// New partitions get a lane; a stateful stage's state is restored before their first record.
+    private func assign(_ partitions: [TopicPartition]) async throws {
+        var restored: [TopicPartition: Changelog.Checkpoint] = [:]
+        if let changelog = service.changelog, let reader {
+            restored = try await changelog.restore(partitions, stateType: service.template.stateType, using: reader)
+        }
+        for tp in partitions {
+            let lane = makeLane(tp)
+            if let checkpoint = restored[tp] {
+                try lane.runner.restore(checkpoint.state)
+                lane.skipBelow = checkpoint.offset
+                lane.nextOffset = checkpoint.offset
+                counters.restoredPartitions.add(1)
+                logger.info("state restored", metadata: ["partition": "\(tp)", "offset": "\(checkpoint.offset)"])
+            }
+            if let old = lanes.updateValue(lane, forKey: tp) { await old.finish() }
+        }
+    }
+
+    private func process(_ batch: [ConsumerRecord]) async throws {
+        // A batch holds records of one or more partitions, each in offset order.
+        var start = 0
+        while start < batch.count {
+            let tp = batch[start].topicPartition
+            var end = start + 1
+            while end < batch.count, batch[end].partition == batch[start].partition, batch[end].topic == batch[start].topic { end += 1 }
+            let lane: PartitionLane
+            if let existing = lanes[tp] {
+                lane = existing
+            } else {
+                try await assign([tp])
+                lane = lanes[tp]!
+            }
+            try await process(batch[start..<end], lane: lane)
+            start = end
+        }
+    }
+
+    private func process(_ records: ArraySlice<ConsumerRecord>, lane: PartitionLane) async throws {
+        let now = Self.wallClock()
+        var outgoing: [ProducerRecord] = []
+        var sources: [Int32] = []
+        var inputs: [InputRecord] = []
+        outgoing.reserveCapacity(records.count)
+        sources.reserveCapacity(records.count)
+        inputs.reserveCapacity(records.count)
+        for record in records where record.offset >= lane.skipBelow {
+            let input = RecordMapping.input(record, now: now)
+            let out = lane.runner.process(input, context: StageContext(now: input.timestamp))
+            let index = Int32(inputs.count)
+            inputs.append(input)
+            for o in out.records {
+                outgoing.append(RecordMapping.output(o, topic: definition.topic(forOutput: o.output), timestamp: input.timestamp))
+                sources.append(index)
+            }
+            for f in out.failures {
+                outgoing.append(RecordMapping.deadLetter(DeadLetter(stage: service.template.name, input: input, failure: f), topic: definition.deadLetterTopic))
+                sources.append(Pending.noInput)
+            }
+            lane.nextOffset = record.offset + 1
+        }
+        guard !inputs.isEmpty else { return }
+        counters.processed.add(inputs.count)
+        let stateful = service.changelog != nil
+        if stateful { lane.dirty = true }
+        try await submit(
+            outgoing, sources: sources, inputs: inputs, to: lane, storeOffset: stateful ? nil : lane.nextOffset)
+        if stateful, ContinuousClock.now - lane.lastCheckpoint >= definition.checkpointInterval { await checkpoint(lane) }
+    }
+
+    private func submit(
+        _ records: [ProducerRecord], sources: [Int32], inputs: [InputRecord], to lane: PartitionLane, storeOffset: Int64?
+    ) async throws {
+        let bytes = records.reduce(0) { $0 + RecordMapping.size($1) }
+        let ticket = try await producer.submit(records)
+        lane.enqueue(Pending(
+            records: records, sources: sources, inputs: inputs, ticket: ticket, storeOffset: storeOffset,
+            inputCount: inputs.count, bytes: bytes))
+        if backpressure.add(records: records.count, bytes: bytes) == .pause {
+            logger.info("in-flight bound reached: pausing", metadata: ["records": "\(backpressure.inFlight.records)"])
+            try? consumer.pause(Array(lanes.keys))
+        }
+    }
+
+    /// Writes the lane's state to the changelog; its offset is stored once that is delivered.
+    private func checkpoint(_ lane: PartitionLane) async {
+        guard let changelog = service.changelog, lane.dirty, let offset = lane.nextOffset else { return }
+        do {
+            let record = try changelog.record(state: lane.runner.state, offset: offset, for: lane.partition)
+            try await submit([record], sources: [Pending.checkpointRecord], inputs: [], to: lane, storeOffset: offset)
+            lane.dirty = false
+            lane.lastCheckpoint = .now
+            counters.checkpoints.add(1)
+        } catch {
+            logger.error("checkpoint failed: \(error)", metadata: ["partition": "\(lane.partition)"])
+        }
+    }
+
+    /// Lets time pass for every partition's state (closes windows on an idle stream), then
+    /// checkpoints the states that are due.
+    private func advance(now: Int64) async throws {
+        for lane in lanes.values {
+            let out = lane.runner.advance(context: StageContext(now: now))
+            if !out.records.isEmpty || !out.failures.isEmpty {
+                var outgoing: [ProducerRecord] = []
+                var sources: [Int32] = []
+                for o in out.records {
+                    outgoing.append(RecordMapping.output(o, topic: definition.topic(forOutput: o.output), timestamp: now))
+                    sources.append(Pending.noInput)
+                }
+                for f in out.failures {
+                    let letter = DeadLetter(stage: service.template.name, input: .advance(at: now), failure: f)
+                    outgoing.append(RecordMapping.deadLetter(letter, topic: definition.deadLetterTopic))
+                    sources.append(Pending.noInput)
+                }
+                if service.changelog != nil { lane.dirty = true }
+                try await submit(outgoing, sources: sources, inputs: [], to: lane, storeOffset: nil)
+            }
+            if ContinuousClock.now - lane.lastCheckpoint >= definition.checkpointInterval { await checkpoint(lane) }
+        }
+    }
+
+    private func commit(_ reason: String) async {
+        do {
+            try await consumer.commit()
+        } catch {
+            // A lost assignment or a group mid-rebalance: the next owner reads from the last
+            // commit. Never a reason to stop the worker.
+            counters.commitFailures.add(1)
+            logger.warning("commit on \(reason) failed: \(error)")
+        }
+    }
+
+    /// Settles every lane after a final checkpoint (the consumer's close then commits).
+    func shutdown() async {
+        for lane in lanes.values { await checkpoint(lane) }
+        for lane in lanes.values { await lane.finish() }
+        lanes.removeAll()
+    }
+}

@@ -1,0 +1,323 @@
+import Foundation
+import Workers
+import Yams
+
+/// The pipeline's declarative description: its topics and its stages (one consumer group each).
+///
+/// Read from YAML (``load(path:)``); the project ships `topology.yaml`. Every key is checked: an
+/// unknown key, a wrong type or a dangling topic name fails with the file, line and key.
+public struct Topology: Sendable {
+    public struct Topic: Sendable, Hashable {
+        public var name: String
+        public var partitions: Int
+        public var replicationFactor: Int
+        /// Topic configs (`cleanup.policy`, `retention.ms`, …) as Kafka names them.
+        public var config: [String: String]
+    }
+
+    public enum Delivery: String, Sendable {
+        case atLeastOnce = "at-least-once"
+        case exactlyOnce = "exactly-once"
+    }
+
+    public struct RetryPolicy: Sendable, Hashable {
+        /// Attempts per output batch before its inputs go to the dead-letter topic (1 = no retry).
+        public var attempts: Int = 5
+        public var initialBackoff: Duration = .milliseconds(200)
+        public var maxBackoff: Duration = .seconds(10)
+        public init() {}
+
+        /// The wait before attempt `n` (n ≥ 2): initial × 2^(n-2), capped.
+        public func backoff(beforeAttempt n: Int) -> Duration {
+            var d = initialBackoff
+            if n > 2 { for _ in 2..<n where d < maxBackoff { d = d * 2 } }
+            return min(d, maxBackoff)
+        }
+    }
+
+    /// One stage (or chain) run by `pipelinectl worker NAME`.
+    public struct Stage: Sendable {
+        public var name: String
+        /// Catalog stage names, run as one chain in this order.
+        public var chain: [String]
+        public var inputs: [String]
+        /// Output name → topic; an output without an entry goes to the topic of its own name.
+        public var outputs: [String: String]
+        public var deadLetterTopic: String
+        public var group: String
+        public var delivery: Delivery
+        /// Compacted topic that keeps the per-partition state of a stateful stage.
+        public var changelog: String?
+        public var retry: RetryPolicy
+        /// How often the runtime calls `advance` with the wall clock.
+        public var advanceInterval: Duration
+        /// How often a changed state is checkpointed (and the offsets after it committed).
+        public var checkpointInterval: Duration
+        /// Bounds on work in flight; partitions pause above them.
+        public var maxInFlightRecords: Int
+        public var maxInFlightBytes: Int
+        public var options: StageCatalog.Options
+
+        public func topic(forOutput output: String) -> String { outputs[output] ?? output }
+    }
+
+    public var topics: [Topic]
+    public var stages: [Stage]
+    /// Where it was read from (for messages).
+    public var source: String
+
+    public func topic(named name: String) -> Topic? { topics.first { $0.name == name } }
+
+    public func stage(named name: String) throws(TopologyError) -> Stage {
+        guard let stage = stages.first(where: { $0.name == name }) else {
+            throw TopologyError(source: source, line: nil, path: "stages",
+                message: "no stage named '\(name)'; this topology has: \(stages.map(\.name).joined(separator: ", "))")
+        }
+        return stage
+    }
+
+    public static func load(path: String) throws(TopologyError) -> Topology {
+        let text: String
+        do { text = try String(contentsOfFile: path, encoding: .utf8) } catch {
+            throw TopologyError(source: path, line: nil, path: "", message: "cannot read the file: \(error.localizedDescription)")
+        }
+        return try parse(text, source: path)
+    }
+
+    public static func parse(_ yaml: String, source: String = "topology") throws(TopologyError) -> Topology {
+        let root: Node?
+        do { root = try Yams.compose(yaml: yaml) } catch let error as YamlError {
+            throw TopologyError(source: source, line: nil, path: "", message: "not valid YAML: \(error)")
+        } catch {
+            throw TopologyError(source: source, line: nil, path: "", message: "not valid YAML: \(error)")
+        }
+        guard let root else { throw TopologyError(source: source, line: 1, path: "", message: "the file is empty") }
+        let reader = TopologyReader(source: source)
+        return try reader.topology(root)
+    }
+}
+
+/// What is wrong with a topology file, and where.
+public struct TopologyError: Error, CustomStringConvertible, Equatable {
+    public var source: String
+    public var line: Int?
+    /// The key path, e.g. `stages[1].retry.attempts`.
+    public var path: String
+    public var message: String
+
+    public var description: String {
+        let place = line.map { "\(source):\($0)" } ?? source
+        return path.isEmpty ? "\(place): \(message)" : "\(place): \(path): \(message)"
+    }
+}
+
+/// Walks the YAML nodes with the line of every value at hand.
+private struct TopologyReader {
+    let source: String
+
+    func fail(_ node: Node?, _ path: String, _ message: String) -> TopologyError {
+        TopologyError(source: source, line: node?.mark?.line, path: path, message: message)
+    }
+
+    func mapping(_ node: Node, _ path: String, allowed: [String]) throws(TopologyError) -> [(key: String, value: Node)] {
+        guard let mapping = node.mapping else { throw fail(node, path, "expected a mapping (key: value lines)") }
+        var out: [(String, Node)] = []
+        for (k, v) in mapping {
+            guard let key = k.string else { throw fail(k, path, "expected a text key") }
+            guard allowed.contains(key) else {
+                throw fail(k, path.isEmpty ? key : "\(path).\(key)", "unknown key; expected one of: \(allowed.joined(separator: ", "))")
+            }
+            out.append((key, v))
+        }
+        return out
+    }
+
+    func string(_ node: Node, _ path: String) throws(TopologyError) -> String {
+        guard case .scalar(let s) = node, !s.string.isEmpty else { throw fail(node, path, "expected a non-empty text") }
+        return s.string
+    }
+
+    func int(_ node: Node, _ path: String, min: Int = 1) throws(TopologyError) -> Int {
+        guard let i = node.int, i >= min else {
+            throw fail(node, path, "expected an integer of at least \(min), found '\(node.string ?? "a \(kind(node))")'")
+        }
+        return i
+    }
+
+    func strings(_ node: Node, _ path: String) throws(TopologyError) -> [String] {
+        if case .scalar = node { return [try string(node, path)] }
+        guard let seq = node.sequence, !seq.isEmpty else { throw fail(node, path, "expected a list of names") }
+        var out: [String] = []
+        for (i, n) in seq.enumerated() { out.append(try string(n, "\(path)[\(i)]")) }
+        return out
+    }
+
+    func duration(_ node: Node, _ path: String) throws(TopologyError) -> Duration {
+        guard let text = node.string, let d = parseDuration(text) else {
+            throw fail(node, path, "expected a duration such as 250ms, 2s, 5m or 1h, found '\(node.string ?? kind(node))'")
+        }
+        return d
+    }
+
+    func kind(_ node: Node) -> String {
+        switch node {
+        case .mapping: "mapping"
+        case .sequence: "list"
+        case .scalar: "scalar"
+        case .alias: "alias"
+        }
+    }
+
+    func topology(_ root: Node) throws(TopologyError) -> Topology {
+        var topics: [Topology.Topic] = []
+        var stages: [Topology.Stage] = []
+        var topicsNode: Node?
+        var stagesNode: Node?
+        for (key, value) in try mapping(root, "", allowed: ["topics", "stages"]) {
+            if key == "topics" { topicsNode = value } else { stagesNode = value }
+        }
+        guard let topicsNode, let list = topicsNode.sequence else { throw fail(topicsNode ?? root, "topics", "expected a list of topics") }
+        for (i, node) in list.enumerated() { topics.append(try topic(node, "topics[\(i)]")) }
+        var seen = Set<String>()
+        for (i, t) in topics.enumerated() where !seen.insert(t.name).inserted {
+            throw fail(list[i], "topics[\(i)].name", "topic '\(t.name)' is defined twice")
+        }
+        guard let stagesNode, let stageList = stagesNode.sequence else { throw fail(stagesNode ?? root, "stages", "expected a list of stages") }
+        let topicsByName = Dictionary(uniqueKeysWithValues: topics.map { ($0.name, $0) })
+        for (i, node) in stageList.enumerated() { stages.append(try stage(node, "stages[\(i)]", topics: topicsByName)) }
+        var names = Set<String>(), groups = Set<String>()
+        for (i, s) in stages.enumerated() {
+            guard names.insert(s.name).inserted else { throw fail(stageList[i], "stages[\(i)].name", "stage '\(s.name)' is defined twice") }
+            guard groups.insert(s.group).inserted else {
+                throw fail(stageList[i], "stages[\(i)].group", "consumer group '\(s.group)' is used by two stages; each stage needs its own")
+            }
+        }
+        return Topology(topics: topics, stages: stages, source: source)
+    }
+
+    func topic(_ node: Node, _ path: String) throws(TopologyError) -> Topology.Topic {
+        var name: String?
+        var partitions = 1, replication = 1
+        var config: [String: String] = [:]
+        for (key, value) in try mapping(node, path, allowed: ["name", "partitions", "replication-factor", "config"]) {
+            switch key {
+            case "name": name = try string(value, "\(path).name")
+            case "partitions": partitions = try int(value, "\(path).partitions")
+            case "replication-factor": replication = try int(value, "\(path).replication-factor")
+            default:
+                guard let m = value.mapping else { throw fail(value, "\(path).config", "expected a mapping of topic configs") }
+                for (k, v) in m {
+                    guard let ck = k.string, let cv = v.string else { throw fail(k, "\(path).config", "expected text keys and values") }
+                    config[ck] = cv
+                }
+            }
+        }
+        guard let name else { throw fail(node, "\(path).name", "missing; every topic needs a name") }
+        return Topology.Topic(name: name, partitions: partitions, replicationFactor: replication, config: config)
+    }
+
+    func stage(_ node: Node, _ path: String, topics: [String: Topology.Topic]) throws(TopologyError) -> Topology.Stage {
+        let allowed = [
+            "name", "chain", "inputs", "outputs", "dead-letter-topic", "group", "delivery", "changelog", "retry",
+            "advance-interval", "checkpoint-interval", "max-in-flight-records", "max-in-flight-bytes", "options",
+        ]
+        var name: String?, chain: [String]?, inputs: [String]?, deadLetter: String?, group: String?, changelog: String?
+        var outputs: [String: String] = [:]
+        var delivery = Topology.Delivery.atLeastOnce
+        var retry = Topology.RetryPolicy()
+        var advance = Duration.seconds(1), checkpoint = Duration.seconds(1)
+        var maxRecords = 10_000, maxBytes = 64 << 20
+        var options = StageCatalog.Options()
+        func topicName(_ value: Node, _ p: String) throws(TopologyError) -> String {
+            let t = try string(value, p)
+            guard topics[t] != nil else { throw fail(value, p, "topic '\(t)' is not among the topology's topics") }
+            return t
+        }
+        for (key, value) in try mapping(node, path, allowed: allowed) {
+            let p = "\(path).\(key)"
+            switch key {
+            case "name": name = try string(value, p)
+            case "chain":
+                let names = try strings(value, p)
+                for (i, n) in names.enumerated() where !StageCatalog.names.contains(n) {
+                    throw fail(value.sequence?[i] ?? value, "\(p)[\(i)]", "unknown stage '\(n)'; known stages: \(StageCatalog.names.joined(separator: ", "))")
+                }
+                chain = names
+            case "inputs":
+                let list = try strings(value, p)
+                for (i, t) in list.enumerated() where topics[t] == nil {
+                    throw fail(value.sequence?[i] ?? value, "\(p)[\(i)]", "topic '\(t)' is not among the topology's topics")
+                }
+                inputs = list
+            case "outputs":
+                guard let m = value.mapping else { throw fail(value, p, "expected a mapping of output name: topic") }
+                for (k, v) in m {
+                    guard let output = k.string else { throw fail(k, p, "expected an output name") }
+                    outputs[output] = try topicName(v, "\(p).\(output)")
+                }
+            case "dead-letter-topic": deadLetter = try topicName(value, p)
+            case "group": group = try string(value, p)
+            case "delivery":
+                guard let text = value.string, let d = Topology.Delivery(rawValue: text) else {
+                    throw fail(value, p, "expected at-least-once or exactly-once, found '\(value.string ?? kind(value))'")
+                }
+                delivery = d
+            case "changelog":
+                let t = try topicName(value, p)
+                guard topics[t]?.config["cleanup.policy"]?.contains("compact") == true else {
+                    throw fail(value, p, "changelog topic '\(t)' must have config cleanup.policy: compact (only the latest state per partition is needed)")
+                }
+                changelog = t
+            case "retry":
+                for (rk, rv) in try mapping(value, p, allowed: ["attempts", "initial-backoff", "max-backoff"]) {
+                    switch rk {
+                    case "attempts": retry.attempts = try int(rv, "\(p).attempts")
+                    case "initial-backoff": retry.initialBackoff = try duration(rv, "\(p).initial-backoff")
+                    default: retry.maxBackoff = try duration(rv, "\(p).max-backoff")
+                    }
+                }
+            case "advance-interval": advance = try duration(value, p)
+            case "checkpoint-interval": checkpoint = try duration(value, p)
+            case "max-in-flight-records": maxRecords = try int(value, p)
+            case "max-in-flight-bytes": maxBytes = try int(value, p)
+            default:
+                let keys = ["candle-lateness", "new-products-interval", "feed-top-n", "utc-offset-hours"]
+                for (ok, ov) in try mapping(value, p, allowed: keys) {
+                    let op = "\(p).\(ok)"
+                    switch ok {
+                    case "candle-lateness": options.candleLatenessMillis = try duration(ov, op).wholeMillis
+                    case "new-products-interval": options.newProductsIntervalMillis = try duration(ov, op).wholeMillis
+                    case "feed-top-n": options.feedTopN = try int(ov, op)
+                    default: options.utcOffsetSeconds = try int(ov, op, min: -12) * 3600
+                    }
+                }
+            }
+        }
+        guard let name else { throw fail(node, "\(path).name", "missing; every stage needs a name") }
+        guard let chain else { throw fail(node, "\(path).chain", "missing; name the catalog stage(s) to run") }
+        guard let inputs else { throw fail(node, "\(path).inputs", "missing; name the input topic(s)") }
+        guard let deadLetter else { throw fail(node, "\(path).dead-letter-topic", "missing; every stage needs a dead-letter topic") }
+        if delivery == .exactlyOnce {
+            throw fail(node, "\(path).delivery", "exactly-once is not available yet (see README: Delivery guarantees); use at-least-once")
+        }
+        return Topology.Stage(
+            name: name, chain: chain, inputs: inputs, outputs: outputs, deadLetterTopic: deadLetter, group: group ?? name,
+            delivery: delivery, changelog: changelog, retry: retry, advanceInterval: advance, checkpointInterval: checkpoint,
+            maxInFlightRecords: maxRecords, maxInFlightBytes: maxBytes, options: options)
+    }
+}
+
+/// `250ms`, `2s`, `5m`, `1h` (a bare number is seconds).
+public func parseDuration(_ text: String) -> Duration? {
+    let t = text.trimmingCharacters(in: .whitespaces)
+    let units: [(String, Int64)] = [("ms", 1), ("s", 1000), ("m", 60_000), ("h", 3_600_000)]
+    for (suffix, millis) in units where t.hasSuffix(suffix) {
+        guard let n = Int64(t.dropLast(suffix.count)), n >= 0 else { return nil }
+        return .milliseconds(n * millis)
+    }
+    return Int64(t).map { .seconds($0) }
+}
+
+extension Duration {
+    var wholeMillis: Int64 { wholeMilliseconds }
+}

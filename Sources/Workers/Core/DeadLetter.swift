@@ -1,0 +1,95 @@
+/// Header names on dead letters. A dead letter is the original record (key, value, headers and
+/// timestamp unchanged) plus these headers; its value is never rewritten.
+public enum DeadLetterHeader {
+    public static let stage = "dead-letter.stage"
+    public static let reason = "dead-letter.reason"
+    public static let field = "dead-letter.field"
+    public static let detail = "dead-letter.detail"
+    public static let originTopic = "dead-letter.origin.topic"
+    public static let originPartition = "dead-letter.origin.partition"
+    public static let originOffset = "dead-letter.origin.offset"
+    /// The error code when the record failed downstream of the stage (e.g. a delivery error).
+    public static let errorCode = "dead-letter.error-code"
+    /// How many times the record was tried.
+    public static let attempts = "dead-letter.attempts"
+    /// When the record first failed, epoch milliseconds.
+    public static let firstFailure = "dead-letter.first-failure"
+    /// Set on a record that `pipelinectl dlq redrive` sent back: its value is the redrive count.
+    public static let redriven = "dead-letter.redriven"
+}
+
+/// A record that could not be used, as it goes to the dead-letter topic.
+///
+/// The one dead-letter format: the Kafka runtime, ``TestDriver`` and `pipelinectl run` all
+/// build it with ``init(stage:input:failure:errorCode:attempts:firstFailure:)`` and turn it into
+/// a record with ``recordHeaders``, so a stage tested one way behaves the same on Kafka.
+public struct DeadLetter: Sendable, Hashable {
+    public var stage: String
+    public var origin: RecordOrigin
+    public var failure: DecodeFailure
+    /// The failed record, unchanged.
+    public var key: [UInt8]?
+    public var value: [UInt8]?
+    public var headers: [RecordHeader]
+    public var timestamp: Int64
+    /// Set when the record failed after the stage (a delivery error code), nil for bad input.
+    public var errorCode: String?
+    public var attempts: Int
+    public var firstFailure: Int64?
+
+    public init(
+        stage: String, input: InputRecord, failure: DecodeFailure, errorCode: String? = nil, attempts: Int = 1,
+        firstFailure: Int64? = nil
+    ) {
+        self.stage = stage
+        self.origin = input.origin
+        self.failure = failure
+        self.key = input.key
+        self.value = input.value
+        self.headers = input.headers
+        self.timestamp = input.timestamp
+        self.errorCode = errorCode
+        self.attempts = attempts
+        self.firstFailure = firstFailure
+    }
+
+    /// The original headers, then the `dead-letter.*` ones (any the original record already
+    /// carried, from an earlier failure, are replaced).
+    public var recordHeaders: [RecordHeader] {
+        var out = headers.filter { !$0.name.hasPrefix("dead-letter.") || $0.name == DeadLetterHeader.redriven }
+        out.append(RecordHeader(DeadLetterHeader.stage, stage))
+        out.append(RecordHeader(DeadLetterHeader.reason, failure.reason.rawValue))
+        out.append(RecordHeader(DeadLetterHeader.field, failure.field))
+        out.append(RecordHeader(DeadLetterHeader.detail, failure.detail))
+        out.append(RecordHeader(DeadLetterHeader.originTopic, origin.topic))
+        out.append(RecordHeader(DeadLetterHeader.originPartition, String(origin.partition)))
+        out.append(RecordHeader(DeadLetterHeader.originOffset, String(origin.offset)))
+        if let errorCode { out.append(RecordHeader(DeadLetterHeader.errorCode, errorCode)) }
+        out.append(RecordHeader(DeadLetterHeader.attempts, String(attempts)))
+        if let firstFailure { out.append(RecordHeader(DeadLetterHeader.firstFailure, String(firstFailure))) }
+        return out
+    }
+
+    /// Reads a dead letter back from a record's headers (nil if they are not a dead letter's).
+    public init?(key: [UInt8]?, value: [UInt8]?, headers: [RecordHeader], timestamp: Int64) {
+        guard let stage = headers.string(named: DeadLetterHeader.stage),
+            let reasonText = headers.string(named: DeadLetterHeader.reason),
+            let reason = DecodeFailure.Reason(rawValue: reasonText),
+            let topic = headers.string(named: DeadLetterHeader.originTopic),
+            let partition = headers.string(named: DeadLetterHeader.originPartition).flatMap({ Int32($0) }),
+            let offset = headers.string(named: DeadLetterHeader.originOffset).flatMap({ Int64($0) })
+        else { return nil }
+        self.stage = stage
+        self.origin = RecordOrigin(topic: topic, partition: partition, offset: offset)
+        self.failure = DecodeFailure(
+            field: headers.string(named: DeadLetterHeader.field) ?? "", reason: reason,
+            detail: headers.string(named: DeadLetterHeader.detail) ?? "")
+        self.key = key
+        self.value = value
+        self.headers = headers.filter { !$0.name.hasPrefix("dead-letter.") || $0.name == DeadLetterHeader.redriven }
+        self.timestamp = timestamp
+        self.errorCode = headers.string(named: DeadLetterHeader.errorCode)
+        self.attempts = headers.string(named: DeadLetterHeader.attempts).flatMap { Int($0) } ?? 1
+        self.firstFailure = headers.string(named: DeadLetterHeader.firstFailure).flatMap { Int64($0) }
+    }
+}

@@ -1,0 +1,134 @@
+import Foundation
+import Synchronization
+import Testing
+@testable import Pipeline
+import Workers
+
+/// The runtime defects the worker-runtime review found, each reproduced here without a broker
+/// or on librdkafka's mock cluster. Each test failed (or hung, or crashed) before its fix.
+@Suite(.timeLimit(.minutes(2))) struct RuntimeDefectTests {
+    static func consumerConfig(_ bootstrap: String, group: String) -> ConsumerConfiguration {
+        var config = ConsumerConfiguration(bootstrapServers: [bootstrap], groupID: group)
+        config.sessionTimeout = .milliseconds(6000)
+        config.heartbeatInterval = .milliseconds(300)
+        return config
+    }
+
+    /// Before: a task cancelled while it handled an event waited forever at its next `next()`
+    /// on an idle topic (the cancellation handler only fires for a wait already registered).
+    @Test func aTaskCancelledWhileHandlingAnEventEndsAtItsNextNext() async throws {
+        let mock = try KafkaMockCluster(brokers: 1)
+        try mock.createTopic("idle", partitions: 1)
+        let consumer = try KafkaConsumer(configuration: Self.consumerConfig(mock.bootstrapServers, group: "idle"))
+        try consumer.subscribe(["idle"])
+        let (handling, handlingContinuation) = AsyncStream<Void>.makeStream()
+        let (release, releaseContinuation) = AsyncStream<Void>.makeStream()
+        let task = Task {
+            var events = consumer.makeAsyncIterator()
+            _ = try await events.next()  // the assignment
+            handlingContinuation.yield()
+            for await _ in release { break }  // "handling" the event while being cancelled
+            return try await events.next()  // idle topic: must not wait forever
+        }
+        for await _ in handling { break }
+        task.cancel()
+        releaseContinuation.yield()
+        let next = try await Deadline.race(.seconds(10)) { try? await task.value }
+        #expect(next != nil, "next() returned within 10 s")
+        #expect(next.flatMap { $0 } == nil, "and ended the sequence")
+        try await consumer.close()
+    }
+
+    /// Before: `close(deadline:)` and `waitForLine` waited for the uncancellable work after the
+    /// deadline (a task group waits for all its children).
+    @Test func deadlinesBoundUncancellableWork() async throws {
+        let gate = Gate()
+        let clock = ContinuousClock()
+        let start = clock.now
+        let result = await Deadline.race(.milliseconds(200)) { await gate.wait() }
+        #expect(result == nil)
+        #expect(clock.now - start < .seconds(5))
+        gate.open()
+
+        let sleeper = try ManagedProcess.launch("/bin/sleep", arguments: ["30"], environment: [:])
+        defer { sleeper.kill() }
+        let waitStart = clock.now
+        await #expect(throws: LocalBrokerError.self) {
+            try await sleeper.waitForLine(containing: "never printed", timeout: .milliseconds(200))
+        }
+        #expect(clock.now - waitStart < .seconds(5), "waitForLine returned at its timeout, not when the process ended")
+    }
+
+    /// Before: `stop()` reported batches that were delivered but not yet awaited as failed.
+    @Test func closingTheProducerKeepsDeliveredReportsOfUnawaitedBatches() async throws {
+        let mock = try KafkaMockCluster(brokers: 1)
+        try mock.createTopic("out", partitions: 1)
+        let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [mock.bootstrapServers]))
+        let ticket = try await producer.submit((0..<10).map { ProducerRecord(topic: "out", value: Array("\($0)".utf8)) })
+        try await producer.flush(deadline: .seconds(10))
+        await producer.close()
+        let reports = await ticket.reports()
+        #expect(reports.count == 10)
+        #expect(reports.allSatisfy { $0.error == nil && $0.offset >= 0 }, "\(reports.compactMap(\.error))")
+    }
+
+    /// Before: closing a consumer while its group rebalanced failed the final commit
+    /// (REBALANCE_IN_PROGRESS / ILLEGAL_GENERATION) and the stored offsets were lost.
+    @Test func closingDuringARebalanceStillCommitsStoredOffsets() async throws {
+        let mock = try KafkaMockCluster(brokers: 1)
+        try mock.createTopic("moving", partitions: 4)
+        let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [mock.bootstrapServers]))
+        let sent = try await producer.send((0..<400).map { ProducerRecord(topic: "moving", partition: Int32($0 % 4), value: Array("\($0)".utf8)) })
+        #expect(sent.allSatisfy { $0.error == nil })
+        await producer.close()
+
+        let a = try KafkaConsumer(configuration: Self.consumerConfig(mock.bootstrapServers, group: "moving"))
+        try a.subscribe(["moving"])
+        var stored = 0
+        var events = a.makeAsyncIterator()
+        while stored < 400, let event = try await events.next() {
+            if case .records(let batch) = event {
+                try a.store(batch)
+                stored += batch.count
+            }
+        }
+        // A second member joins; close `a` while the group is rebalancing.
+        let b = try KafkaConsumer(configuration: Self.consumerConfig(mock.bootstrapServers, group: "moving"))
+        try b.subscribe(["moving"])
+        let bTask = Task { for try await _ in b {} }
+        let revoked = try await events.next()
+        if case .revoked = revoked {} else { Issue.record("expected a revocation, got \(String(describing: revoked))") }
+        try await a.close(deadline: .seconds(20))
+
+        let admin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: [mock.bootstrapServers]))
+        // (The mock cluster lists a group's offsets only for named partitions.)
+        let committed = try await admin.committedOffsets(group: "moving", partitions: (0..<4).map { TopicPartition("moving", $0) })
+        #expect(committed.reduce(0) { $0 + $1.offset } == 400, "\(committed)")
+        await admin.close()
+        try await b.close()
+        _ = try? await bTask.value
+    }
+}
+
+/// An async wait nobody can cancel, opened by hand.
+final class Gate: Sendable {
+    private let state = Mutex<(open: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
+    func wait() async {
+        await withCheckedContinuation { c in
+            let now = state.withLock { s in
+                if s.open { return true }
+                s.waiters.append(c)
+                return false
+            }
+            if now { c.resume() }
+        }
+    }
+    func open() {
+        let waiters = state.withLock { s in
+            s.open = true
+            defer { s.waiters = [] }
+            return s.waiters
+        }
+        for w in waiters { w.resume() }
+    }
+}
