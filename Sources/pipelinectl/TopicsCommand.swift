@@ -3,8 +3,29 @@ import Pipeline
 
 struct Topics: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "List, create and delete topics.",
-        subcommands: [List.self, Create.self, Delete.self])
+        abstract: "List, create, delete topics, or apply a topology's topics.",
+        subcommands: [List.self, Create.self, Delete.self, Apply.self])
+
+    struct Apply: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Create the topology's missing topics; report drift in partitions or cleanup policy (changes nothing else).",
+            discussion: "Exit status 0 when every topic matches, 3 when some exist with other settings.")
+        @OptionGroup var connection: RequiredConnection
+        @Option(help: "The topology file.") var topology = "topology.yaml"
+
+        func run() async throws {
+            try Preflight.checkRuntime()
+            let topology: Topology
+            do { topology = try Topology.load(path: self.topology) } catch { throw ValidationError(error.description) }
+            let admin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: connection.servers))
+            let report = try await topology.apply(using: admin)
+            await admin.close()
+            for name in report.created { print("created   \(name)") }
+            for name in report.unchanged { print("ok        \(name)") }
+            for line in report.drift { print("drift     \(line)") }
+            if !report.drift.isEmpty { throw ExitCode(3) }
+        }
+    }
 
     struct List: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "List topics with partitions and cleanup policy.")
