@@ -330,6 +330,47 @@ import Workers
             for c in committed { #expect(c.offset == ends[c.partition]) }
         }
     }
+
+    @Test func workersRecoverWhenTheBrokerIsKilledAndRestarted() async throws {
+        var options = LocalBroker.Options(storage: .s3)
+        options.startTimeout = .seconds(60)
+        var broker = try await LocalBroker.start(options)
+        let bootstrap = broker.bootstrapServers
+        let path = try Self.writeTopology()
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let topology = try Topology.load(path: path)
+        let admin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: [bootstrap]))
+        _ = try await topology.apply(using: admin)
+        await admin.close()
+
+        func produce(_ range: Range<Int>) async throws -> [DeliveryReport] {
+            let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [bootstrap]))
+            let reports = try await producer.send(range.map(Self.tick))
+            await producer.close()
+            #expect(reports.allSatisfy { $0.error == nil })
+            return reports
+        }
+        var reports = try await produce(0..<5000)
+        let worker = try Self.startWorker("prices-decode", topology: path, bootstrap: bootstrap)
+        try await worker.waitForLine(containing: "partitions assigned", timeout: .seconds(30))
+        // The broker dies mid-stream (SIGKILL) and comes back on the same port and storage.
+        broker = try await broker.restart()
+        reports += try await produce(5000..<10_000)
+
+        let ticks = try await Self.readAll("prices.ticks", partitions: 4, bootstrap: bootstrap) { outputs in
+            Set(outputs.compactMap { $0.header(OutputRecord.dedupeKeyHeader) }).count >= 10_000
+        }
+        worker.terminate()
+        let status = await worker.waitForExit()
+        #expect(status == 0, "\(worker.recentOutput())")
+        #expect(Set(ticks.compactMap { $0.header(OutputRecord.dedupeKeyHeader) }).count == 10_000, "every input processed")
+        let checkAdmin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: [bootstrap]))
+        let committed = try await checkAdmin.committedOffsets(group: "prices-decode", partitions: (0..<4).map { TopicPartition("prices.raw", $0) })
+        await checkAdmin.close()
+        let ends = Dictionary(grouping: reports, by: \.partition).mapValues { $0.map(\.offset).max()! + 1 }
+        for c in committed { #expect(c.offset == ends[c.partition], "committed \(c)") }
+        await broker.stop()
+    }
 }
 
 /// A small seeded generator, so a failing chaos run can be repeated (the seed is printed).

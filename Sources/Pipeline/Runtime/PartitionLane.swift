@@ -122,9 +122,14 @@ struct Settler: Sendable {
                     again.append(RecordMapping.deadLetter(letter, topic: deadLetterTopic))
                     againSources.append(-1)
                 }
-                logger.error(
-                    "delivery failed after \(attempt) attempts; inputs go to the dead-letter topic",
-                    metadata: ["partition": "\(tp)", "error": "\(error)", "inputs": "\(dead.count)"])
+                if dead.isEmpty {
+                    logger.warning(
+                        "dead letters or checkpoints still undelivered, retrying", metadata: ["partition": "\(tp)", "attempt": "\(attempt)", "error": "\(error)"])
+                } else {
+                    logger.error(
+                        "delivery failed after \(attempt) attempts; inputs go to the dead-letter topic",
+                        metadata: ["partition": "\(tp)", "error": "\(error)", "inputs": "\(dead.count)"])
+                }
             } else {
                 for i in failed {
                     again.append(records[i])
