@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import Synchronization
 
 /// What a consumer hands to the application, in order.
 public enum ConsumerEvent: Sendable, Hashable {
@@ -74,12 +75,13 @@ public final class KafkaConsumer: AsyncSequence, Sendable {
         for r in records { next[r.topicPartition] = Swift.max(next[r.topicPartition] ?? -1, r.offset + 1) }
         guard !next.isEmpty else { return }
         let offsets = next.map { TopicPartitionOffset($0.key.topic, $0.key.partition, offset: $0.value) }
-        try core.consumer.client.using { () throws(KafkaError) in try core.consumer.store(offsets) }
+        try store(offsets: offsets)
     }
 
     /// Stores explicit offsets (each the next offset to read).
     public func store(offsets: [TopicPartitionOffset]) throws(KafkaError) {
         try core.consumer.client.using { () throws(KafkaError) in try core.consumer.store(offsets) }
+        core.remember(offsets)
     }
 
     /// Commits the stored offsets and waits for the broker's answer.
@@ -187,7 +189,7 @@ final class ConsumerCore: @unchecked Sendable {
                 // more. Commit what the application stored while the partitions are still ours
                 // and the generation is valid; a commit after the revocation would fail with
                 // ILLEGAL_GENERATION or REBALANCE_IN_PROGRESS and the stored offsets be lost.
-                if !assigned { commitOnClose() }
+                if assigned { assignedWhileClosing = true } else { commitOnClose() }
                 return
             }
             outbox.append(assigned ? .assigned(partitions) : .revoked(partitions))
@@ -371,22 +373,50 @@ final class ConsumerCore: @unchecked Sendable {
 
     /// Set by `commitOnClose` (poll thread only).
     private var closeCommitError: KafkaError?
+    /// The latest offset the application stored per partition, so a close that finds the
+    /// group rebalancing can still commit them once the rebalance is over (librdkafka drops
+    /// stored offsets of revoked partitions).
+    private let stored = Mutex<[TopicPartition: Int64]>([:])
+    /// Set by the rebalance callback while closing (poll thread only).
+    private var assignedWhileClosing = false
+
+    func remember(_ offsets: [TopicPartitionOffset]) {
+        stored.withLock { s in for o in offsets { s[o.topicPartition] = Swift.max(s[o.topicPartition] ?? -1, o.offset) } }
+    }
+
+    /// The close found the group rebalancing: lets the rebalance finish (serving its callbacks
+    /// without waiting for the application; fetched records are dropped, they are not stored),
+    /// then commits the remembered offsets explicitly under the new generation. Poll thread only.
+    private func commitAfterRebalance(deadline: ContinuousClock.Instant) -> KafkaError? {
+        var lastError: KafkaError?
+        while ContinuousClock.now < deadline {
+            _ = consumer.poll(timeoutMilliseconds: 100, names: &names)
+            guard assignedWhileClosing else { continue }
+            let offsets = stored.withLock { $0.map { TopicPartitionOffset($0.key.topic, $0.key.partition, offset: $0.value) } }
+            guard !offsets.isEmpty else { return nil }
+            do {
+                try consumer.commit(offsets)
+                consumer.client.logger.info("committed stored offsets after the rebalance", metadata: ["partitions": "\(offsets.count)"])
+                return nil
+            } catch where error.isRebalanceInProgress {
+                lastError = error
+                assignedWhileClosing = false
+            } catch {
+                return error
+            }
+        }
+        return lastError ?? KafkaError.timedOut("waiting for the group to settle before the final commit")
+    }
 
     /// Commits stored offsets from inside the revocation of a closing consumer, retrying while
     /// the group is still settling a rebalance. Poll thread only.
     private func commitOnClose() {
-        closeCommitError = nil
-        for attempt in 0..<10 {
-            do {
-                try consumer.commit(nil)
-                return
-            } catch where error.isRebalanceInProgress && attempt < 9 {
-                Thread.sleep(forTimeInterval: 0.1)  // the poll thread, not the cooperative pool
-            } catch {
-                closeCommitError = error
-                consumer.client.logger.warning("commit on close failed: \(error)")
-                return
-            }
+        do {
+            try consumer.commit(nil)
+            closeCommitError = nil
+        } catch {
+            closeCommitError = error
+            consumer.client.logger.info("commit in the revocation failed: \(error)")
         }
     }
 
@@ -409,18 +439,26 @@ final class ConsumerCore: @unchecked Sendable {
     /// `closing` and revokes without waiting for the application), and destroys the handle.
     private func finishClose() {
         var result: KafkaError?
+        var rebalancing = closeCommitError?.isRebalanceInProgress ?? false
         do {
             try consumer.commit(nil)
         } catch where error.isRebalanceInProgress {
-            // The group is rebalancing: the commit is refused until it settles. Closing revokes
-            // our partitions through the rebalance callback, which commits (`commitOnClose`).
-            consumer.client.logger.info("commit on close deferred to the revocation: \(error)")
+            rebalancing = true
         } catch {
             result = error
             consumer.client.logger.warning("commit on close failed: \(error)")
         }
+        if rebalancing {
+            // The group is rebalancing and refuses commits until it settles.
+            consumer.client.logger.info("closing during a rebalance: committing once it settles")
+            if let error = commitAfterRebalance(deadline: .now + .seconds(15)) {
+                result = result ?? error
+                consumer.client.logger.warning("commit on close failed: \(error)")
+            }
+            closeCommitError = nil
+        }
         do { try consumer.close() } catch { result = result ?? error }
-        if let error = closeCommitError { result = result ?? error }
+        if let error = closeCommitError, !error.isRebalanceInProgress { result = result ?? error }
         consumer.client.drainLogs()
         // Destroyed here, before close() returns, so that a program can exit right after it.
         consumer.destroy()
