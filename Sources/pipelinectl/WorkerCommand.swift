@@ -3,6 +3,8 @@ import Dispatch
 import Foundation
 import Logging
 import Pipeline
+import Metrics
+import Prometheus
 import ServiceLifecycle
 import Synchronization
 
@@ -40,7 +42,21 @@ struct Worker: AsyncParsableCommand {
     })
     var sessionTimeout: Duration?
     @Option(help: "Stop gracefully after processing this many inputs (tests, demos).") var stopAfter: Int?
-    @Option(help: "Log level: trace, debug, info, notice, warning, error, critical.") var logLevel: Logger.Level = .info
+    @Option(help: "Address of /metrics, /healthz and /readyz (host:port; port 0 picks a free one, logged at start).")
+    var metricsAddress = "0.0.0.0:9464"
+    @Option(help: "Not ready after this long stuck in a rebalance, failing commits, or lagging without progress.", transform: { text in
+        guard let d = parseDuration(text) else { throw ValidationError("--readiness-timeout: '\(text)' is not a duration such as 30s") }
+        return d
+    })
+    var readinessTimeout: Duration = .seconds(30)
+    @OptionGroup var security: SecurityOptions
+    @Option(help: "Seconds between librdkafka statistics (the kafka_* metrics and the group state in /readyz).", transform: { text in
+        guard let d = parseDuration(text) else { throw ValidationError("--statistics-interval: '\(text)' is not a duration such as 5s") }
+        return d
+    })
+    var statisticsInterval: Duration = .seconds(5)
+    @Option(help: "librdkafka debug contexts, e.g. broker,cgrp,fetch (logged at debug level).") var kafkaDebug: String?
+    @OptionGroup var logging: LoggingOptions
 
     func bootstrapServers() throws -> [String] {
         guard let list = bootstrapServer ?? ProcessInfo.processInfo.environment["KAFKA_BOOTSTRAP_SERVERS"] else {
@@ -61,19 +77,32 @@ struct Worker: AsyncParsableCommand {
         } catch {
             throw ValidationError(error.description)
         }
-        var logger = Logger(label: "pipelinectl.worker")
-        logger.logLevel = logLevel
-        var settings = WorkerSettings(bootstrapServers: servers)
+        let logger = logging.bootstrap(label: "pipelinectl.worker")
+        let registry = PrometheusCollectorRegistry()
+        MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: registry))
+        let health = WorkerHealth(livenessTimeout: max(.seconds(30), readinessTimeout), readinessTimeout: readinessTimeout)
+        let endpoint: HTTPEndpoint
+        do {
+            endpoint = try HTTPEndpoint(address: metricsAddress, registry: registry, health: health, logger: logger)
+        } catch {
+            throw ValidationError("--metrics-address: \(error)")
+        }
+        var kafka = KafkaConfiguration(bootstrapServers: servers)
+        kafka.security = try security.configuration()
+        kafka.debugContexts = kafkaDebug.map { $0.split(separator: ",").map(String.init) } ?? []
+        var settings = WorkerSettings(kafka: kafka)
+        settings.statisticsInterval = statisticsInterval
         settings.shutdownDeadline = shutdownDeadline
         settings.sessionTimeout = sessionTimeout
         settings.heartbeatInterval = sessionTimeout.map { $0 / 6 }
         settings.stopAfterInputs = stopAfter
-        let service = try StageService(definition: definition, topology: topology, settings: settings, logger: logger)
+        let service = try StageService(definition: definition, topology: topology, settings: settings, health: health, logger: logger)
 
         let signals = SignalEscalation(deadline: shutdownDeadline + .seconds(5), logger: logger)
         signals.install()
         let group = ServiceGroup(
-            configuration: .init(services: [service], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+            // Shutdown runs in reverse: the stage stops first, the endpoint last.
+            configuration: .init(services: [endpoint, service], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
         try await group.run()
     }
 }
@@ -123,3 +152,75 @@ final class SignalEscalation: @unchecked Sendable {
 }
 
 extension Logger.Level: @retroactive ExpressibleByArgument {}
+
+/// SASL/SSL settings. The password never comes from a flag (flags show in `ps`): it is read
+/// from `KAFKA_SASL_PASSWORD` or from `--sasl-password-file`.
+struct SecurityOptions: ParsableArguments {
+    enum SecurityProtocol: String, ExpressibleByArgument, CaseIterable {
+        case plaintext, ssl
+        case saslPlaintext = "sasl_plaintext"
+        case saslSSL = "sasl_ssl"
+    }
+
+    @Option(help: "plaintext, ssl, sasl_plaintext or sasl_ssl.") var securityProtocol: SecurityProtocol = .plaintext
+    @Option(help: "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.") var saslMechanism: String = "PLAIN"
+    @Option(help: "SASL user name.") var saslUsername: String?
+    @Option(help: "File holding the SASL password (default: $KAFKA_SASL_PASSWORD).") var saslPasswordFile: String?
+    @Option(help: "CA certificate file (PEM) for ssl and sasl_ssl.") var sslCaLocation: String?
+
+    func configuration() throws -> KafkaConfiguration.Security {
+        let tls = KafkaConfiguration.TLS(caLocation: sslCaLocation)
+        switch securityProtocol {
+        case .plaintext: return .plaintext
+        case .ssl: return .ssl(tls)
+        case .saslPlaintext, .saslSSL:
+            guard let mechanism = KafkaConfiguration.SASL.Mechanism(rawValue: saslMechanism) else {
+                throw ValidationError("--sasl-mechanism: '\(saslMechanism)' is not PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
+            }
+            guard let user = saslUsername else { throw ValidationError("--sasl-username is required with --security-protocol \(securityProtocol.rawValue)") }
+            let password: String
+            if let file = saslPasswordFile {
+                guard let text = try? String(contentsOfFile: file, encoding: .utf8) else {
+                    throw ValidationError("--sasl-password-file: cannot read '\(file)'")
+                }
+                password = text.trimmingCharacters(in: .newlines)
+            } else if let env = ProcessInfo.processInfo.environment["KAFKA_SASL_PASSWORD"] {
+                password = env
+            } else {
+                throw ValidationError("a SASL password is required: set KAFKA_SASL_PASSWORD or --sasl-password-file")
+            }
+            let sasl = KafkaConfiguration.SASL(mechanism: mechanism, username: user, password: Secret(password))
+            return securityProtocol == .saslSSL ? .saslSSL(sasl, tls) : .saslPlaintext(sasl)
+        }
+    }
+}
+
+/// `--log-level` and `--log-format` for long-running commands.
+struct LoggingOptions: ParsableArguments {
+    enum Format: String, ExpressibleByArgument, CaseIterable { case text, json }
+
+    @Option(help: "Log level: trace, debug, info, notice, warning, error, critical.") var logLevel: Logger.Level = .info
+    @Option(help: "Log format: text, or json (one object per line).") var logFormat: Format = .text
+
+    /// Sets up swift-log once for the process and returns the command's logger.
+    func bootstrap(label: String) -> Logger {
+        let level = logLevel
+        switch logFormat {
+        case .text:
+            LoggingSystem.bootstrap { label in
+                var h = StreamLogHandler.standardError(label: label)
+                h.logLevel = level
+                return h
+            }
+        case .json:
+            LoggingSystem.bootstrap { label in
+                var h = JSONLogHandler(label: label)
+                h.logLevel = level
+                return h
+            }
+        }
+        var logger = Logger(label: label)
+        logger.logLevel = level
+        return logger
+    }
+}

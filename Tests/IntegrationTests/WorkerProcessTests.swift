@@ -59,7 +59,7 @@ import Workers
         try ManagedProcess.launch(
             try pipelinectl(),
             arguments: ["worker", stage, "--topology", topology, "--bootstrap-server", bootstrap, "--session-timeout", "2s",
-                "--shutdown-deadline", "15s"] + extra,
+                "--shutdown-deadline", "15s", "--metrics-address", "127.0.0.1:0"] + extra,
             environment: [:])
     }
 

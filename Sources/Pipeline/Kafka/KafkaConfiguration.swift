@@ -134,6 +134,8 @@ public struct ProducerConfiguration: Sendable {
     public var compression: Compression?
     /// Partitioner for keyed messages (`partitioner`); librdkafka's default is `consistent_random`.
     public var partitioner: Partitioner?
+    /// How often librdkafka reports ``KafkaProducer/statistics`` (`statistics.interval.ms`; nil: never).
+    public var statisticsInterval: Duration?
 
     public init(kafka: KafkaConfiguration) { self.kafka = kafka }
     public init(bootstrapServers: [String]) { self.kafka = KafkaConfiguration(bootstrapServers: bootstrapServers) }
@@ -156,6 +158,7 @@ public struct ProducerConfiguration: Sendable {
         p["message.timeout.ms"] = messageTimeout.map(milliseconds)
         p["compression.codec"] = compression?.rawValue
         p["partitioner"] = partitioner?.rawValue
+        p["statistics.interval.ms"] = statisticsInterval.map(milliseconds)
         for (key, value) in kafka.raw { p[key] = value }
         return p
     }
@@ -187,6 +190,8 @@ public struct ConsumerConfiguration: Sendable {
     public var maxBatchSize: Int = 1000
     /// Static membership id (`group.instance.id`).
     public var groupInstanceID: String?
+    /// How often librdkafka reports ``KafkaConsumer/statistics`` (`statistics.interval.ms`; nil: never).
+    public var statisticsInterval: Duration?
 
     public init(kafka: KafkaConfiguration, groupID: String) {
         self.kafka = kafka
@@ -217,6 +222,7 @@ public struct ConsumerConfiguration: Sendable {
         p["isolation.level"] = isolationLevel?.rawValue
         p["enable.partition.eof"] = reportEndOfPartition ? "true" : "false"
         p["group.instance.id"] = groupInstanceID
+        p["statistics.interval.ms"] = statisticsInterval.map(milliseconds)
         for (key, value) in kafka.raw { p[key] = value }
         return p
     }

@@ -129,6 +129,9 @@ public final class KafkaConsumer: AsyncSequence, Sendable {
         (try? core.consumer.client.using { core.consumer.cachedWatermarks(partition)?.high }) ?? nil
     }
 
+    /// librdkafka's latest statistics, when ``ConsumerConfiguration/statisticsInterval`` is set.
+    public var statistics: KafkaStatistics? { core.consumer.rebalance.statistics.withLock { $0 } }
+
     /// Ends the event sequence, commits stored offsets, and leaves the group, within the deadline.
     /// Throws ``KafkaError/Code/timedOut`` when the deadline passes first (the close goes on in
     /// the background).

@@ -87,6 +87,9 @@ public final class KafkaProducer: Sendable {
         return id & ~ProducerCore.fireAndForgetFlag
     }
 
+    /// librdkafka's latest statistics, when ``ProducerConfiguration/statisticsInterval`` is set.
+    public var statistics: KafkaStatistics? { core.statistics.withLock { $0 } }
+
     /// Messages enqueued but not yet delivered or failed.
     public var inFlight: Int { (try? core.client.using { core.client.outQueueLength }) ?? 0 }
 
@@ -158,6 +161,8 @@ final class ProducerCore: Sendable {
     let reports: AsyncStream<[DeliveryReport]>.Continuation
     let state = Mutex(State())
     let stopRequested = Atomic<Bool>(false)
+    /// The latest librdkafka statistics (poll thread writes, anyone reads).
+    let statistics = Mutex<KafkaStatistics?>(nil)
 
     init(client: RDKafkaClient, reports: AsyncStream<[DeliveryReport]>.Continuation) {
         self.client = client
@@ -284,7 +289,9 @@ final class ProducerCore: Sendable {
             var buffer: [RDKafkaDelivery] = []
             buffer.reserveCapacity(1024)
             while !stopRequested.load(ordering: .acquiring) {
-                client.serveDeliveryReports(timeoutMilliseconds: 100, into: &buffer) { route(&$0) }
+                client.serveDeliveryReports(
+                    timeoutMilliseconds: 100, into: &buffer, statistics: { s in self.statistics.withLock { $0 = s } }
+                ) { route(&$0) }
                 client.drainLogs()
             }
             // Serve what is left without waiting, so purged messages are reported.

@@ -1,6 +1,7 @@
 import CKafka
 import Foundation
 import Logging
+import Synchronization
 
 /// What one `rd_kafka_consumer_poll` returned.
 enum RDKafkaPolled {
@@ -18,6 +19,18 @@ enum RDKafkaPolled {
 final class RDKafkaRebalanceContext: @unchecked Sendable {
     // Set once, before the first poll, and read only by the poll thread afterwards.
     var handler: (_ assigned: Bool, _ partitions: [TopicPartition]) -> Void = { _, _ in }
+    /// The latest statistics (`statistics.interval.ms`), parsed on the poll thread.
+    let statistics = Mutex<KafkaStatistics?>(nil)
+}
+
+/// librdkafka's statistics callback, served by `rd_kafka_consumer_poll` on the poll thread.
+/// Returning 0 lets librdkafka free the JSON.
+private func statisticsCallback(rk: OpaquePointer?, json: UnsafeMutablePointer<CChar>?, length: Int, opaque: UnsafeMutableRawPointer?) -> Int32 {
+    guard let json, let opaque else { return 0 }
+    let context = Unmanaged<RDKafkaRebalanceContext>.fromOpaque(opaque).takeUnretainedValue()
+    let bytes = Array(UnsafeRawBufferPointer(start: json, count: length))
+    if let stats = KafkaStatistics(json: bytes) { context.statistics.withLock { $0 = stats } }
+    return 0
 }
 
 /// A file-private C function: Swift closures with context cannot be C callbacks.
@@ -66,6 +79,7 @@ final class RDKafkaConsumer: @unchecked Sendable {  // immutable after init; lib
             client = try RDKafkaClient(kind: .consumer, properties: properties, logger: logger) { conf in
                 rd_kafka_conf_set_opaque(conf, retained.toOpaque())
                 rd_kafka_conf_set_rebalance_cb(conf, rebalanceCallback)
+                rd_kafka_conf_set_stats_cb(conf, statisticsCallback)
             }
         } catch {
             retained.release()

@@ -78,7 +78,10 @@ extension RDKafkaClient {
     /// delivery reports to `deliver` in one batch. Blocking: only the producer's poll thread calls it.
     /// Returns true when an event was served.
     @discardableResult
-    func serveDeliveryReports(timeoutMilliseconds: Int32, into buffer: inout [RDKafkaDelivery], deliver: (inout [RDKafkaDelivery]) -> Void) -> Bool {
+    func serveDeliveryReports(
+        timeoutMilliseconds: Int32, into buffer: inout [RDKafkaDelivery], statistics: (KafkaStatistics) -> Void = { _ in },
+        deliver: (inout [RDKafkaDelivery]) -> Void
+    ) -> Bool {
         let queue = rd_kafka_queue_get_main(handle)!
         defer { rd_kafka_queue_destroy(queue) }
         guard let event = rd_kafka_queue_poll(queue, timeoutMilliseconds) else { return false }
@@ -95,6 +98,10 @@ extension RDKafkaClient {
                     error: m.err == RD_KAFKA_RESP_ERR_NO_ERROR ? nil : RDKafkaError.make(m.err, code: .delivery)))
             }
             deliver(&buffer)
+        case RD_KAFKA_EVENT_STATS:
+            if let json = rd_kafka_event_stats(event), let stats = KafkaStatistics(json: Array(String(cString: json).utf8)) {
+                statistics(stats)
+            }
         case RD_KAFKA_EVENT_ERROR:
             let err = rd_kafka_event_error(event)
             let text = String(cString: rd_kafka_event_error_string(event))
@@ -133,7 +140,7 @@ extension RDKafkaClient {
     static func enableDeliveryReportEvents(_ conf: OpaquePointer) {
         // Delivery reports and errors arrive as events on the main queue, polled by our thread,
         // instead of through C callbacks (the swift-kafka-client approach).
-        rd_kafka_conf_set_events(conf, Int32(RD_KAFKA_EVENT_DR | RD_KAFKA_EVENT_ERROR))
+        rd_kafka_conf_set_events(conf, Int32(RD_KAFKA_EVENT_DR | RD_KAFKA_EVENT_ERROR | RD_KAFKA_EVENT_STATS))
     }
 }
 

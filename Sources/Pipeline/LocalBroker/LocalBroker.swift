@@ -92,6 +92,13 @@ public final class LocalBroker: Sendable {
         }
     }
 
+    /// Kills the broker and its moto_server at once (SIGKILL) without waiting: for `defer`
+    /// blocks that cannot await. Stopping twice is harmless.
+    public func kill() {
+        broker.kill()
+        moto?.process.kill()
+    }
+
     /// `$TANSU_BIN`, else `.deps/bin/tansu` in the current directory or one of its parents.
     public static func locateTansu() throws -> String {
         if let path = ProcessInfo.processInfo.environment["TANSU_BIN"] { return path }

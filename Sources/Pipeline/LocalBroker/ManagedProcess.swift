@@ -21,7 +21,7 @@ enum ManagedProcess {
         fileprivate func received(_ line: String) {
             let ready: [CheckedContinuation<Bool, Never>] = state.withLock { s in
                 s.tail.append(line)
-                if s.tail.count > 50 { s.tail.removeFirst(s.tail.count - 50) }
+                if s.tail.count > 10_000 { s.tail.removeFirst(s.tail.count - 5_000) }
                 let (matched, rest) = s.lineWaiters.partitioned { line.contains($0.needle) }
                 s.lineWaiters = rest
                 return matched.map(\.continuation)
@@ -47,8 +47,11 @@ enum ManagedProcess {
             for c in waiters { c.resume(returning: status) }
         }
 
-        /// The last lines the process printed.
-        func recentOutput() -> String { state.withLock { $0.tail.joined(separator: "\n") } }
+        /// The last lines the process printed (up to `lines`).
+        func recentOutput(lines: Int = 50) -> String { state.withLock { $0.tail.suffix(lines).joined(separator: "\n") } }
+
+        /// Everything it printed (the last 5,000 to 10,000 lines of a long run).
+        func output() -> String { state.withLock { $0.tail.joined(separator: "\n") } }
 
         /// Returns when the process prints a line containing `needle`; throws if it exits first
         /// or the timeout passes.

@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import Metrics
 import Workers
 
 /// Outputs of one partition on their way: what was submitted, for which inputs, and the offset
@@ -40,6 +41,9 @@ final class PartitionLane {
     /// The state changed since the last checkpoint.
     var dirty = false
     var lastCheckpoint = ContinuousClock.now
+    /// Timestamp of the last input processed (for the lag in seconds).
+    var lastTimestamp: Int64 = 0
+    var lagGauges: (records: Gauge, seconds: Gauge)?
     private let queue: AsyncStream<Pending>.Continuation
     private let settler: Task<Void, Never>
 
@@ -74,7 +78,27 @@ struct Settler: Sendable {
     let producer: KafkaProducer
     let backpressure: Backpressure
     let counters: StageCounters
+    let metrics: StageMetrics
+    let logLimiter: LogRateLimiter
     let logger: Logger
+
+    /// Outputs per topic, dead letters per reason, and the end-to-end latency of the newest input.
+    private func observeDelivered(_ records: [ProducerRecord], sources: [Int32], inputs: [InputRecord]) {
+        var perTopic: [String: Int64] = [:]
+        for (record, source) in zip(records, sources) where source != Pending.checkpointRecord {
+            if record.topic == deadLetterTopic {
+                let reason = record.headers.last { $0.key == DeadLetterHeader.reason }?.value.map { String(decoding: $0, as: UTF8.self) } ?? "unknown"
+                metrics.deadLetters(reason: reason).increment()
+            } else {
+                perTopic[record.topic, default: 0] += 1
+            }
+        }
+        for (topic, n) in perTopic { metrics.recordsOut(topic: topic).increment(by: n) }
+        if let newest = inputs.last?.timestamp, newest > 0 {
+            let ms = Int64(Date().timeIntervalSince1970 * 1000) - newest
+            if ms >= 0 { metrics.endToEndLatency.recordMilliseconds(ms) }
+        }
+    }
 
     func settle(_ pending: Pending, partition tp: TopicPartition) async {
         var records = pending.records
@@ -99,6 +123,8 @@ struct Settler: Sendable {
             let error = reports[failed[0]].error!
             firstFailure = firstFailure ?? Int64(Date().timeIntervalSince1970 * 1000)
             counters.retries.add(1)
+            metrics.retries.increment()
+            metrics.deliveryErrors.increment(by: Int64(failed.count))
             var again: [ProducerRecord] = []
             var againSources: [Int32] = []
             if attempt >= retry.attempts {
@@ -135,8 +161,11 @@ struct Settler: Sendable {
                     again.append(records[i])
                     againSources.append(sources[i])
                 }
-                logger.warning(
-                    "delivery failed, retrying", metadata: ["partition": "\(tp)", "attempt": "\(attempt)", "error": "\(error)"])
+                if let suppressed = logLimiter.admit("retry") {
+                    logger.warning(
+                        "delivery failed, retrying",
+                        metadata: ["partition": "\(tp)", "attempt": "\(attempt)", "error": "\(error)", "suppressed-before": "\(suppressed)"])
+                }
             }
             if !paused {
                 paused = true
@@ -169,6 +198,7 @@ struct Settler: Sendable {
         counters.inputsDone.add(pending.inputCount)
         counters.produced.add(delivered)
         counters.deadLettered.add(deadLettered)
+        observeDelivered(records, sources: sources, inputs: pending.inputs)
         if backpressure.remove(records: pending.records.count, bytes: pending.bytes) == .resume {
             if let assigned = try? consumer.assignment() { try? consumer.resume(backpressure.resumable(assigned)) }
         }

@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import Metrics
 import ServiceLifecycle
 import Synchronization
 import Workers
@@ -21,6 +22,8 @@ public struct WorkerSettings: Sendable {
     public var stopAfterInputs: Int?
     /// Static group membership (`group.instance.id`).
     public var instanceID: String?
+    /// How often librdkafka statistics refresh the `kafka_*` metrics and the group state (nil: never).
+    public var statisticsInterval: Duration? = .seconds(5)
 
     public init(kafka: KafkaConfiguration) { self.kafka = kafka }
     public init(bootstrapServers: [String]) { self.kafka = KafkaConfiguration(bootstrapServers: bootstrapServers) }
@@ -46,15 +49,23 @@ public struct WorkerSettings: Sendable {
 public final class StageService: Service, Sendable {
     public let definition: Topology.Stage
     public let counters = StageCounters()
+    public let health: WorkerHealth
+    let metrics: StageMetrics
+    let logLimiter = LogRateLimiter()
     let template: StageRunner
     let changelog: Changelog?
     let settings: WorkerSettings
     let logger: Logger
     private let stopSignal = Mutex<(requested: Bool, forwarder: Task<Void, Never>?)>((false, nil))
 
-    public init(definition: Topology.Stage, topology: Topology, settings: WorkerSettings, logger: Logger = Logger(label: "stage")) throws {
+    public init(
+        definition: Topology.Stage, topology: Topology, settings: WorkerSettings, health: WorkerHealth = WorkerHealth(),
+        logger: Logger = Logger(label: "stage")
+    ) throws {
         self.definition = definition
         self.settings = settings
+        self.health = health
+        self.metrics = StageMetrics(stage: definition.name)
         var logger = logger
         logger[metadataKey: "stage"] = "\(definition.name)"
         self.logger = logger
@@ -88,8 +99,13 @@ public final class StageService: Service, Sendable {
         consumerConfig.maxPollInterval = settings.maxPollInterval
         consumerConfig.maxBatchSize = settings.maxBatchSize
         consumerConfig.groupInstanceID = settings.instanceID
+        consumerConfig.statisticsInterval = settings.statisticsInterval
+        // Commits are made by the loop (every tick, on revocation and on close), so that a
+        // failing commit is seen: it turns the worker not-ready.
+        consumerConfig.autoCommit = false
         var producerConfig = ProducerConfiguration(kafka: settings.kafka)
         producerConfig.messageTimeout = settings.messageTimeout
+        producerConfig.statisticsInterval = settings.statisticsInterval
         producerConfig.linger = .milliseconds(5)
 
         let consumer = try KafkaConsumer(configuration: consumerConfig, logger: logger)
@@ -106,7 +122,8 @@ public final class StageService: Service, Sendable {
         let backpressure = Backpressure(maxRecords: definition.maxInFlightRecords, maxBytes: definition.maxInFlightBytes)
         let settler = Settler(
             stageName: template.name, deadLetterTopic: definition.deadLetterTopic, retry: definition.retry,
-            consumer: consumer, producer: producer, backpressure: backpressure, counters: counters, logger: logger)
+            consumer: consumer, producer: producer, backpressure: backpressure, counters: counters, metrics: metrics,
+            logLimiter: logLimiter, logger: logger)
         let loop = StageLoop(service: self, consumer: consumer, producer: producer, reader: reader, settler: settler, backpressure: backpressure)
 
         let (inputs, feed) = AsyncStream<LoopInput>.makeStream()
@@ -149,6 +166,7 @@ public final class StageService: Service, Sendable {
             logger.error("worker stopping after an error: \(error)")
         }
         requestStop()
+        health.stopping()
         timer.cancel()
         // Drain what the forwarder still holds so it can end.
         let drain = Task { for await input in inputs { if case .event(_, let ack) = input { ack.resume() } } }
@@ -208,6 +226,7 @@ final class StageLoop {
 
     func run(_ inputs: AsyncStream<LoopInput>) async throws {
         for await input in inputs {
+            service.health.loopTurned()
             switch input {
             case .event(let event, let ack):
                 do {
@@ -220,6 +239,8 @@ final class StageLoop {
                 if let limit = service.settings.stopAfterInputs, counters.processed.value >= limit { service.requestStop() }
             case .tick:
                 try await advance(now: Self.wallClock())
+                await commit("tick")
+                observe()
             case .failed(let error):
                 throw error
             }
@@ -232,18 +253,26 @@ final class StageLoop {
             try await process(batch)
         case .assigned(let partitions):
             counters.rebalances.add(1)
+            service.metrics.rebalances.increment()
             logger.info("partitions assigned", metadata: ["partitions": "\(partitions)"])
             try await assign(partitions)
             if backpressure.isPaused { try? consumer.pause(partitions) }
+            service.health.assigned(total: lanes.count)
+            service.metrics.assignedPartitions.record(lanes.count)
         case .revoked(let partitions):
             counters.rebalances.add(1)
+            service.metrics.rebalances.increment()
             logger.info("partitions revoked", metadata: ["partitions": "\(partitions)"])
+            service.health.revoked(total: lanes.count - partitions.count)
             for tp in partitions {
                 guard let lane = lanes.removeValue(forKey: tp) else { continue }
                 await checkpoint(lane)
                 await lane.finish()
+                lane.lagGauges?.records.record(0)
+                lane.lagGauges?.seconds.record(0)
             }
             await commit("revocation")
+            service.metrics.assignedPartitions.record(lanes.count)
         case .endOfPartition:
             break
         }
@@ -251,7 +280,9 @@ final class StageLoop {
 
     private func makeLane(_ tp: TopicPartition) -> PartitionLane {
         let settler = self.settler
-        return PartitionLane(partition: tp, runner: service.template) { await settler.settle($0, partition: tp) }
+        let lane = PartitionLane(partition: tp, runner: service.template) { await settler.settle($0, partition: tp) }
+        lane.lagGauges = service.metrics.lag(tp)
+        return lane
     }
 
     /// New partitions get a lane; a stateful stage's state is restored before their first record.
@@ -294,6 +325,7 @@ final class StageLoop {
 
     private func process(_ records: ArraySlice<ConsumerRecord>, lane: PartitionLane) async throws {
         let now = Self.wallClock()
+        let started = ContinuousClock.now
         var outgoing: [ProducerRecord] = []
         var sources: [Int32] = []
         var inputs: [InputRecord] = []
@@ -312,11 +344,24 @@ final class StageLoop {
             for f in out.failures {
                 outgoing.append(RecordMapping.deadLetter(DeadLetter(stage: service.template.name, input: input, failure: f), topic: definition.deadLetterTopic))
                 sources.append(Pending.noInput)
+                if let suppressed = service.logLimiter.admit("dead-letter") {
+                    logger.warning(
+                        "dead letter",
+                        metadata: [
+                            "origin": "\(input.origin.topic)[\(input.origin.partition)]@\(input.origin.offset)",
+                            "reason": "\(f.reason.rawValue)", "field": "\(f.field)", "detail": "\(f.detail)",
+                            "suppressed-before": "\(suppressed)",
+                        ])
+                }
             }
             lane.nextOffset = record.offset + 1
+            lane.lastTimestamp = input.timestamp
         }
         guard !inputs.isEmpty else { return }
         counters.processed.add(inputs.count)
+        service.metrics.recordsIn.increment(by: Int64(inputs.count))
+        service.metrics.batchProcessing.record(duration: ContinuousClock.now - started)
+        service.health.progressed()
         let stateful = service.changelog != nil
         if stateful { lane.dirty = true }
         try await submit(
@@ -347,6 +392,7 @@ final class StageLoop {
             lane.dirty = false
             lane.lastCheckpoint = .now
             counters.checkpoints.add(1)
+            service.metrics.checkpoints.increment()
         } catch {
             logger.error("checkpoint failed: \(error)", metadata: ["partition": "\(lane.partition)"])
         }
@@ -379,12 +425,41 @@ final class StageLoop {
     private func commit(_ reason: String) async {
         do {
             try await consumer.commit()
+            service.health.committed(ok: true)
         } catch {
             // A lost assignment or a group mid-rebalance: the next owner reads from the last
-            // commit. Never a reason to stop the worker.
+            // commit. Never a reason to stop the worker; failing for long turns it not-ready.
             counters.commitFailures.add(1)
-            logger.warning("commit on \(reason) failed: \(error)")
+            service.metrics.commitFailures.increment()
+            service.health.committed(ok: false)
+            if let suppressed = service.logLimiter.admit("commit-failure") {
+                logger.warning("commit on \(reason) failed: \(error)", metadata: ["suppressed-before": "\(suppressed)"])
+            }
         }
+    }
+
+    /// Lag per partition (from the high watermark of the last fetch, which every broker reports
+    /// right), queue depths, librdkafka statistics and group state, once per tick.
+    private func observe() {
+        let now = Self.wallClock()
+        var total: Int64 = 0
+        for lane in lanes.values {
+            guard let high = consumer.cachedHighWatermark(lane.partition), high >= 0 else { continue }
+            let position = lane.nextOffset ?? high
+            let lag = max(0, high - position)
+            total += lag
+            lane.lagGauges?.records.record(lag)
+            lane.lagGauges?.seconds.record(lag > 0 && lane.lastTimestamp > 0 ? Double(max(0, now - lane.lastTimestamp)) / 1000 : 0)
+        }
+        service.health.lag(records: total)
+        service.metrics.producerQueue.record(producer.inFlight)
+        service.metrics.inFlightRecords.record(backpressure.inFlight.records)
+        service.metrics.pausedPartitions.record(counters.pausedPartitions.value)
+        if let stats = consumer.statistics {
+            StageMetrics.report(stats, group: definition.group)
+            if let group = stats.group { service.health.groupState(joinState: group.joinState, assignmentSize: group.assignmentSize) }
+        }
+        if let stats = producer.statistics { StageMetrics.report(stats, group: nil) }
     }
 
     /// Settles every lane after a final checkpoint (the consumer's close then commits).

@@ -1,0 +1,119 @@
+import Logging
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+import Prometheus
+import ServiceLifecycle
+import Synchronization
+
+/// The worker's HTTP endpoint: `/metrics` (Prometheus text format), `/healthz` and `/readyz`
+/// (200 or 503 with the reason). A `Service`: it listens until graceful shutdown; in a
+/// `ServiceGroup` list it before the stage so that it stops last.
+public final class HTTPEndpoint: Service, Sendable {
+    public let host: String
+    public let requestedPort: Int
+    let registry: PrometheusCollectorRegistry
+    let health: WorkerHealth
+    let logger: Logger
+    private let bound = Mutex<(port: Int?, waiters: [CheckedContinuation<Int, any Error>])>((nil, []))
+
+    public init(address: String, registry: PrometheusCollectorRegistry, health: WorkerHealth, logger: Logger) throws {
+        guard let colon = address.lastIndex(of: ":"), let port = Int(address[address.index(after: colon)...]), (0...65535).contains(port) else {
+            throw EndpointError(description: "'\(address)' is not host:port (e.g. 0.0.0.0:9464, or 127.0.0.1:0 for any free port)")
+        }
+        self.host = String(address[..<colon])
+        self.requestedPort = port
+        self.registry = registry
+        self.health = health
+        self.logger = logger
+    }
+
+    public struct EndpointError: Error, CustomStringConvertible {
+        public var description: String
+    }
+
+    /// The port it listens on, once it does (the requested one, or the one the kernel chose for 0).
+    public func port() async throws -> Int {
+        try await withCheckedThrowingContinuation { c in
+            let now = bound.withLock { s -> Int? in
+                if let port = s.port { return port }
+                s.waiters.append(c)
+                return nil
+            }
+            if let now { c.resume(returning: now) }
+        }
+    }
+
+    public func run() async throws {
+        let registry = self.registry, health = self.health
+        let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .serverChannelOption(.backlog, value: 64)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .childChannelInitializer { channel in
+                channel.pipeline.configureHTTPServerPipeline().flatMap {
+                    channel.pipeline.addHandler(EndpointHandler(registry: registry, health: health))
+                }
+            }
+            .bind(host: host, port: requestedPort).get()
+        let port = channel.localAddress?.port ?? requestedPort
+        let waiters = bound.withLock { s in
+            s.port = port
+            defer { s.waiters = [] }
+            return s.waiters
+        }
+        for w in waiters { w.resume(returning: port) }
+        logger.info("metrics and health endpoint listening on \(host):\(port)", metadata: ["port": "\(port)"])
+        try? await gracefulShutdown()
+        try await channel.close()
+    }
+}
+
+/// Answers one request per head/end pair.
+private final class EndpointHandler: ChannelInboundHandler, @unchecked Sendable {  // confined to its channel's event loop
+    typealias InboundIn = HTTPServerRequestPart
+    typealias OutboundOut = HTTPServerResponsePart
+
+    let registry: PrometheusCollectorRegistry
+    let health: WorkerHealth
+    private var path = ""
+    private var keepAlive = true
+
+    init(registry: PrometheusCollectorRegistry, health: WorkerHealth) {
+        self.registry = registry
+        self.health = health
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        switch unwrapInboundIn(data) {
+        case .head(let head):
+            path = String(head.uri.split(separator: "?", maxSplits: 1).first ?? "")
+            keepAlive = head.isKeepAlive
+        case .body:
+            break
+        case .end:
+            let (status, contentType, body): (HTTPResponseStatus, String, [UInt8])
+            switch path {
+            case "/metrics":
+                (status, contentType, body) = (.ok, "text/plain; version=0.0.4; charset=utf-8", registry.emitToBuffer())
+            case "/healthz":
+                let s = health.liveness()
+                (status, contentType, body) = (s.ok ? .ok : .serviceUnavailable, "text/plain; charset=utf-8", Array((s.reason + "\n").utf8))
+            case "/readyz":
+                let s = health.readiness()
+                (status, contentType, body) = (s.ok ? .ok : .serviceUnavailable, "text/plain; charset=utf-8", Array((s.reason + "\n").utf8))
+            default:
+                (status, contentType, body) = (.notFound, "text/plain; charset=utf-8", Array("not found: try /metrics, /healthz, /readyz\n".utf8))
+            }
+            var headers = HTTPHeaders()
+            headers.add(name: "Content-Type", value: contentType)
+            headers.add(name: "Content-Length", value: String(body.count))
+            if !keepAlive { headers.add(name: "Connection", value: "close") }
+            context.write(wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: status, headers: headers))), promise: nil)
+            context.write(wrapOutboundOut(.body(.byteBuffer(ByteBuffer(bytes: body)))), promise: nil)
+            let keepAlive = self.keepAlive
+            context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in
+                if !keepAlive { context.close(promise: nil) }
+            }
+        }
+    }
+}
