@@ -200,7 +200,11 @@ final class ConsumerCore: @unchecked Sendable {
             // The application has the event; wait until it asks for the next one (its
             // acknowledgement), or closes instead: then what it stored meanwhile is committed
             // here, while the partitions are still ours.
-            if !waitForDemand(), !assigned { commitOnClose() }
+            if !waitForDemand() {
+                if !assigned { commitOnClose() }
+            } else if !assigned {
+                commitRevoked(partitions)
+            }
         }
         let thread = Thread { [self] in run() }
         thread.name = "kafka-consumer-poll"
@@ -385,6 +389,22 @@ final class ConsumerCore: @unchecked Sendable {
 
     func remember(_ offsets: [TopicPartitionOffset]) {
         stored.withLock { s in for o in offsets { s[o.topicPartition] = Swift.max(s[o.topicPartition] ?? -1, o.offset) } }
+    }
+
+    /// Commits what the application stored for partitions it is giving up, before they go:
+    /// stored offsets of a revoked partition are dropped by librdkafka, so an application that
+    /// moved on without committing would otherwise have its work done again. Poll thread only.
+    private func commitRevoked(_ partitions: [TopicPartition]) {
+        let offsets = stored.withLock { s in
+            partitions.compactMap { tp in s.removeValue(forKey: tp).map { TopicPartitionOffset(tp.topic, tp.partition, offset: $0) } }
+        }
+        guard !offsets.isEmpty else { return }
+        do {
+            try consumer.commit(offsets)
+        } catch {
+            // A lost assignment: the partitions are someone else's already; they read from the last commit.
+            consumer.client.logger.warning("commit of revoked partitions failed: \(error)")
+        }
     }
 
     /// The close found the group rebalancing: lets the rebalance finish (serving its callbacks
