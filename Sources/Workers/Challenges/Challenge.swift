@@ -46,8 +46,11 @@ public struct CalendarDay: Sendable, Hashable, Comparable, Codable, CustomString
     public func adding(days: Int) -> CalendarDay { CalendarDay(daysSinceEpoch: daysSinceEpoch &+ days) }
 
     /// Epoch ms of this day's midnight at `offsetSeconds` from UTC.
+    /// Saturates instead of trapping for days no date string can name (clocks at `Int64.min`).
     public func startMillis(offsetSeconds: Int) -> Int64 {
-        Int64(daysSinceEpoch) * 86_400_000 - Int64(offsetSeconds) * 1000
+        let (ms, overflow) = Int64(daysSinceEpoch).multipliedReportingOverflow(by: 86_400_000)
+        if overflow { return daysSinceEpoch < 0 ? .min : .max }
+        return ms.saturatingSub(Int64(offsetSeconds) * 1000)
     }
 
     /// `yyyy-MM-dd`.

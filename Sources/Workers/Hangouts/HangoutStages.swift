@@ -233,6 +233,12 @@ public struct HangoutNotificationStage: Stage {
         }
     }
 
+    /// Great-circle (haversine) distance in metres between two points in degrees: what
+    /// ``nearbyRadiusMeters`` is compared with.
+    public static func distanceMeters(lat1: Double, lng1: Double, lat2: Double, lng2: Double) -> Double {
+        GreatCircle.distanceMeters(lat1: lat1, lng1: lng1, lat2: lat2, lng2: lng2)
+    }
+
     private func nearestPlace(of user: String, to place: HangoutPlace, _ state: State) -> SavedPlace? {
         var best: (SavedPlace, Double)?
         for p in state.users[user]?.places ?? [] {
