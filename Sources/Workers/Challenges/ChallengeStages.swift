@@ -169,7 +169,11 @@ public struct ChallengeNotificationStage: Stage {
             let before: Int64?? = {
                 switch e {
                 case .joined(let id, _): return .some(state.book.entries[id]?.competitorId)
-                case .challenge(let c): return state.book.entries[c.id]?.challenge == nil ? nil : .some(state.book.entries[c.id]?.competitorId)
+                case .challenge(let c):
+                    guard let entry = state.book.entries[c.id] else { return nil }
+                    // A join seen before the challenge itself: the match is news once the challenge is known.
+                    if entry.challenge == nil { return entry.joinedCompetitor == nil ? nil : .some(nil) }
+                    return .some(entry.competitorId)
                 default: return nil
                 }
             }()

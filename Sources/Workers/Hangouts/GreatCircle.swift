@@ -19,7 +19,9 @@ enum GreatCircle {
 
     /// sin(x): reduce to [-π, π], then to [-π/2, π/2] by symmetry, then a Taylor series (terms to x^21).
     static func sine(_ x0: Double) -> Double {
-        guard x0.isFinite else { return .nan }
+        // Callers pass validated coordinates in radians; anything this large is not an angle
+        // (and would not fit the Int64 used for range reduction).
+        guard x0.isFinite, abs(x0) < 1e15 else { return .nan }
         let twoPi = 2 * Double.pi
         var x = x0 - twoPi * Double(Int64(x0 / twoPi))
         if x > .pi { x -= twoPi } else if x < -.pi { x += twoPi }

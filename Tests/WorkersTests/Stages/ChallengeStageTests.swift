@@ -162,6 +162,12 @@ import Workers
         viaObject.send(key: "44", value: AppFixtures.challenge(id: 44, competitor: 9), timestamp: day0 - day)
         viaObject.send(key: "44", value: #"{"method":"POST","path":"challenges/apply/44/9"}"#, timestamp: day0 - day + 1)
         #expect(viaObject.outputs.map(\.dedupeKey) == ["challenge:44:matched:9"])
+        // The join may arrive before the challenge (another partition): the match is told when both are known.
+        var joinFirst = TestDriver(ChallengeNotificationStage(), partitions: 1)
+        joinFirst.send(key: "45", value: #"{"method":"POST","path":"challenges/apply/45/9"}"#, timestamp: day0 - 2 * day)
+        joinFirst.send(key: "45", value: AppFixtures.challenge(id: 45), timestamp: day0 - day)
+        joinFirst.send(key: "45", value: AppFixtures.challenge(id: 45, competitor: 9), timestamp: day0 - day + 1)
+        #expect(joinFirst.outputs.map(\.dedupeKey) == ["challenge:45:matched:9"])
     }
 
     @Test func dailyReminderForWhoeverHasNotRecordedAndResults() {
