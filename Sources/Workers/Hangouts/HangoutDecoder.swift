@@ -408,7 +408,7 @@ public struct HangoutDecoder: Sendable {
         let parts = path.split(separator: "/", omittingEmptySubsequences: true).map(String.init)
         let who = raw.userId ?? user
         switch (method, parts.count, parts.first) {
-        case ("PUT", 2, "hangout") where parts[1] != "like" && parts[1] != "noLike":
+        case ("PUT", 2, "hangout"):
             guard let action = raw.action else { throw missing(raw.field("action")) }
             guard action == "join" || action == "cancel" else {
                 throw invalid(raw.field("action"), "expected join or cancel, got \(action.prefix(20))")
