@@ -157,11 +157,13 @@ public struct HangoutNotificationStage: Stage {
         }
         t.participants = ids
         if let p = previous, !t.cancelled, p.meetTime != snapshot.meetTime || p.place != snapshot.place {
-            let change = "\(snapshot.meetTime):\(stableHash("\(snapshot.place)"))"
+            let place = snapshot.place
+            let spot = "\(place.name)|\(place.address ?? "")|\(place.latitude)|\(place.longitude)"
+            let change = "\(snapshot.meetTime):\(stableHash(spot))"
             for user in t.participants {
                 out.send(
                     to: user, hangout: h.id, kind: "changed", title: "Hangout changed",
-                    body: "\(h.title) now meets at \(h.place.name), \(LocalDateTime.isoUTC(h.meetTime)).",
+                    body: "\(h.title) now meets at \(h.place.name), \(localTime(h.meetTime)).",
                     dedupe: "hangout:\(h.id):changed:\(change):\(user)", gate: \.hangoutNoti, state)
             }
         }
@@ -237,6 +239,12 @@ public struct HangoutNotificationStage: Stage {
     /// ``nearbyRadiusMeters`` is compared with.
     public static func distanceMeters(lat1: Double, lng1: Double, lat2: Double, lng2: Double) -> Double {
         GreatCircle.distanceMeters(lat1: lat1, lng1: lng1, lat2: lat2, lng2: lng2)
+    }
+
+    /// `yyyy-MM-dd HH:mm` at the decoder's offset: the app shows meet times in local time.
+    private func localTime(_ millis: Int64) -> String {
+        let iso = LocalDateTime.isoUTC(millis.saturatingAdd(Int64(decoder.utcOffsetSeconds) * 1000))
+        return "\(iso.prefix(10)) \(iso.dropFirst(11).prefix(5))"
     }
 
     private func nearestPlace(of user: String, to place: HangoutPlace, _ state: State) -> SavedPlace? {
