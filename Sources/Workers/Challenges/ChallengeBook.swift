@@ -179,6 +179,19 @@ public struct ChallengeBook: Sendable, Hashable, Codable {
         }
     }
 
+    /// The challenges an event would touch (before it is applied).
+    public func ids(affectedBy event: ChallengeEvent) -> [Int64] {
+        switch event {
+        case .challenge(let c): return [c.id]
+        case .joined(let id, _): return [id]
+        case .record(let r):
+            if let previous = recordChallenge[r.recordId], previous != r.challengeId { return [r.challengeId, previous] }
+            return [r.challengeId]
+        case .recordDeleted(let rid): return recordChallenge[rid].map { [$0] } ?? []
+        case .gaveUp(let user): return entries.keys.sorted().filter { entries[$0]?.participantIds.contains(user) == true }
+        }
+    }
+
     /// The standings of a challenge at `now` (nil until the challenge itself has been seen).
     public func standings(_ id: Int64, now: Int64, offsetSeconds: Int) -> ChallengeStandings? {
         guard let e = entries[id], let c = e.challenge else { return nil }

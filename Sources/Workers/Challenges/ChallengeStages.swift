@@ -63,18 +63,22 @@ public struct ChallengeStandingsStage: Stage {
         let events: [ChallengeEvent]
         do { events = try decoder.decode(value) } catch { return StageOutput(failures: [error]) }
         state.clock = max(state.clock, context.now)
+        // Terms that ended by this record's time are decided before it counts, as the midnight
+        // job would have: the result depends on event time, not on when `advance` last ran.
         var touched: [Int64] = []
+        for e in events { for id in state.book.ids(affectedBy: e) where !touched.contains(id) { touched.append(id) } }
+        let early = state.book.resolve(touched, now: state.clock, offsetSeconds: offsetSeconds, missingDaysToLose: missingDaysToLose)
         for e in events {
             for id in state.book.apply(e, version: record.timestamp, now: state.clock) where !touched.contains(id) {
                 touched.append(id)
             }
         }
-        return publish(touched, &state)
+        return publish(touched, decided: Set(early), &state)
     }
 
     public func advance(state: inout State, context: StageContext) -> StageOutput {
         state.clock = max(state.clock, context.now)
-        var out = publish(state.book.entries.keys.sorted(), &state)
+        var out = publish(state.book.entries.keys.sorted(), decided: [], &state)
         state.book.evict(now: state.clock, offsetSeconds: offsetSeconds, retainMillis: retainMillis)
         state.emitted = state.emitted.filter { state.book.entries[$0.key] != nil }
         out.records.sort { $0.dedupeKey < $1.dedupeKey }
@@ -86,9 +90,9 @@ public struct ChallengeStandingsStage: Stage {
         state.book.standings(id, now: state.clock, offsetSeconds: offsetSeconds)
     }
 
-    private func publish(_ ids: [Int64], _ state: inout State) -> StageOutput {
+    private func publish(_ ids: [Int64], decided early: Set<Int64>, _ state: inout State) -> StageOutput {
         let now = state.clock
-        let decided = Set(state.book.resolve(ids, now: now, offsetSeconds: offsetSeconds, missingDaysToLose: missingDaysToLose))
+        let decided = early.union(state.book.resolve(ids, now: now, offsetSeconds: offsetSeconds, missingDaysToLose: missingDaysToLose))
         var out = StageOutput()
         for id in ids {
             guard let s = state.book.standings(id, now: now, offsetSeconds: offsetSeconds) else { continue }
@@ -164,7 +168,10 @@ public struct ChallengeNotificationStage: Stage {
         do { events = try decoder.decode(value) } catch { return StageOutput(failures: [error]) }
         state.clock = max(state.clock, context.now)
         var out = StageOutput()
+        // As in the standings: terms that ended by now are decided before this record counts.
         var touched: [Int64] = []
+        for e in events { for id in state.book.ids(affectedBy: e) where !touched.contains(id) { touched.append(id) } }
+        _ = state.book.resolve(touched, now: state.clock, offsetSeconds: offsetSeconds, missingDaysToLose: missingDaysToLose)
         for e in events {
             let before: Int64?? = {
                 switch e {

@@ -96,6 +96,22 @@ import Workers
         #expect(result(&both) == #"{"kind":"both-lost","winnerId":null,"reason":"missing-records"}"#)
     }
 
+    /// The result is taken at the term's end in event time: a record processed after it does not
+    /// count, whether or not `advance` ran in between.
+    @Test func recordsProcessedAfterTheEndDoNotCount() {
+        for tick in [false, true] {
+            var d = week(ChallengeStandingsStage(), leader: Array(repeating: 1000, count: 7), competitor: Array(repeating: 1500, count: 7))
+            if tick { d.advance(to: day0 + 7 * day) }
+            // Dated on the last day, but processed after midnight: too late to change the winner.
+            d.send(key: "42", value: AppFixtures.record(900, user: 7, cost: 50_000, date: Self.date(6)), timestamp: day0 + 7 * day + 1)
+            d.advance(to: day0 + 7 * day + 2)
+            let results = d.outputs(named: "challenges.results")
+            #expect(results.count == 1)
+            #expect(results.first?.valueString?.contains(#""totalCost":7000"#) == true)
+            #expect(results.first?.valueString?.contains(#""winnerId":7,"reason":"lower-total""#) == true)
+        }
+    }
+
     @Test func unmatchedAndEviction() throws {
         var d = TestDriver(ChallengeStandingsStage(retainMillis: day), partitions: 1)
         d.send(key: "42", value: AppFixtures.challenge(), timestamp: day0 - day)
