@@ -456,13 +456,21 @@ public struct HangoutDecoder: Sendable {
     /// Pairs a user-id array with its parallel image array (absent images: none known).
     private func pair(_ ids: [String]?, _ images: [String?]?, _ field: String) throws(DecodeFailure) -> [HangoutUser] {
         let ids = ids ?? []
-        guard let images else { return ids.map { HangoutUser(id: $0) } }
-        guard images.count == ids.count else {
+        if let images, images.count != ids.count {
             throw invalid(field, "\(images.count) images for \(ids.count) users: the parallel arrays differ in length")
         }
-        var seen = Set<String>()
+        let images = images ?? Array(repeating: nil, count: ids.count)
+        // A user listed twice is kept once. Lists are short (the client caps a hangout at 30), so a
+        // linear scan beats hashing; a Set takes over for hostile lengths.
         var out: [HangoutUser] = []
-        for (id, image) in zip(ids, images) where seen.insert(id).inserted {
+        out.reserveCapacity(ids.count)
+        var seen: Set<String>? = ids.count > 32 ? [] : nil
+        for (id, image) in zip(ids, images) {
+            if seen != nil {
+                guard seen!.insert(id).inserted else { continue }
+            } else if out.contains(where: { $0.id == id }) {
+                continue
+            }
             out.append(HangoutUser(id: id, imageURL: image))
         }
         return out
