@@ -148,7 +148,9 @@ public struct HangoutNotificationStage: Stage {
         t.version = version
         t.snapshot = snapshot
         let ids = h.joined.map(\.id)
-        if t.organiser == nil { t.organiser = ids.first ?? t.participants.first }
+        // The API lists the creator first. Its first snapshot overrides an organiser guessed from
+        // join events seen before it (a join may arrive before the hangout it is for).
+        if previous == nil { t.organiser = ids.first ?? t.organiser } else if t.organiser == nil { t.organiser = ids.first }
         if previous != nil, let organiser = t.organiser {
             for user in ids where !t.participants.contains(user) && user != organiser && !t.joinNotified.contains(user) {
                 t.joinNotified.insert(user)

@@ -79,6 +79,10 @@ import Workers
         var fresh = TestDriver(HangoutNotificationStage())
         #expect(fresh.send(value: AppFixtures.join("h-1", "a"), timestamp: 1).records.isEmpty)
         #expect(fresh.send(value: AppFixtures.join("h-1", "b"), timestamp: 2).records.map(\.keyString) == ["topic:hangouts-user-a"])
+        // ... until the hangout itself shows who is first: then joiners are told to them.
+        fresh.send(value: AppFixtures.hangout(id: "h-1", joined: ["z", "a", "b"]), timestamp: 3)
+        #expect(fresh.state.hangouts["h-1"]?.organiser == "z")
+        #expect(fresh.send(value: AppFixtures.join("h-1", "c"), timestamp: 4).records.map(\.keyString) == ["topic:hangouts-user-z"])
     }
 
     @Test func changedTimeOrPlaceTellsParticipantsWhoWantIt() {
