@@ -112,9 +112,56 @@ func campaignList(_ r: inout SplitMix) -> String {
     return "[" + items.joined(separator: ",") + "]"
 }
 
+let hangoutCategories = ["Travel", "Eat out", "Cafe", "Cooking", "Boardgame", "Language Practice", "K-POP", "Movie", "Sports", "Projcets"]
+
+/// One Bappy hangout object (about 900 bytes).
+func hangoutObject(_ r: inout SplitMix) -> String {
+    let id = r.int(1...1_000_000)
+    let total = r.int(4...30)
+    let joined = (0..<r.int(1...min(total, 8))).map { _ in "u\(r.int(100_000...999_999))" }
+    let liked = (0..<r.int(0...4)).map { _ in "u\(r.int(100_000...999_999))" }
+    func list(_ xs: [String], _ suffix: String) -> String { "[" + xs.map { "\"\($0)\(suffix)\"" }.joined(separator: ",") + "]" }
+    let categories = [hangoutCategories[r.int(0...9)], hangoutCategories[r.int(0...9)]]
+    return """
+        {"hangoutInfoId":"h-\(id)","hangoutTitle":"Board games and coffee \(id)","hangoutPlan":"Bring your favourite game or learn a new one. Beginners welcome, we explain the rules.",\
+        "hangoutMeetTime":"2024-05-\(r.int(10...28)) \(r.int(10...22)):\(r.int(0...5))0","hangoutLanguage":"English","hangoutCategory":\(list(categories, "")),\
+        "hangoutOpenChat":"https://open.kakao.com/o/g\(r.int(10_000_000...99_999_999))","hangoutTotalNum":\(total),"hangoutCurrentNum":\(joined.count),\
+        "hangoutLikeCount":\(liked.count),"hangoutImageUrl":"\(r.next() % 100_000_000).jpg",\
+        "place":{"placeName":"Dice Cafe Seomyeon","placeAddress":"15 Jungang-daero 680beon-gil, Busanjin-gu","placeLatitude":35.\(r.int(100_000...299_999)),"placeLongitude":129.\(r.int(10_000...199_999))},\
+        "hangoutJoinUserId":\(list(joined, "")),"hangoutJoinUserImageUrl":\(list(joined, ".jpg")),"hangoutLikeUserId":\(list(liked, "")),\
+        "hangoutLikeUserImageUrl":\(list(liked, ".jpg")),"hangoutStatus":"open","hangoutLikeStatus":false,"hangoutJoinStatus":true,"isUpdate":false}
+        """
+}
+
+/// `GET hangout/{id}`: one hangout in the envelope.
+func hangoutDetail(_ r: inout SplitMix) -> String {
+    #"{"status":"OK","message":"success","data":"# + hangoutObject(&r) + "}"
+}
+
+/// `GET hangout/list/{page}`: a page of 5 hangouts in the envelope.
+func hangoutPage(_ r: inout SplitMix) -> String {
+    let items = (0..<5).map { _ in hangoutObject(&r) }.joined(separator: ",")
+    return #"{"status":"OK","message":"success","data":{"HangoutList":["# + items + #"],"pageInfo":{"totalCount":120,"currentCount":5}}}"#
+}
+
+/// An iGoMoney spending record (half in the server's date format, half in the client's).
+func challengeRecord(_ r: inout SplitMix) -> String {
+    let id = r.int(1...10_000_000)
+    let images = (0..<r.int(1...3)).map { _ in
+        #""https://igomoney-bucket.s3.ap-northeast-2.amazonaws.com/record/\#(id)/\#(r.next() % 1_000_000_000_000)""#
+    }.joined(separator: ",")
+    let day = r.int(10...28)
+    let date = r.int(0...1) == 0 ? "2024-03-\(day)" : "24.03.\(day)"
+    return """
+        {"recordId":\(id),"challengeId":\(r.int(1...100_000)),"userId":\(r.int(1...1_000_000)),"title":"장보기 \(id)",\
+        "content":"쌀과 계란, 우유","cost":\(r.int(0...50) * 500),"image":[\(images)],"date":"\(date)","hide":\(r.int(0...9) == 0)}
+        """
+}
+
 let streams: [(name: String, make: (inout SplitMix) -> String)] = [
     ("ticker-default", tickerDefault), ("ticker-simple", tickerSimple),
     ("product-detail", productDetail), ("campaign-list5", campaignList),
+    ("hangout-detail", hangoutDetail), ("hangout-page5", hangoutPage), ("challenge-record", challengeRecord),
 ]
 
 @MainActor func generate(dir: String, count: Int) throws {
@@ -140,6 +187,16 @@ func decodeOnce(_ stream: String, _ messages: [[UInt8]]) -> (Int, Int) {
         }
     case "product-detail":
         let d = ProductDecoder()
+        for m in messages {
+            do { events &+= try d.decode(m).count } catch { failures += 1 }
+        }
+    case "hangout-detail", "hangout-page5":
+        let d = HangoutDecoder()
+        for m in messages {
+            do { events &+= try d.decode(m).count } catch { failures += 1 }
+        }
+    case "challenge-record":
+        let d = ChallengeDecoder()
         for m in messages {
             do { events &+= try d.decode(m).count } catch { failures += 1 }
         }

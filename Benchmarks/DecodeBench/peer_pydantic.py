@@ -9,16 +9,19 @@ repeatedly for about SECONDS per repetition, 5 repetitions; prints the best like
 decode-bench does:  stream  messages  bytes  msgs/s  MB/s  failures
 
 The models declare the same fields and checks as the Swift decoders (PriceTickDecoder,
-ProductDecoder, CampaignDecoder): required fields, non-negative prices, enum values, the
-DEFAULT/SIMPLE/REST key aliases, at most 5 images, discounted price not above price, end date not
-before start date. Unknown keys are ignored (pydantic's default, extra="ignore").
+ProductDecoder, CampaignDecoder, HangoutDecoder, ChallengeDecoder): required fields, non-negative
+prices, enum values, the DEFAULT/SIMPLE/REST key aliases, at most 5 images, discounted price not
+above price, end date not before start date; for hangouts the envelope, the zone-less meet time,
+the category set, coordinates in range, current count not above the limit and the parallel user
+and image arrays of equal length; for spending records non-negative integer costs, http(s) image
+URLs and both date formats. Unknown keys are ignored (pydantic's default, extra="ignore").
 """
 import sys
 import time
-from datetime import datetime
+from datetime import date, datetime
 from typing import Annotated, Literal, Optional
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, TypeAdapter, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
 
 NonNeg = Annotated[float, Field(ge=0)]
 NonNegInt = Annotated[int, Field(ge=0)]
@@ -137,11 +140,102 @@ class Campaign(BaseModel):
 
 CampaignList = TypeAdapter(list[Campaign])
 
+
+HangoutCategory = Literal[
+    "Travel", "Eat out", "Cafe", "Cooking", "Vegan", "Bar", "Language Practice", "Discussion", "Dance", "K-POP",
+    "Study", "Read", "Instruments", "Draw", "Movie", "Exhibition", "Museum", "Festival", "Concerts", "Party",
+    "Picnic", "Boardgame", "Sports", "Volunteer", "Projcets", "Projects", "Career",
+]
+
+
+class Place(BaseModel):
+    placeName: Annotated[str, Field(min_length=1)]
+    placeAddress: Optional[str] = None
+    placeLatitude: Annotated[float, Field(ge=-90, le=90)]
+    placeLongitude: Annotated[float, Field(ge=-180, le=180)]
+
+
+class Hangout(BaseModel):
+    hangoutInfoId: Annotated[str, Field(min_length=1)]
+    hangoutTitle: Annotated[str, Field(min_length=1)]
+    hangoutPlan: str
+    hangoutMeetTime: datetime
+    hangoutLanguage: Annotated[str, Field(min_length=1)]
+    hangoutCategory: list[HangoutCategory] = []
+    hangoutOpenChat: Optional[str] = None
+    hangoutTotalNum: Annotated[int, Field(ge=1)]
+    hangoutCurrentNum: Optional[NonNegInt] = None
+    hangoutLikeCount: Optional[NonNegInt] = None
+    hangoutImageUrl: Optional[str] = None
+    place: Place
+    hangoutJoinUserId: list[str] = []
+    hangoutJoinUserImageUrl: Optional[list[Optional[str]]] = None
+    hangoutLikeUserId: list[str] = []
+    hangoutLikeUserImageUrl: Optional[list[Optional[str]]] = None
+    hangoutStatus: Optional[str] = None
+
+    @field_validator("hangoutMeetTime", mode="before")
+    @classmethod
+    def zoneless_minutes(cls, v):
+        # `yyyy-MM-dd HH:mm`, local time without a zone (the Swift decoder applies the offset).
+        return datetime.strptime(v, "%Y-%m-%d %H:%M") if isinstance(v, str) and len(v) == 16 else v
+
+    @model_validator(mode="after")
+    def consistent(self):
+        for ids, images in ((self.hangoutJoinUserId, self.hangoutJoinUserImageUrl),
+                            (self.hangoutLikeUserId, self.hangoutLikeUserImageUrl)):
+            if images is not None and len(images) != len(ids):
+                raise ValueError("parallel arrays differ in length")
+        current = self.hangoutCurrentNum if self.hangoutCurrentNum is not None else len(self.hangoutJoinUserId)
+        if current > self.hangoutTotalNum:
+            raise ValueError("current count above the limit")
+        return self
+
+
+class HangoutEnvelope(BaseModel):
+    status: str
+    message: str
+    data: Hangout
+
+
+class HangoutPageData(BaseModel):
+    HangoutList: list[Hangout]
+
+
+class HangoutPageEnvelope(BaseModel):
+    status: str
+    message: str
+    data: HangoutPageData
+
+
+HttpURL = Annotated[str, Field(pattern=r"^https?://")]
+
+
+class SpendingRecord(BaseModel):
+    recordId: int
+    challengeId: int
+    userId: int
+    title: str
+    content: Optional[str] = None
+    cost: NonNegInt
+    image: list[HttpURL] = Field(default=[], validation_alias=AliasChoices("image", "image[]"))
+    date: date
+    hide: bool = False
+
+    @field_validator("date", mode="before")
+    @classmethod
+    def both_formats(cls, v):
+        # Spring's `yyyy-MM-dd`, or the iOS client's `yy.MM.dd`.
+        return datetime.strptime(v, "%y.%m.%d").date() if isinstance(v, str) and len(v) == 8 else v
+
 VALIDATORS = {
     "ticker-default": PriceTick.model_validate_json,
     "ticker-simple": PriceTick.model_validate_json,
     "product-detail": Product.model_validate_json,
     "campaign-list5": CampaignList.validate_json,
+    "hangout-detail": HangoutEnvelope.model_validate_json,
+    "hangout-page5": HangoutPageEnvelope.model_validate_json,
+    "challenge-record": SpendingRecord.model_validate_json,
 }
 
 

@@ -106,6 +106,8 @@ public struct StageCatalog: Sendable {
         public var newProductsIntervalMillis: Int64 = 5 * 60_000
         public var thumbnailSizes = ThumbnailSize.defaults
         public var alerts: [WatchlistAlertStage.Subscription] = []
+        /// "A new hangout near your saved places": great-circle radius in metres.
+        public var hangoutNearbyRadiusMeters: Double = 3_000
         public init() {}
     }
 
@@ -126,13 +128,18 @@ public struct StageCatalog: Sendable {
         "pass-through",
         "prices.decode", "prices.latest", "prices.candles", "prices.alerts",
         "products.decode", "products.thumbnails", "products.new-notifications",
-        "campaigns.feed", "campaigns.notifications", "notifications.render",
+        "campaigns.feed", "campaigns.notifications",
+        "hangouts.decode", "hangouts.notifications",
+        "challenges.decode", "challenges.standings", "challenges.notifications", "challenges.thumbnails",
+        "notifications.render",
     ]
 
     public func stage(named name: String) throws(UnknownStage) -> any Stage {
         let prices = PriceTickDecoder(limits: options.limits)
         let products = ProductDecoder(limits: options.limits, utcOffsetSeconds: options.utcOffsetSeconds)
         let campaigns = CampaignDecoder(limits: options.limits, utcOffsetSeconds: options.utcOffsetSeconds)
+        let hangouts = HangoutDecoder(limits: options.limits, utcOffsetSeconds: options.utcOffsetSeconds)
+        let challenges = ChallengeDecoder(limits: options.limits)
         switch name {
         case "pass-through": return PassThroughStage()
         case "prices.decode": return PriceDecodeStage(decoder: prices)
@@ -147,6 +154,14 @@ public struct StageCatalog: Sendable {
             return CampaignFeedStage(
                 topN: options.feedTopN, categories: options.feedCategories, user: options.feedUser, decoder: campaigns)
         case "campaigns.notifications": return CampaignNotificationStage(decoder: campaigns)
+        case "hangouts.decode": return HangoutDecodeStage(decoder: hangouts)
+        case "hangouts.notifications":
+            return HangoutNotificationStage(nearbyRadiusMeters: options.hangoutNearbyRadiusMeters, decoder: hangouts)
+        case "challenges.decode": return ChallengeDecodeStage(decoder: challenges)
+        case "challenges.standings": return ChallengeStandingsStage(offsetSeconds: options.utcOffsetSeconds, decoder: challenges)
+        case "challenges.notifications":
+            return ChallengeNotificationStage(offsetSeconds: options.utcOffsetSeconds, decoder: challenges)
+        case "challenges.thumbnails": return ChallengeThumbnailStage(sizes: options.thumbnailSizes, decoder: challenges)
         case "notifications.render": return NotificationRenderStage(decoder: NotificationDecoder(limits: options.limits))
         default: throw UnknownStage(name: name)
         }
