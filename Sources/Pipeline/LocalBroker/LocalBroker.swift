@@ -45,14 +45,22 @@ public final class LocalBroker: Sendable {
         let tansu = try options.tansuPath ?? locateTansu()
         var moto: (ManagedProcess.Handle, Int)?
         if case .s3 = options.storage { moto = try await startMoto(timeout: options.startTimeout) }
-        let port = try FreePort.find()
-        do {
-            let broker = try await startTansu(tansu, port: port, motoPort: moto?.1, timeout: options.startTimeout)
-            logger.info("local broker ready", metadata: ["bootstrap": "127.0.0.1:\(port)", "storage": "\(moto == nil ? "memory" : "s3")"])
-            return LocalBroker(port: port, options: options, tansuPath: tansu, broker: broker, moto: moto, logger: logger)
-        } catch {
-            moto?.0.terminate()
-            throw error
+        // A free port can be taken by someone else between finding it and tansu binding it
+        // (tests start brokers in parallel): then tansu exits at once, and we try another port.
+        var attempt = 0
+        while true {
+            attempt += 1
+            let port = try FreePort.find()
+            do {
+                let broker = try await startTansu(tansu, port: port, motoPort: moto?.1, timeout: options.startTimeout)
+                logger.info("local broker ready", metadata: ["bootstrap": "127.0.0.1:\(port)", "storage": "\(moto == nil ? "memory" : "s3")"])
+                return LocalBroker(port: port, options: options, tansuPath: tansu, broker: broker, moto: moto, logger: logger)
+            } catch LocalBrokerError.exitedEarly(let output) where attempt < 3 {
+                logger.info("tansu exited at start, trying another port", metadata: ["port": "\(port)", "output": "\(output)"])
+            } catch {
+                moto?.0.terminate()
+                throw error
+            }
         }
     }
 
@@ -133,6 +141,8 @@ public final class LocalBroker: Sendable {
         do {
             try await process.waitForLine(containing: "ready in", timeout: timeout)
             try await FreePort.waitUntilAccepting(port: port, timeout: timeout)
+        } catch LocalBrokerError.startFailed {  // only waitForLine throws it: the output ended
+            throw LocalBrokerError.exitedEarly(process.recentOutput())
         } catch {
             process.kill()
             throw LocalBrokerError.startFailed("tansu did not become ready on port \(port): \(error); output: \(process.recentOutput())")
@@ -166,10 +176,13 @@ public enum LocalBrokerError: Error, CustomStringConvertible {
     case notInstalled(String)
     case startFailed(String)
     case timedOut(String)
+    /// The broker process ended before it was ready (its output).
+    case exitedEarly(String)
 
     public var description: String {
         switch self {
         case .notInstalled(let s), .startFailed(let s), .timedOut(let s): return s
+        case .exitedEarly(let output): return "the broker exited before it was ready: \(output)"
         }
     }
 }
