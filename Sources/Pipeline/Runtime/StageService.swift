@@ -176,8 +176,11 @@ public final class StageService: Service, Sendable {
         do {
             try await consumer.close(deadline: settings.shutdownDeadline)
         } catch {
+            // The final commit failed or the close overran: the inputs since the last commit
+            // are read again by the next owner (at least once). Not a failed run.
+            counters.commitFailures.add(1)
+            metrics.commitFailures.increment()
             logger.warning("closing the consumer: \(error)")
-            failure = failure ?? error
         }
         if let reader { try? await reader.close(deadline: .seconds(5)) }
         await producer.close(deadline: settings.shutdownDeadline)

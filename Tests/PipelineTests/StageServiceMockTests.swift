@@ -1,0 +1,115 @@
+import Foundation
+import Testing
+@testable import Pipeline
+import Workers
+
+/// The stage runtime on librdkafka's mock cluster: what needs a timer or an injected fault.
+@Suite(.serialized, .timeLimit(.minutes(2))) struct StageServiceMockTests {
+    static let product = """
+        {"pageNo":1,"itemsPerPage":20,"totalCount":1,"offset":0,"limit":20,"lastPage":1,"hasNext":false,"hasPrev":false,\
+        "pages":[{"id":2012,"vendor_id":29,"vendorName":"wongbing","name":"Apple Watch","description":"detail",\
+        "thumbnail":"https://s3.example.com/t/abc","currency":"KRW","price":2000.0,"bargain_price":1500,\
+        "discounted_price":500,"stock":10,"created_at":"2022-10-18T00:00:00","issued_at":"2022-10-18T00:00:00"}]}
+        """
+
+    static func settings(_ mock: KafkaMockCluster) -> WorkerSettings {
+        var settings = WorkerSettings(bootstrapServers: [mock.bootstrapServers])
+        settings.sessionTimeout = .seconds(6)
+        settings.heartbeatInterval = .milliseconds(300)
+        return settings
+    }
+
+    /// Before: `advance` was never called by the Kafka runtime, so a window closed only when a
+    /// later record arrived. Here one product arrives and nothing after it: the timer closes
+    /// the window and the notification goes out.
+    @Test func theTimerClosesWindowsOnAnIdleStream() async throws {
+        let mock = try KafkaMockCluster(brokers: 1)
+        for t in ["products.raw", "notifications", "dlq", "changelog"] { try mock.createTopic(t, partitions: 1) }
+        let topology = try Topology.parse("""
+            topics:
+              - {name: products.raw}
+              - {name: notifications}
+              - {name: dlq}
+              - {name: changelog, config: {cleanup.policy: compact}}
+            stages:
+              - name: new-products
+                chain: [products.new-notifications]
+                inputs: [products.raw]
+                dead-letter-topic: dlq
+                changelog: changelog
+                advance-interval: 200ms
+                options: {new-products-interval: 1s}
+            """)
+        let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [mock.bootstrapServers]))
+        // Timestamped now: the window opens at the record's time and is due a second later.
+        _ = try await producer.send(ProducerRecord(topic: "products.raw", key: Array("2012".utf8), value: Array(Self.product.utf8)))
+        await producer.close()
+
+        let service = try StageService(definition: try topology.stage(named: "new-products"), topology: topology, settings: Self.settings(mock))
+        let running = Task { try await service.run() }
+        var config = ConsumerConfiguration(bootstrapServers: [mock.bootstrapServers], groupID: "reader")
+        config.sessionTimeout = .seconds(6)
+        let reader = try KafkaConsumer(configuration: config)
+        try reader.assign([TopicPartitionOffset("notifications", 0, offset: TopicPartitionOffset.beginning)])
+        var notification: ConsumerRecord?
+        for try await event in reader {
+            if case .records(let batch) = event, let first = batch.first {
+                notification = first
+                break
+            }
+        }
+        try await reader.close()
+        service.requestStop()
+        try await running.value
+        let value = String(decoding: notification?.value ?? [], as: UTF8.self)
+        #expect(value.contains("Apple Watch"), "\(value)")
+        #expect(service.counters.processed.value == 1, "no later record closed it")
+    }
+
+    /// Before: a failed commit on the revocation path (a lost assignment, a group mid-rebalance)
+    /// made the worker exit. Here commits fail for a while (ILLEGAL_GENERATION, which also makes
+    /// librdkafka treat the assignment as lost and rejoin): the worker logs, counts, turns
+    /// not-ready after its timeout, rejoins and goes on; then everything is committed.
+    @Test func failingCommitsAndLostAssignmentsNeverStopTheWorker() async throws {
+        let mock = try KafkaMockCluster(brokers: 1)
+        for t in ["in", "out", "dlq"] { try mock.createTopic(t, partitions: 2) }
+        let topology = try Topology.parse("""
+            topics:
+              - {name: in, partitions: 2}
+              - {name: out, partitions: 2}
+              - {name: dlq, partitions: 2}
+            stages:
+              - name: relay
+                chain: [pass-through]
+                inputs: [in]
+                outputs: {out: out}
+                dead-letter-topic: dlq
+                advance-interval: 100ms
+            """)
+        let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [mock.bootstrapServers]))
+        _ = try await producer.send((0..<100).map { ProducerRecord(topic: "in", partition: Int32($0 % 2), value: Array("\($0)".utf8)) })
+        // OffsetCommit (API key 8) answers ILLEGAL_GENERATION (22) four times.
+        mock.pushRequestErrors(apiKey: 8, errorCodes: Array(repeating: 22, count: 4))
+        let health = WorkerHealth(readinessTimeout: .milliseconds(300))
+        let service = try StageService(
+            definition: try topology.stage(named: "relay"), topology: topology, settings: Self.settings(mock), health: health)
+        let running = Task { try await service.run() }
+        try await RetryTests.eventually("a commit failure") { service.counters.commitFailures.value >= 2 }
+        try await RetryTests.eventually("not ready while commits fail") { !health.readiness().ok }
+        // (ILLEGAL_GENERATION also makes librdkafka rejoin: the assignment is lost and the
+        // worker rejoins instead of exiting.)
+        let reason = health.readiness().reason
+        #expect(reason.contains("commits failing") || reason.contains("rebalancing"), "\(reason)")
+        // The worker keeps going: more input is processed, and commits recover.
+        _ = try await producer.send((100..<200).map { ProducerRecord(topic: "in", partition: Int32($0 % 2), value: Array("\($0)".utf8)) })
+        await producer.close()
+        try await RetryTests.eventually("every input settled") { service.counters.inputsDone.value >= 200 }
+        try await RetryTests.eventually("ready again") { health.readiness().ok }
+        service.requestStop()
+        try await running.value
+        let admin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: [mock.bootstrapServers]))
+        let committed = try await admin.committedOffsets(group: "relay", partitions: [TopicPartition("in", 0), TopicPartition("in", 1)])
+        await admin.close()
+        #expect(committed.reduce(0) { $0 + $1.offset } == 200)
+    }
+}
