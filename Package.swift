@@ -8,6 +8,9 @@ let package = Package(
         .library(name: "Pipeline", targets: ["Pipeline"]),
         .library(name: "Workers", targets: ["Workers"]),
         .library(name: "Thumbnails", targets: ["Thumbnails"]),
+        // Test doubles: linked by tests, never by the binaries.
+        .library(name: "WorkersTesting", targets: ["WorkersTesting"]),
+        .library(name: "PipelineTesting", targets: ["PipelineTesting"]),
         .executable(name: "pipelinectl", targets: ["pipelinectl"]),
     ],
     dependencies: [
@@ -68,6 +71,12 @@ let package = Package(
             ]
         ),
 
+        // Test doubles: TestDriver (a stage without a broker) and librdkafka's mock cluster.
+        .target(name: "WorkersTesting", dependencies: ["Workers"]),
+        .target(
+            name: "PipelineTesting",
+            dependencies: ["CKafka", "Pipeline", .product(name: "Logging", package: "swift-log")]),
+
         .executableTarget(
             name: "pipelinectl",
             dependencies: [
@@ -89,11 +98,11 @@ let package = Package(
 
         // Tests. PipelineTests need no broker (configuration, errors, librdkafka's mock cluster);
         // IntegrationTests start the local tansu broker.
-        .testTarget(name: "PipelineTests", dependencies: ["Pipeline"]),
+        .testTarget(name: "PipelineTests", dependencies: ["Pipeline", "PipelineTesting", "Workers"]),
         .testTarget(name: "IntegrationTests", dependencies: ["Pipeline"]),
         .testTarget(
             name: "WorkersTests",
-            dependencies: ["Workers", .product(name: "PropertyBased", package: "swift-property-based")]
+            dependencies: ["Workers", "WorkersTesting", .product(name: "PropertyBased", package: "swift-property-based")]
         ),
         .testTarget(
             name: "ThumbnailsTests",

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Pipeline
+import PipelineTesting
 import Workers
 
 /// Failed deliveries, made on demand with librdkafka's mock cluster: retried with backoff while

@@ -2,6 +2,7 @@ import Foundation
 import Synchronization
 import Testing
 @testable import Pipeline
+import PipelineTesting
 import Workers
 
 /// The runtime defects the worker-runtime review found, each reproduced here without a broker

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import Pipeline
+import PipelineTesting
 import Workers
 
 /// The stage runtime on librdkafka's mock cluster: what needs a timer or an injected fault.

@@ -7,10 +7,10 @@ import Synchronization
 ///
 /// librdkafka handles are thread-safe; this wrapper only adds the log queue and cached topic
 /// handles, both behind a lock, which is why it is `@unchecked Sendable`.
-final class RDKafkaClient: @unchecked Sendable {
-    enum Kind { case producer, consumer }
+package final class RDKafkaClient: @unchecked Sendable {
+    package enum Kind { case producer, consumer }
 
-    let handle: OpaquePointer
+    package let handle: OpaquePointer
     let kind: Kind
     let logger: Logger
     private let logQueue: OpaquePointer
@@ -19,7 +19,7 @@ final class RDKafkaClient: @unchecked Sendable {
 
     /// - Parameter configure: called with the `rd_kafka_conf_t` before the client is created,
     ///   to register callbacks or event masks.
-    init(kind: Kind, properties: [String: String], logger: Logger, configure: (OpaquePointer) -> Void = { _ in }) throws(KafkaError) {
+    package init(kind: Kind, properties: [String: String], logger: Logger, configure: (OpaquePointer) -> Void = { _ in }) throws(KafkaError) {
         try KafkaRuntime.check(environment: ProcessInfo.processInfo.environment)
         var properties = properties
         // Logs go to a queue we drain into swift-log instead of librdkafka's stderr printer.
@@ -56,7 +56,7 @@ final class RDKafkaClient: @unchecked Sendable {
     /// a process that exits while librdkafka is being torn down can crash in its bundled OpenSSL.
     /// - Parameter destroyQueues: destroys queues the caller owns; it runs after in-flight
     ///   ``using(_:)`` calls have finished and before `rd_kafka_destroy` (queues must go first).
-    func destroy(destroyQueues: () -> Void = {}) {
+    package func destroy(destroyQueues: () -> Void = {}) {
         guard lifetime.endAndWait() else { return }
         destroyQueues()
         for (_, rkt) in topics.withLock({ $0 }) { rd_kafka_topic_destroy(rkt) }

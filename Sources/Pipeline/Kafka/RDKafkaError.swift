@@ -2,8 +2,8 @@ import CKafka
 
 /// Turns librdkafka's error values into ``KafkaError``. Callers of the Kafka layer never see
 /// `rd_kafka_resp_err_t`.
-enum RDKafkaError {
-    static func make(_ err: rd_kafka_resp_err_t, code: KafkaError.Code = .other, context: String? = nil) -> KafkaError {
+package enum RDKafkaError {
+    package static func make(_ err: rd_kafka_resp_err_t, code: KafkaError.Code = .other, context: String? = nil) -> KafkaError {
         let text = String(cString: rd_kafka_err2str(err))
         let name = String(cString: rd_kafka_err2name(err))
         return KafkaError(

@@ -31,7 +31,7 @@ extension Int64 {
 
 /// FNV-1a 64: a hash that is the same in every process and run (Swift's `Hasher` is seeded per
 /// process), for dedupe keys and partition choice.
-func fnv1a(_ bytes: some Sequence<UInt8>) -> UInt64 {
+public func fnv1a(_ bytes: some Sequence<UInt8>) -> UInt64 {
     var h: UInt64 = 0xcbf2_9ce4_8422_2325
     for b in bytes {
         h ^= UInt64(b)

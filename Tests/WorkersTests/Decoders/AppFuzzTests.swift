@@ -1,5 +1,6 @@
 import Testing
 import Workers
+import WorkersTesting
 
 /// Garbage at the hangout and challenge decoders and stages: mutated samples and random bytes
 /// must give a value or a failure, never a crash or a hang.

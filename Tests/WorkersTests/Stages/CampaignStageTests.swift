@@ -2,6 +2,7 @@ import Foundation
 import PropertyBased
 import Testing
 import Workers
+import WorkersTesting
 
 /// 2023-11-20T00:00:00Z, inside the fixtures' campaign period.
 let campaignNow: Int64 = 1_700_438_400_000

@@ -2,6 +2,7 @@ import Foundation
 import PropertyBased
 import Testing
 import Workers
+import WorkersTesting
 
 @Suite struct ChallengeStageTests {
     let day0 = AppFixtures.day0

@@ -2,6 +2,7 @@ import Foundation
 import PropertyBased
 import Testing
 import Workers
+import WorkersTesting
 
 @Suite struct HangoutStageTests {
     let meet = AppFixtures.meet

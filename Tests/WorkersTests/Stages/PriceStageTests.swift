@@ -2,6 +2,7 @@ import Foundation
 import PropertyBased
 import Testing
 import Workers
+import WorkersTesting
 
 /// A minimal DEFAULT-format tick.
 func tick(_ market: String = "KRW-BTC", price: Double, volume: Double = 1, at t: Int64, rate: Double = 0, ts: Int64? = nil) -> String {

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import Workers
+import WorkersTesting
 
 @Suite struct ProductStageTests {
     @Test func decodeStageEmitsOneEventPerProductWithKind() {

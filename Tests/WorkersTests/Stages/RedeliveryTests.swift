@@ -1,5 +1,6 @@
 import Testing
 import Workers
+import WorkersTesting
 
 /// At-least-once delivery: every catalog stage, fed a mixed stream and then the whole stream
 /// again, produces on redelivery only outputs whose dedupe keys it already produced.

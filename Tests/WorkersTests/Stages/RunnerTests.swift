@@ -1,5 +1,6 @@
 import Testing
 import Workers
+import WorkersTesting
 
 @Suite struct JSONLinesRunnerTests {
     func runner(_ names: [String], options: StageCatalog.Options = .init()) throws -> JSONLinesRunner {

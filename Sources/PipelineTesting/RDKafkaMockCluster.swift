@@ -1,8 +1,10 @@
 import CKafka
 import Logging
+import Pipeline
 
 /// librdkafka's in-process mock cluster, for tests and fault injection. It is a test double,
-/// not the local broker the product runs on.
+/// not the local broker the product runs on: it lives in the `PipelineTesting` product, which
+/// tests link and the binaries do not.
 public final class KafkaMockCluster: @unchecked Sendable {  // librdkafka's mock API is thread-safe
     private let client: RDKafkaClient
     private let cluster: OpaquePointer

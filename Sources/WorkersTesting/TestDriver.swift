@@ -1,3 +1,5 @@
+import Workers
+
 /// Runs a stage (or chain) the way the runtime would, without a broker: assigns records to
 /// partitions and offsets, keeps the state between records, can redeliver records (as
 /// at-least-once delivery does), and collects outputs and dead letters. Use it in your own tests:
