@@ -64,6 +64,7 @@ struct Perf: AsyncParsableCommand {
         @Option(help: "Topic to consume.") var topic: String
         @Option(help: "Stop after this many messages.") var messages = 1_000_000
         @Option(help: "Consumer group (default: a new one).") var group: String?
+        @Flag(help: "Read every partition from the beginning without joining a group (kcat -C without -G).") var assign = false
         @Option(name: .customShort("X"), parsing: .singleValue, help: "Raw librdkafka property key=value (repeatable).") var properties: [String] = []
 
         func validate() throws {
@@ -80,7 +81,14 @@ struct Perf: AsyncParsableCommand {
             config.heartbeatInterval = .milliseconds(500)
             config.kafka.raw = try parseProperties(properties)
             let consumer = try KafkaConsumer(configuration: config)
-            try consumer.subscribe([topic])
+            if assign {
+                let admin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: connection.servers))
+                let partitions = try await admin.describeTopic(topic).partitions
+                await admin.close()
+                try consumer.assign((0..<partitions).map { TopicPartitionOffset(topic, Int32($0), offset: TopicPartitionOffset.beginning) })
+            } else {
+                try consumer.subscribe([topic])
+            }
             let clock = ContinuousClock()
             let start = clock.now
             var firstRecord: ContinuousClock.Instant?
@@ -96,7 +104,10 @@ struct Perf: AsyncParsableCommand {
             }
             let end = clock.now
             try await consumer.close()
-            print("consume: \(formatRate(count, end - start)) including group join; \(formatRate(count, end - (firstRecord ?? start))) from the first record; \(bytes) value bytes")
+            print("consume: \(formatRate(count, end - start)) including start-up\(assign ? "" : " and group join"); \(formatRate(count, end - (firstRecord ?? start))) from the first record; \(bytes) value bytes")
+            // For scripts/bench-kafka: seconds from the first record to the last.
+            let fromFirst = end - (firstRecord ?? start)
+            print("seconds_from_first_record=\(Double(fromFirst.components.seconds) + Double(fromFirst.components.attoseconds) / 1e18)")
         }
     }
 }
