@@ -71,8 +71,24 @@ public final class KafkaConsumer: AsyncSequence, Sendable {
     /// Marks these records as processed: for each partition, the offset after the highest record
     /// is stored for the next commit.
     public func store(_ records: some Sequence<ConsumerRecord>) throws(KafkaError) {
+        // Batches come in runs of one partition: look the partition up only when it changes.
         var next: [TopicPartition: Int64] = [:]
-        for r in records { next[r.topicPartition] = Swift.max(next[r.topicPartition] ?? -1, r.offset + 1) }
+        var run: (topic: String, partition: Int32, offset: Int64)?
+        for r in records {
+            if let current = run, current.partition == r.partition, current.topic == r.topic {
+                if r.offset + 1 > current.offset { run!.offset = r.offset + 1 }
+                continue
+            }
+            if let current = run {
+                let tp = TopicPartition(current.topic, current.partition)
+                next[tp] = Swift.max(next[tp] ?? -1, current.offset)
+            }
+            run = (r.topic, r.partition, r.offset + 1)
+        }
+        if let current = run {
+            let tp = TopicPartition(current.topic, current.partition)
+            next[tp] = Swift.max(next[tp] ?? -1, current.offset)
+        }
         guard !next.isEmpty else { return }
         let offsets = next.map { TopicPartitionOffset($0.key.topic, $0.key.partition, offset: $0.value) }
         try store(offsets: offsets)
@@ -165,11 +181,10 @@ final class ConsumerCore: @unchecked Sendable {
     // Poll thread only:
     private var outbox: [ConsumerEvent] = []
     private var pendingBatch: [ConsumerRecord] = []
-    /// Records taken by the running `drainFetched` call. librdkafka can serve the rebalance
-    /// callback from inside that call; the callback then must not touch `drained` (the call is
-    /// filling it), and records of partitions it revoked must not be handed out after the
-    /// `.revoked` event: they are dropped (never stored, so the next owner reads them again).
-    private var drained: [ConsumerRecord] = []
+    /// Partitions revoked by a rebalance callback that librdkafka served from inside
+    /// `rd_kafka_consume_batch_queue`: records of theirs that the same call returned must not be
+    /// handed out after the `.revoked` event. They are dropped (never stored, so the next owner
+    /// reads them again).
     private var revokedWhileDraining: Set<TopicPartition> = []
     private var names = RDKafkaConsumer.TopicNames()
 
@@ -343,21 +358,22 @@ final class ConsumerCore: @unchecked Sendable {
         if !outbox.isEmpty { _ = deliverNext() }
     }
 
-    /// Takes what is already fetched (see `drained`). Poll thread only.
+    /// Takes what is already fetched, appending records to `pendingBatch`. The rebalance
+    /// callback may run inside the C call and flush `pendingBatch`: records are appended only
+    /// after the call, through a closure, so the two never overlap. Poll thread only.
     private func drainFetched(limit: Int) -> Int {
         revokedWhileDraining.removeAll(keepingCapacity: true)
         var others: [RDKafkaPolled] = []
-        var batch = drained
-        drained = []
-        batch.removeAll(keepingCapacity: true)
-        let taken = consumer.drainFetched(limit: limit, names: &names, into: &batch) { others.append($0) }
-        if revokedWhileDraining.isEmpty {
-            pendingBatch.append(contentsOf: batch)
-        } else {
-            pendingBatch.append(contentsOf: batch.lazy.filter { !self.revokedWhileDraining.contains($0.topicPartition) })
-        }
-        batch.removeAll(keepingCapacity: true)
-        drained = batch
+        var names = self.names
+        let taken = consumer.drainFetched(
+            limit: limit, names: &names,
+            record: { record in
+                if revokedWhileDraining.isEmpty || !revokedWhileDraining.contains(record.topicPartition) {
+                    pendingBatch.append(record)
+                }
+            },
+            other: { others.append($0) })
+        self.names = names
         for event in others { handle(event) }
         return taken
     }

@@ -158,7 +158,11 @@ final class RDKafkaConsumer: @unchecked Sendable {  // immutable after init; lib
     /// (`rd_kafka_consume_batch_queue` with timeout 0: one queue lock for the lot). Records are
     /// appended to `records`; anything else is handed to `other` in order. Returns how many
     /// messages were taken. Only the poll thread calls it.
-    func drainFetched(limit: Int, names: inout TopicNames, into records: inout [ConsumerRecord], other: (RDKafkaPolled) -> Void) -> Int {
+    ///
+    /// The sinks run after `rd_kafka_consume_batch_queue` returned, never during it: librdkafka
+    /// may serve the rebalance callback inside that call, and the callback may touch whatever
+    /// the sinks append to.
+    func drainFetched(limit: Int, names: inout TopicNames, record: (ConsumerRecord) -> Void, other: (RDKafkaPolled) -> Void) -> Int {
         guard limit > 0 else { return 0 }
         return withUnsafeTemporaryAllocation(of: UnsafeMutablePointer<rd_kafka_message_t>?.self, capacity: limit) { buffer in
             let n = rd_kafka_consume_batch_queue(consumerQueue, 0, buffer.baseAddress, limit)
@@ -166,9 +170,10 @@ final class RDKafkaConsumer: @unchecked Sendable {  // immutable after init; lib
             for i in 0..<n {
                 guard let message = buffer[i] else { continue }
                 defer { rd_kafka_message_destroy(message) }
-                switch convert(message, names: &names) {
-                case .record(let record): records.append(record)
-                case let event: other(event)
+                if message.pointee.err == RD_KAFKA_RESP_ERR_NO_ERROR {
+                    record(convertRecord(message, names: &names))
+                } else {
+                    other(convert(message, names: &names))
                 }
             }
             return n
@@ -192,6 +197,14 @@ final class RDKafkaConsumer: @unchecked Sendable {  // immutable after init; lib
             if m.err == RD_KAFKA_RESP_ERR__FATAL { error.isFatal = true }
             return .error(error)
         }
+        return .record(convertRecord(message, names: &names))
+    }
+
+    /// Copies key, value and headers out of a message without error (which the caller then destroys).
+    @inline(__always)
+    private func convertRecord(_ message: UnsafeMutablePointer<rd_kafka_message_t>, names: inout TopicNames) -> ConsumerRecord {
+        let m = message.pointee
+        let topic = m.rkt.map { names.name($0) } ?? ""
         var headers: [KafkaHeader] = []
         var hdrs: OpaquePointer?
         if rd_kafka_message_headers(message, &hdrs) == RD_KAFKA_RESP_ERR_NO_ERROR, let hdrs {
@@ -208,14 +221,14 @@ final class RDKafkaConsumer: @unchecked Sendable {  // immutable after init; lib
         }
         var timestampType = RD_KAFKA_TIMESTAMP_NOT_AVAILABLE
         let timestamp = rd_kafka_message_timestamp(message, &timestampType)
-        return .record(ConsumerRecord(
+        return ConsumerRecord(
             topic: topic,
             partition: m.partition,
             offset: m.offset,
             key: m.key.map { Array(UnsafeRawBufferPointer(start: $0, count: m.key_len)) },
             value: m.payload.map { Array(UnsafeRawBufferPointer(start: $0, count: m.len)) },
             headers: headers,
-            timestamp: timestampType == RD_KAFKA_TIMESTAMP_NOT_AVAILABLE ? nil : timestamp))
+            timestamp: timestampType == RD_KAFKA_TIMESTAMP_NOT_AVAILABLE ? nil : timestamp)
     }
 
     /// `rd_kafka_offsets_store`: marks offsets (the next to read) for the next commit. Non-blocking.

@@ -23,24 +23,30 @@ final class Backpressure: Sendable {
         self.maxBytes = max(1, maxBytes)
     }
 
-    /// Work submitted. `.pause` when the bound was just crossed.
-    func add(records: Int, bytes: Int) -> Action {
+    /// Work submitted. `.pause` when the bound was just crossed; `pause` (a non-blocking
+    /// librdkafka call) then runs under the lock, so a concurrent `remove` cannot resume before it.
+    @discardableResult
+    func add(records: Int, bytes: Int, pause: () -> Void = {}) -> Action {
         state.withLock { s in
             s.records += records
             s.bytes += bytes
             guard !s.paused, s.records >= maxRecords || s.bytes >= maxBytes else { return .none }
             s.paused = true
+            pause()
             return .pause
         }
     }
 
-    /// Work settled. `.resume` when it just fell below the low-water mark.
-    func remove(records: Int, bytes: Int) -> Action {
+    /// Work settled. `.resume` when it just fell below the low-water mark; `resume` gets the
+    /// partitions not held by a retry and runs under the lock.
+    @discardableResult
+    func remove(records: Int, bytes: Int, resume: (_ except: Set<TopicPartition>) -> Void = { _ in }) -> Action {
         state.withLock { s in
             s.records -= records
             s.bytes -= bytes
             guard s.paused, s.records <= maxRecords / 2, s.bytes <= maxBytes / 2 else { return .none }
             s.paused = false
+            resume(s.retrying)
             return .resume
         }
     }
@@ -55,10 +61,5 @@ final class Backpressure: Sendable {
             s.retrying.remove(tp)
             return !s.paused
         }
-    }
-
-    /// Of these partitions, the ones not held by a retry.
-    func resumable(_ partitions: [TopicPartition]) -> [TopicPartition] {
-        state.withLock { s in partitions.filter { !s.retrying.contains($0) } }
     }
 }

@@ -199,8 +199,9 @@ struct Settler: Sendable {
         counters.produced.add(delivered)
         counters.deadLettered.add(deadLettered)
         observeDelivered(records, sources: sources, inputs: pending.inputs)
-        if backpressure.remove(records: pending.records.count, bytes: pending.bytes) == .resume {
-            if let assigned = try? consumer.assignment() { try? consumer.resume(backpressure.resumable(assigned)) }
+        let consumer = self.consumer
+        backpressure.remove(records: pending.records.count, bytes: pending.bytes) { retrying in
+            if let assigned = try? consumer.assignment() { try? consumer.resume(assigned.filter { !retrying.contains($0) }) }
         }
     }
 }

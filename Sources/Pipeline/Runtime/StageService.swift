@@ -380,9 +380,9 @@ final class StageLoop {
         lane.enqueue(Pending(
             records: records, sources: sources, inputs: inputs, ticket: ticket, storeOffset: storeOffset,
             inputCount: inputs.count, bytes: bytes))
-        if backpressure.add(records: records.count, bytes: bytes) == .pause {
+        let consumer = self.consumer, partitions = Array(lanes.keys)
+        if backpressure.add(records: records.count, bytes: bytes, pause: { try? consumer.pause(partitions) }) == .pause {
             logger.info("in-flight bound reached: pausing", metadata: ["records": "\(backpressure.inFlight.records)"])
-            try? consumer.pause(Array(lanes.keys))
         }
     }
 
