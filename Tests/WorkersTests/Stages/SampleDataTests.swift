@@ -13,7 +13,7 @@ import Workers
             var runner = JSONLinesRunner(runner: try StageCatalog().runner(for: stages), defaultTopic: file)
             for (f, line) in lines where f == file {
                 for out in runner.process(line: line) {
-                    if out.hasPrefix(#"{"type":"failure""#) { failures.append("\(file): \(out)") } else { outputs.append(out) }
+                    if out.hasPrefix(#"{"type":"dead-letter""#) { failures.append("\(file): \(out)") } else { outputs.append(out) }
                 }
             }
             for t in ticks { outputs.append(contentsOf: runner.advance(to: t)) }
