@@ -7,7 +7,7 @@ struct PipelineCtl: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "pipelinectl",
         abstract: "Operate the Kafka worker pipeline.",
-        subcommands: [Demo.self, Worker.self, Broker.self, Topics.self, Perf.self, Run.self]
+        subcommands: [Dev.self, Demo.self, Worker.self, Broker.self, Topics.self, Perf.self, Run.self]
     )
 }
 

@@ -3,9 +3,9 @@ import Synchronization
 
 /// A child process (posix_spawn) whose combined output is read by a dedicated thread, so the caller can
 /// await a line (an event) instead of sleeping, and the pipe never fills up.
-enum ManagedProcess {
-    final class Handle: Sendable {
-        let pid: pid_t
+public enum ManagedProcess {
+    public final class Handle: Sendable {
+        public let pid: pid_t
         private let state = Mutex(State())
 
         struct State {
@@ -48,14 +48,14 @@ enum ManagedProcess {
         }
 
         /// The last lines the process printed (up to `lines`).
-        func recentOutput(lines: Int = 50) -> String { state.withLock { $0.tail.suffix(lines).joined(separator: "\n") } }
+        public func recentOutput(lines: Int = 50) -> String { state.withLock { $0.tail.suffix(lines).joined(separator: "\n") } }
 
         /// Everything it printed (the last 5,000 to 10,000 lines of a long run).
-        func output() -> String { state.withLock { $0.tail.joined(separator: "\n") } }
+        public func output() -> String { state.withLock { $0.tail.joined(separator: "\n") } }
 
         /// Returns when the process prints a line containing `needle`; throws if it exits first
         /// or the timeout passes.
-        func waitForLine(containing needle: String, timeout: Duration) async throws {
+        public func waitForLine(containing needle: String, timeout: Duration) async throws {
             let found = await Deadline.race(timeout) {
                 await withCheckedContinuation { continuation in
                     let immediate: Bool? = self.state.withLock { s in
@@ -85,7 +85,7 @@ enum ManagedProcess {
         }
 
         @discardableResult
-        func waitForExit() async -> Int32 {
+        public func waitForExit() async -> Int32 {
             await withCheckedContinuation { continuation in
                 let status: Int32? = state.withLock { s in
                     if let status = s.exitStatus { return status }
@@ -96,17 +96,17 @@ enum ManagedProcess {
             }
         }
 
-        var isRunning: Bool { state.withLock { $0.exitStatus == nil } }
+        public var isRunning: Bool { state.withLock { $0.exitStatus == nil } }
 
         /// SIGTERM. (The pid cannot have been reused: it is reaped only by our waiter.)
-        func terminate() { if isRunning { Foundation.kill(pid, SIGTERM) } }
-        func kill() { if isRunning { Foundation.kill(pid, SIGKILL) } }
+        public func terminate() { if isRunning { Foundation.kill(pid, SIGTERM) } }
+        public func kill() { if isRunning { Foundation.kill(pid, SIGKILL) } }
     }
 
     /// Starts `path` with `posix_spawn`. Foundation's `Process` passes on the spawning thread's
     /// signal mask, and Dispatch threads block SIGTERM and SIGINT: a child started that way
     /// ignores `terminate()`. Here the child gets an empty mask and default handlers.
-    static func launch(_ path: String, arguments: [String], environment: [String: String]) throws -> Handle {
+    public static func launch(_ path: String, arguments: [String], environment: [String: String]) throws -> Handle {
         var env = ProcessInfo.processInfo.environment
         for (k, v) in environment { env[k] = v }
 

@@ -281,10 +281,30 @@ private struct TopologyReader {
             case "max-in-flight-records": maxRecords = try int(value, p)
             case "max-in-flight-bytes": maxBytes = try int(value, p)
             default:
-                let keys = ["candle-lateness", "new-products-interval", "feed-top-n", "utc-offset-hours"]
+                let keys = ["candle-lateness", "new-products-interval", "feed-top-n", "utc-offset-hours", "alerts"]
                 for (ok, ov) in try mapping(value, p, allowed: keys) {
                     let op = "\(p).\(ok)"
                     switch ok {
+                    case "alerts":
+                        guard let list = ov.sequence else { throw fail(ov, op, "expected a list of {subscriber, market, threshold}") }
+                        for (i, item) in list.enumerated() {
+                            var subscriber: String?, market: String?, threshold: Double?
+                            for (ak, av) in try mapping(item, "\(op)[\(i)]", allowed: ["subscriber", "market", "threshold"]) {
+                                switch ak {
+                                case "subscriber": subscriber = try string(av, "\(op)[\(i)].subscriber")
+                                case "market": market = try string(av, "\(op)[\(i)].market")
+                                default:
+                                    guard let text = av.string, let d = Double(text) else {
+                                        throw fail(av, "\(op)[\(i)].threshold", "expected a signed ratio such as 0.05 (+5 %) or -0.03")
+                                    }
+                                    threshold = d
+                                }
+                            }
+                            guard let subscriber, let market, let threshold else {
+                                throw fail(item, "\(op)[\(i)]", "an alert needs subscriber, market and threshold")
+                            }
+                            options.alerts.append(.init(subscriber: subscriber, market: market, threshold: threshold))
+                        }
                     case "candle-lateness": options.candleLatenessMillis = try duration(ov, op).wholeMillis
                     case "new-products-interval": options.newProductsIntervalMillis = try duration(ov, op).wholeMillis
                     case "feed-top-n": options.feedTopN = try int(ov, op)

@@ -1,0 +1,431 @@
+import ArgumentParser
+import Dispatch
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Pipeline
+import Workers
+
+/// `pipelinectl dev`: the whole pipeline on this machine in one command.
+struct Dev: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Run the whole pipeline locally: broker, topics, one worker per stage, the sample data, a live table.",
+        discussion: """
+            Starts the local broker (or uses --bootstrap-server), applies the topology, starts one
+            `pipelinectl worker` process per stage, ingests the sample streams the project ships
+            (samples/<app>/*.jsonl into <app>.raw), and shows per stage: records in and out, dead
+            letters, lag, rate, and the last notification. Ctrl-C (or --duration) stops every
+            worker gracefully, then the broker, and prints a summary; no process is left behind.
+            Without a terminal it prints plain progress lines.
+
+            Examples:
+              pipelinectl dev
+              pipelinectl dev --duration 60s          # stop by itself (CI)
+              pipelinectl dev --until-idle            # stop once every stage is caught up
+            """)
+
+    @Option(help: "The topology file.") var topology = "topology.yaml"
+    @Option(help: "The folder of sample streams (one sub-folder per app).") var samples = "samples"
+    @Option(name: .customLong("bootstrap-server"), help: "Use this cluster instead of an embedded local broker.")
+    var bootstrapServer: String?
+    @Option(help: "Stop after this long (e.g. 60s). Default: run until Ctrl-C.", transform: { text in
+        guard let d = parseDuration(text) else { throw ValidationError("--duration: '\(text)' is not a duration such as 60s") }
+        return d
+    })
+    var duration: Duration?
+    @Flag(help: "Stop once everything is ingested and every stage has been caught up and quiet for 5 s.") var untilIdle = false
+    @Option(help: "Only these stages (comma-separated names from the topology).") var stages: String?
+
+    func validate() throws {
+        if let bootstrapServer { try validateServers(bootstrapServer) }
+    }
+
+    func run() async throws {
+        try Preflight.checkRuntime()
+        let topology: Topology
+        do { topology = try Topology.load(path: self.topology) } catch { throw ValidationError(error.description) }
+        var selected = topology.stages
+        if let stages {
+            let names = stages.split(separator: ",").map(String.init)
+            for name in names where !topology.stages.contains(where: { $0.name == name }) {
+                throw ValidationError("--stages: no stage '\(name)' in \(self.topology); it has: \(topology.stages.map(\.name).joined(separator: ", "))")
+            }
+            selected = topology.stages.filter { names.contains($0.name) }
+        }
+        let session = DevSession(topologyPath: self.topology, topology: topology, stages: selected, samples: samples)
+        let stop = StopSignal()
+        stop.install()
+        do {
+            try await session.start(bootstrap: bootstrapServer.map(parseServers))
+            try await session.ingest()
+            try await session.watch(stop: stop, duration: duration, untilIdle: untilIdle)
+        } catch {
+            await session.shutdown()
+            throw error
+        }
+        await session.shutdown()
+        session.printSummary()
+    }
+}
+
+/// SIGINT/SIGTERM as an awaitable event (the first one; the workers get their own SIGTERM from us).
+final class StopSignal: @unchecked Sendable {  // `sources` immutable; `fired` behind the queue
+    private let queue = DispatchQueue(label: "dev-signals")
+    private var sources: [DispatchSourceSignal] = []
+    private var fired = false
+    private var waiters: [CheckedContinuation<Void, Never>] = []
+
+    func install() {
+        for sig in [SIGINT, SIGTERM] {
+            signal(sig, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: sig, queue: queue)
+            source.setEventHandler { [self] in
+                if fired {
+                    // A second signal: do not wait for graceful stops any more.
+                    FileHandle.standardError.write(Data("second signal: killing the workers and the broker\n".utf8))
+                    DevSession.killAll()
+                    exit(130)
+                }
+                fired = true
+                let w = waiters
+                waiters = []
+                for c in w { c.resume() }
+            }
+            source.resume()
+            sources.append(source)
+        }
+    }
+
+    var isSet: Bool { queue.sync { fired } }
+
+    func wait() async {
+        await withCheckedContinuation { c in
+            queue.async { [self] in
+                if fired { c.resume() } else { waiters.append(c) }
+            }
+        }
+    }
+}
+
+/// One stage's worker process and what its /metrics said last.
+struct DevWorker {
+    var stage: Topology.Stage
+    var process: ManagedProcess.Handle
+    var port: Int?
+    var metrics = DevMetrics()
+    var previousIn: Double = 0
+    var rate: Double = 0
+    var exitStatus: Int32?
+}
+
+/// The figures of one scrape.
+struct DevMetrics {
+    var recordsIn: Double = 0
+    var recordsOut: Double = 0
+    var deadLetters: Double = 0
+    var lag: Double = 0
+
+    /// Sums the series of a Prometheus text exposition by metric name.
+    static func parse(_ text: String) -> DevMetrics {
+        var m = DevMetrics()
+        for line in text.split(separator: "\n") where !line.hasPrefix("#") {
+            guard let space = line.lastIndex(of: " "), let value = Double(line[line.index(after: space)...]) else { continue }
+            let name = line.prefix { $0 != "{" && $0 != " " }
+            switch name {
+            case MetricName.recordsIn: m.recordsIn += value
+            case MetricName.recordsOut: m.recordsOut += value
+            case MetricName.deadLetters: m.deadLetters += value
+            case MetricName.lagRecords: m.lag += value
+            default: break
+            }
+        }
+        return m
+    }
+}
+
+/// Everything `pipelinectl dev` starts, and how it stops it.
+final class DevSession {
+    /// Child pids, for a second Ctrl-C that cannot wait for graceful stops.
+    static let childPIDs = NSLockedBox<[pid_t]>([])
+
+    static func killAll() {
+        for pid in childPIDs.get() { kill(pid, SIGKILL) }
+    }
+
+    let topologyPath: String
+    let topology: Topology
+    let stages: [Topology.Stage]
+    let samples: String
+    let interactive = isatty(STDOUT_FILENO) == 1
+    private(set) var broker: LocalBroker?
+    private(set) var bootstrap: [String] = []
+    private(set) var workers: [DevWorker] = []
+    private(set) var ingested: [String: Int] = [:]
+    private(set) var rejected: [String] = []
+    private let lastNotification = NSLockedBox<String?>(nil)
+    private var notificationTask: Task<Void, Never>?
+    private var notificationReader: KafkaConsumer?
+    private let clock = ContinuousClock()
+    private var started = ContinuousClock.now
+
+    init(topologyPath: String, topology: Topology, stages: [Topology.Stage], samples: String) {
+        self.topologyPath = topologyPath
+        self.topology = topology
+        self.stages = stages
+        self.samples = samples
+    }
+
+    func say(_ line: String) {
+        print(line)
+        fflush(nil)
+    }
+
+    /// Broker, topics, workers (each reports the port of its endpoint), the notification tail.
+    func start(bootstrap servers: [String]?) async throws {
+        started = clock.now
+        if let servers {
+            bootstrap = servers
+        } else {
+            let broker = try await LocalBroker.start()
+            self.broker = broker
+            bootstrap = [broker.bootstrapServers]
+            say("local broker (tansu) at \(broker.bootstrapServers)")
+        }
+        let admin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: bootstrap))
+        let report = try await topology.apply(using: admin)
+        await admin.close()
+        say("topics: \(report.created.count) created, \(report.unchanged.count) already there\(report.drift.isEmpty ? "" : ", drift: \(report.drift.joined(separator: "; "))")")
+
+        let executable = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        for stage in stages {
+            let process = try ManagedProcess.launch(
+                executable,
+                arguments: [
+                    "worker", stage.name, "--topology", topologyPath, "--bootstrap-server", bootstrap.joined(separator: ","),
+                    "--session-timeout", "2s", "--metrics-address", "127.0.0.1:0", "--log-format", "json",
+                    "--statistics-interval", "1s", "--shutdown-deadline", "20s",
+                ],
+                environment: [:])
+            Self.childPIDs.set(Self.childPIDs.get() + [process.pid])
+            workers.append(DevWorker(stage: stage, process: process))
+        }
+        for i in workers.indices {
+            workers[i].port = try await Self.endpointPort(workers[i].process)
+        }
+        say("\(workers.count) workers started: \(workers.map(\.stage.name).joined(separator: ", "))")
+        startNotificationTail()
+    }
+
+    static func endpointPort(_ process: ManagedProcess.Handle) async throws -> Int {
+        let marker = "metrics and health endpoint listening"
+        try await process.waitForLine(containing: marker, timeout: .seconds(60))
+        for line in process.output().split(separator: "\n") where line.contains(marker) {
+            if let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any],
+                let port = (object["port"] as? String).flatMap(Int.init)
+            {
+                return port
+            }
+        }
+        throw ValidationError("a worker did not report its endpoint: \(process.recentOutput())")
+    }
+
+    /// Reads the rendered notifications as they come (no group), keeping the last one's text.
+    private func startNotificationTail() {
+        guard topology.topic(named: "notifications.fcm") != nil else { return }
+        var config = ConsumerConfiguration(bootstrapServers: bootstrap, groupID: "pipelinectl-dev-tail")
+        config.autoCommit = false
+        guard let reader = try? KafkaConsumer(configuration: config) else { return }
+        let partitions = topology.topic(named: "notifications.fcm")?.partitions ?? 1
+        try? reader.assign((0..<partitions).map { TopicPartitionOffset("notifications.fcm", Int32($0), offset: TopicPartitionOffset.beginning) })
+        notificationReader = reader
+        let box = lastNotification
+        notificationTask = Task { await tailNotifications(reader, into: box) }
+    }
+
+    /// "title: body" of an FCM payload, or the start of the value.
+    static func notificationText(_ value: [UInt8]) -> String {
+        if let object = try? JSONSerialization.jsonObject(with: Data(value)) as? [String: Any] {
+            let message = (object["message"] as? [String: Any]) ?? object
+            if let n = message["notification"] as? [String: Any], let title = n["title"] as? String {
+                return "\(title): \(n["body"] as? String ?? "")"
+            }
+        }
+        return String(String(decoding: value.prefix(80), as: UTF8.self))
+    }
+
+    /// Each app's sample streams (samples/<app>/*.jsonl) into `<app>.raw`, in file order.
+    func ingest() async throws {
+        let fm = FileManager.default
+        guard let apps = try? fm.contentsOfDirectory(atPath: samples).sorted() else {
+            say("no sample folder at \(samples): nothing ingested")
+            return
+        }
+        let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: bootstrap))
+        for app in apps {
+            let topic = "\(app).raw"
+            guard topology.topic(named: topic) != nil else { continue }
+            let dir = (samples as NSString).appendingPathComponent(app)
+            let files = ((try? fm.contentsOfDirectory(atPath: dir)) ?? []).filter { $0.hasSuffix(".jsonl") }.sorted()
+            for file in files {
+                let path = (dir as NSString).appendingPathComponent(file)
+                guard let text = try? String(contentsOfFile: path, encoding: .utf8) else { continue }
+                var records: [ProducerRecord] = []
+                for (n, line) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+                    let bytes = Array(line.utf8)
+                    guard bytes.contains(where: { $0 > 0x20 }) else { continue }
+                    let r = JSONLinesRunner.parseLine(bytes, topic: topic, offset: Int64(n))
+                    records.append(ProducerRecord(
+                        topic: topic, key: r.key, value: r.value,
+                        headers: r.headers.map { KafkaHeader(key: $0.name, value: $0.value) },
+                        timestamp: r.timestamp == Int64.min ? nil : r.timestamp))
+                }
+                let reports = try await producer.send(records)
+                let failed = reports.filter { $0.error != nil }.count
+                ingested[topic, default: 0] += reports.count - failed
+                if failed > 0 { rejected.append("\(path): \(failed) records not delivered") }
+            }
+        }
+        await producer.close()
+        say("ingested: " + ingested.keys.sorted().map { "\($0) \(ingested[$0]!)" }.joined(separator: ", "))
+    }
+
+    /// Scrapes every worker once a second and shows the table, until a stop condition.
+    func watch(stop: StopSignal, duration: Duration?, untilIdle: Bool) async throws {
+        var quietSince: ContinuousClock.Instant?
+        var lastPrint = clock.now - .seconds(10)
+        var lastTotal = -1.0
+        while true {
+            if stop.isSet { say("stopping (signal)"); return }
+            if let duration, clock.now - started >= duration { say("stopping (--duration \(duration) reached)"); return }
+            await scrape()
+            for i in workers.indices where !workers[i].process.isRunning {
+                workers[i].exitStatus = await workers[i].process.waitForExit()
+                throw ValidationError("worker \(workers[i].stage.name) exited (status \(workers[i].exitStatus!)): \(workers[i].process.recentOutput(lines: 10))")
+            }
+            if interactive {
+                render(clear: true)
+            } else if clock.now - lastPrint >= .seconds(5) {
+                lastPrint = clock.now
+                progressLine()
+            }
+            if untilIdle {
+                let total = workers.reduce(0) { $0 + $1.metrics.recordsIn + $1.metrics.recordsOut }
+                let lag = workers.reduce(0) { $0 + $1.metrics.lag }
+                if total == lastTotal, lag == 0 {
+                    if let since = quietSince, clock.now - since >= .seconds(5) { say("stopping (every stage caught up and quiet)"); return }
+                    quietSince = quietSince ?? clock.now
+                } else {
+                    quietSince = nil
+                }
+                lastTotal = total
+            }
+            // A refresh interval for the screen, not a wait for an event.
+            try? await Task.sleep(for: .seconds(1))
+        }
+    }
+
+    private func scrape() async {
+        for i in workers.indices {
+            guard let port = workers[i].port, let url = URL(string: "http://127.0.0.1:\(port)/metrics") else { continue }
+            guard let (data, _) = try? await URLSession.shared.data(from: url) else { continue }
+            let m = DevMetrics.parse(String(decoding: data, as: UTF8.self))
+            workers[i].rate = max(0, m.recordsIn - workers[i].previousIn)
+            workers[i].previousIn = m.recordsIn
+            workers[i].metrics = m
+        }
+    }
+
+    private func render(clear: Bool) {
+        var out = clear ? "\u{1B}[H\u{1B}[2J" : ""
+        let elapsed = clock.now - started
+        out += "pipelinectl dev — \(bootstrap.joined(separator: ",")) — \(elapsed.components.seconds) s — Ctrl-C stops everything\n\n"
+        out += table()
+        out += "\nlast notification: \(lastNotification.get() ?? "(none yet)")\n"
+        print(out, terminator: "")
+        fflush(nil)
+    }
+
+    func table() -> String {
+        let header = ["stage", "in", "out", "dead", "lag", "rate/s"]
+        var rows = workers.map { w in
+            [w.stage.name, Self.n(w.metrics.recordsIn), Self.n(w.metrics.recordsOut), Self.n(w.metrics.deadLetters), Self.n(w.metrics.lag), Self.n(w.rate)]
+        }
+        rows.insert(header, at: 0)
+        let widths = header.indices.map { c in rows.map { $0[c].count }.max() ?? 0 }
+        return rows.map { row in
+            row.enumerated().map { c, cell in c == 0 ? cell.padding(toLength: widths[c], withPad: " ", startingAt: 0) : String(repeating: " ", count: widths[c] - cell.count) + cell }
+                .joined(separator: "  ")
+        }.joined(separator: "\n") + "\n"
+    }
+
+    static func n(_ v: Double) -> String { String(Int(v)) }
+
+    private func progressLine() {
+        let parts = workers.map { "\($0.stage.name) in=\(Self.n($0.metrics.recordsIn)) out=\(Self.n($0.metrics.recordsOut)) dead=\(Self.n($0.metrics.deadLetters)) lag=\(Self.n($0.metrics.lag))" }
+        say("[\((clock.now - started).components.seconds)s] " + parts.joined(separator: " | "))
+    }
+
+    /// SIGTERM to every worker (they settle, checkpoint, commit, leave), then the broker.
+    func shutdown() async {
+        for w in workers { w.process.terminate() }
+        for i in workers.indices {
+            let outcome = await Deadline.race(.seconds(30)) { [process = workers[i].process] in await process.waitForExit() }
+            if let status = outcome {
+                workers[i].exitStatus = status
+            } else {
+                workers[i].process.kill()
+                workers[i].exitStatus = await workers[i].process.waitForExit()
+            }
+        }
+        notificationTask?.cancel()
+        if let reader = notificationReader { try? await reader.close(deadline: .seconds(5)) }
+        await scrapeFinalFromLogs()
+        if let broker { await broker.stop() }
+    }
+
+    /// The workers' last counts from their "worker stopped" log lines.
+    private func scrapeFinalFromLogs() async {
+        for i in workers.indices {
+            for line in workers[i].process.output().split(separator: "\n") where line.contains("\"worker stopped\"") {
+                guard let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any] else { continue }
+                if let p = (object["processed"] as? String).flatMap(Double.init) { workers[i].metrics.recordsIn = p }
+                if let p = (object["produced"] as? String).flatMap(Double.init) { workers[i].metrics.recordsOut = p }
+                if let d = (object["dead-lettered"] as? String).flatMap(Double.init) { workers[i].metrics.deadLetters = d }
+            }
+        }
+    }
+
+    func printSummary() {
+        say("\nsummary (\((clock.now - started).components.seconds) s):")
+        say(table(), terminator: "")
+        let silent = workers.filter { $0.metrics.recordsOut == 0 }.map(\.stage.name)
+        say("every worker stopped: " + workers.map { "\($0.stage.name)=\($0.exitStatus.map(String.init) ?? "?")" }.joined(separator: " "))
+        if !silent.isEmpty { say("no output from: \(silent.joined(separator: ", "))") }
+        if let last = lastNotification.get() { say("last notification: \(last)") }
+        for r in rejected { say("rejected: \(r)") }
+    }
+
+    func say(_ line: String, terminator: String) {
+        print(line, terminator: terminator)
+        fflush(nil)
+    }
+}
+
+/// A value behind a lock, shared with a reader task.
+final class NSLockedBox<T: Sendable>: @unchecked Sendable {  // every access holds `lock`
+    private let lock = NSLock()
+    private var value: T
+    init(_ value: T) { self.value = value }
+    func get() -> T { lock.withLock { value } }
+    func set(_ v: T) { lock.withLock { value = v } }
+}
+
+/// Keeps the text of the last rendered notification in `box` until the reader closes.
+private func tailNotifications(_ reader: KafkaConsumer, into box: NSLockedBox<String?>) async {
+    var events = reader.makeAsyncIterator()
+    while let event = try? await events.next() {
+        guard case .records(let batch) = event, let last = batch.last?.value else { continue }
+        box.set(DevSession.notificationText(last))
+    }
+}
