@@ -56,6 +56,8 @@ struct Worker: AsyncParsableCommand {
     })
     var statisticsInterval: Duration = .seconds(5)
     @Option(help: "librdkafka debug contexts, e.g. broker,cgrp,fetch (logged at debug level).") var kafkaDebug: String?
+    @Option(name: .customShort("X"), parsing: .singleValue, help: "Raw librdkafka property key=value for the worker's clients (repeatable).")
+    var properties: [String] = []
     @OptionGroup var logging: LoggingOptions
 
     func bootstrapServers() throws -> [String] {
@@ -90,6 +92,7 @@ struct Worker: AsyncParsableCommand {
         var kafka = KafkaConfiguration(bootstrapServers: servers)
         kafka.security = try security.configuration()
         kafka.debugContexts = kafkaDebug.map { $0.split(separator: ",").map(String.init) } ?? []
+        kafka.raw = try parseProperties(properties)
         var settings = WorkerSettings(kafka: kafka)
         settings.statisticsInterval = statisticsInterval
         settings.shutdownDeadline = shutdownDeadline
@@ -102,7 +105,13 @@ struct Worker: AsyncParsableCommand {
         signals.install()
         let group = ServiceGroup(
             // Shutdown runs in reverse: the stage stops first, the endpoint last.
-            configuration: .init(services: [endpoint, service], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+            // A stage that stops by itself (--stop-after) shuts the group down gracefully.
+            configuration: .init(
+                services: [
+                    .init(service: endpoint),
+                    .init(service: service, successTerminationBehavior: .gracefullyShutdownGroup),
+                ],
+                gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
         try await group.run()
     }
 }

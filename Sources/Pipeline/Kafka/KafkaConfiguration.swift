@@ -192,6 +192,8 @@ public struct ConsumerConfiguration: Sendable {
     public var groupInstanceID: String?
     /// How often librdkafka reports ``KafkaConsumer/statistics`` (`statistics.interval.ms`; nil: never).
     public var statisticsInterval: Duration?
+    /// Longest time the broker holds a fetch waiting for data (`fetch.wait.max.ms`).
+    public var fetchMaxWait: Duration?
 
     public init(kafka: KafkaConfiguration, groupID: String) {
         self.kafka = kafka
@@ -223,6 +225,7 @@ public struct ConsumerConfiguration: Sendable {
         p["enable.partition.eof"] = reportEndOfPartition ? "true" : "false"
         p["group.instance.id"] = groupInstanceID
         p["statistics.interval.ms"] = statisticsInterval.map(milliseconds)
+        p["fetch.wait.max.ms"] = fetchMaxWait.map(milliseconds)
         for (key, value) in kafka.raw { p[key] = value }
         return p
     }

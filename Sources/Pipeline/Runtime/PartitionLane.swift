@@ -196,6 +196,7 @@ struct Settler: Sendable {
             }
         }
         counters.inputsDone.add(pending.inputCount)
+        counters.lastSettled.withLock { $0 = .now }
         counters.produced.add(delivered)
         counters.deadLettered.add(deadLettered)
         observeDelivered(records, sources: sources, inputs: pending.inputs)

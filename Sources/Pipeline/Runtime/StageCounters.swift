@@ -16,7 +16,18 @@ public final class StageCounters: Sendable {
     /// Partitions whose state was restored from the changelog.
     public let restoredPartitions = Atomic<Int>(0)
     public let pausedPartitions = Atomic<Int>(0)
+    /// When the first input was processed and the last output settled (benchmarks count from
+    /// the first record to the last acknowledged output, so start-up and group join do not count).
+    let firstProcessed = Mutex<ContinuousClock.Instant?>(nil)
+    let lastSettled = Mutex<ContinuousClock.Instant?>(nil)
     public init() {}
+
+    /// Seconds from the first processed input to the last settled output (0 before both).
+    public var activeSeconds: Double {
+        guard let first = firstProcessed.withLock({ $0 }), let last = lastSettled.withLock({ $0 }), last > first else { return 0 }
+        let d = last - first
+        return Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18
+    }
 }
 
 extension Atomic where Value == Int {

@@ -53,7 +53,20 @@ public struct JSONWriter: Sendable {
 
     private mutating func appendQuoted(_ s: String) {
         bytes.append(UInt8(ascii: "\""))
-        for b in s.utf8 {
+        var s = s
+        // Most strings need no escape: copy them in one go (native strings are contiguous UTF-8).
+        s.withUTF8 { utf8 in
+            if !utf8.contains(where: { $0 < 0x20 || $0 == 0x22 || $0 == 0x5C }) {
+                bytes.append(contentsOf: utf8)
+            } else {
+                appendEscaped(utf8)
+            }
+        }
+        bytes.append(UInt8(ascii: "\""))
+    }
+
+    private mutating func appendEscaped(_ utf8: UnsafeBufferPointer<UInt8>) {
+        for b in utf8 {
             switch b {
             case UInt8(ascii: "\""): bytes.append(contentsOf: [0x5C, 0x22])
             case UInt8(ascii: "\\"): bytes.append(contentsOf: [0x5C, 0x5C])
@@ -66,6 +79,5 @@ public struct JSONWriter: Sendable {
             default: bytes.append(b)
             }
         }
-        bytes.append(UInt8(ascii: "\""))
     }
 }

@@ -1,0 +1,207 @@
+"""End-to-end benchmark driver (run it through scripts/bench-pipeline).
+
+One worker decoding and filtering Upbit tickers and producing the typed ticks, against
+(a) a kcat consume-to-produce pipe over the same topic (moving bytes without work: the floor) and
+(b) a Python worker with confluent-kafka and msgspec doing the same decode and filter.
+Throughput counts from the first record to the last acknowledged output. Then the latency of
+one worker at a steady 10,000 msg/s, and two workers sharing 4 partitions.
+"""
+import json
+import os
+import random
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+CTL = os.environ.get("PIPELINECTL", ".build/release/pipelinectl")
+HERE = os.path.dirname(os.path.abspath(__file__))
+MARKETS = [f"KRW-C{i}" for i in range(40)]
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+def tick_lines(n, seed=7):
+    rng = random.Random(seed)
+    base = 1_700_000_000_000
+    for i in range(n):
+        m = MARKETS[i % len(MARKETS)]
+        price = 1000 + rng.randrange(5000) / 10
+        if i % 50 == 49:
+            price = -price  # 2 % invalid: the filter drops (Swift: dead-letters) them
+        t = base + i * 3
+        yield (f'{m}\t{{"type":"ticker","code":"{m}","opening_price":1000.0,"high_price":1600.0,"low_price":990.0,'
+               f'"trade_price":{price},"prev_closing_price":1001.0,"change":"RISE","signed_change_rate":0.0123,'
+               f'"trade_volume":{1 + i % 7}.5,"acc_trade_volume_24h":12345.678,"trade_timestamp":{t},'
+               f'"timestamp":{t + 4},"stream_type":"REALTIME"}}\n')
+
+
+def run(cmd, **kw):
+    return subprocess.run(cmd, check=True, capture_output=True, text=True, **kw)
+
+
+def timed_rss(cmd):
+    """Runs cmd under /usr/bin/time -v: (stdout, stderr, peak RSS in MiB)."""
+    p = subprocess.run(["/usr/bin/time", "-v"] + cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise RuntimeError(f"{cmd[0]} failed: {p.stderr[-2000:]}")
+    rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", p.stderr).group(1)) / 1024
+    return p.stdout, p.stderr, rss
+
+
+def topology(path, group, source, target, partitions):
+    with open(path, "w") as f:
+        f.write(f"""topics:
+  - {{name: {source}, partitions: {partitions}}}
+  - {{name: {target}, partitions: {partitions}}}
+  - {{name: bench.dead-letters, partitions: 1}}
+stages:
+  - name: bench-decode
+    chain: [prices.decode]
+    inputs: [{source}]
+    outputs: {{prices.ticks: {target}}}
+    dead-letter-topic: bench.dead-letters
+    group: {group}
+""")
+
+
+def swift_worker(bootstrap, topo, stop_after=None, extra=()):
+    cmd = [CTL, "worker", "bench-decode", "--topology", topo, "--bootstrap-server", bootstrap,
+           "--session-timeout", "2s", "--metrics-address", "127.0.0.1:0", "--log-format", "json", *extra]
+    if stop_after:
+        cmd += ["--stop-after", str(stop_after)]
+    return cmd
+
+
+def active_seconds(log_text):
+    for line in log_text.splitlines():
+        if '"worker stopped"' in line:
+            return float(json.loads(line)["active-seconds"])
+    raise RuntimeError("no 'worker stopped' line: " + log_text[-2000:])
+
+
+def kcat_seconds(bootstrap, source, target, count):
+    """First record to last acknowledged output of `kcat -C | kcat -P`: T(all) - T(first record)."""
+    t0 = time.monotonic()
+    c = subprocess.Popen(["kcat", "-C", "-b", bootstrap, "-t", source, "-o", "beginning", "-e", "-q", "-K", "\t"],
+                         stdout=subprocess.PIPE)
+    p = subprocess.Popen(["kcat", "-P", "-b", bootstrap, "-t", target, "-K", "\t", "-X", "linger.ms=5",
+                          "-X", "enable.idempotence=true", "-X", "acks=all"], stdin=c.stdout)
+    c.stdout.close()
+    p.wait(); c.wait()
+    total = time.monotonic() - t0
+    t0 = time.monotonic()
+    run(["kcat", "-C", "-b", bootstrap, "-t", source, "-o", "beginning", "-c", "1", "-q"])
+    first = time.monotonic() - t0
+    return total - first
+
+
+def metrics_port(proc_log_path):
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with open(proc_log_path) as f:
+            for line in f:
+                if "metrics and health endpoint listening" in line:
+                    return int(json.loads(line)["port"])
+        time.sleep(0.1)
+    raise RuntimeError("worker did not report its endpoint")
+
+
+def scrape_in(port):
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    return sum(float(l.split()[-1]) for l in text.splitlines() if l.startswith("pipeline_records_in_total"))
+
+
+def main():
+    messages = int(os.environ.get("MESSAGES", "2000000"))
+    rounds = int(os.environ.get("ROUNDS", "3"))
+    partitions = int(os.environ.get("PARTITIONS", "4"))
+    broker = subprocess.Popen([CTL, "broker"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    bootstrap = broker.stdout.readline().strip().removeprefix("bootstrap server: ")
+    work = tempfile.mkdtemp()
+    results = {"kcat pipe": [], "swift worker": [], "python worker": []}
+    rss = {"swift worker": [], "python worker": []}
+    try:
+        run([CTL, "topics", "create", "--bootstrap-server", bootstrap, "bench.raw", "--partitions", str(partitions)])
+        run([CTL, "topics", "create", "--bootstrap-server", bootstrap, "bench.dead-letters", "--partitions", "1"])
+        log(f"producing {messages} tickers to bench.raw ({partitions} partitions)")
+        kp = subprocess.Popen(["kcat", "-P", "-b", bootstrap, "-t", "bench.raw", "-K", "\t", "-X", "linger.ms=20"],
+                              stdin=subprocess.PIPE, text=True)
+        for line in tick_lines(messages):
+            kp.stdin.write(line)
+        kp.stdin.close(); kp.wait()
+        valid = messages - messages // 50
+        for r in range(1, rounds + 1):
+            order = ["kcat pipe", "swift worker", "python worker"]
+            if r % 2 == 0:
+                order.reverse()
+            for side in order:
+                target = f"bench.out.{side.split()[0]}.{r}"
+                run([CTL, "topics", "create", "--bootstrap-server", bootstrap, target, "--partitions", str(partitions)])
+                if side == "kcat pipe":
+                    secs = kcat_seconds(bootstrap, "bench.raw", target, messages)
+                elif side == "swift worker":
+                    topo = os.path.join(work, f"t{r}.yaml")
+                    topology(topo, f"bench-{r}", "bench.raw", target, partitions)
+                    _, err, mib = timed_rss(swift_worker(bootstrap, topo, stop_after=messages))
+                    secs = active_seconds(err)
+                    rss[side].append(mib)
+                else:
+                    out, _, mib = timed_rss([sys.executable, os.path.join(HERE, "python_worker.py"), bootstrap, "bench.raw", target, str(messages)])
+                    secs = float(re.search(r"active_seconds=([0-9.]+)", out).group(1))
+                    rss[side].append(mib)
+                results[side].append(messages / secs)
+                log(f"round {r} {side}: {messages / secs:,.0f} msg/s")
+                run([CTL, "topics", "delete", "--bootstrap-server", bootstrap, target])
+
+        # Latency at a steady 10,000 msg/s through one Swift worker.
+        run([CTL, "topics", "create", "--bootstrap-server", bootstrap, "bench.lat", "--partitions", str(partitions)])
+        run([CTL, "topics", "create", "--bootstrap-server", bootstrap, "bench.lat.out", "--partitions", str(partitions)])
+        topo = os.path.join(work, "lat.yaml")
+        topology(topo, "bench-lat", "bench.lat", "bench.lat.out", partitions)
+        wlog = open(os.path.join(work, "lat.log"), "w")
+        worker = subprocess.Popen(swift_worker(bootstrap, topo), stderr=wlog, stdout=wlog)
+        metrics_port(wlog.name)
+        lat = subprocess.run([sys.executable, os.path.join(HERE, "latency.py"), bootstrap, "bench.lat", "bench.lat.out",
+                              os.environ.get("RATE", "10000"), os.environ.get("SECONDS", "20")], capture_output=True, text=True, check=True)
+        worker.terminate(); worker.wait()
+        latency = json.loads(lat.stdout.strip().splitlines()[-1])
+
+        # Two workers sharing the partitions.
+        topo = os.path.join(work, "two.yaml")
+        run([CTL, "topics", "create", "--bootstrap-server", bootstrap, "bench.two.out", "--partitions", str(partitions)])
+        topology(topo, "bench-two", "bench.raw", "bench.two.out", partitions)
+        logs = [open(os.path.join(work, f"two{i}.log"), "w") for i in range(2)]
+        workers = [subprocess.Popen(swift_worker(bootstrap, topo), stderr=l, stdout=l) for l in logs]
+        ports = [metrics_port(l.name) for l in logs]
+        while sum(scrape_in(p) for p in ports) < messages:
+            time.sleep(0.2)
+        for w in workers:
+            w.terminate()
+        for w in workers:
+            w.wait()
+        actives = [active_seconds(open(l.name).read()) for l in logs]
+        two = messages / max(actives)
+    finally:
+        broker.terminate()
+        broker.wait()
+
+    def fmt(v):
+        return f"{max(v):,.0f} ({min(v):,.0f}-{max(v):,.0f})"
+
+    print(f"\n{messages:,} Upbit tickers, {partitions} partitions, {rounds} rounds; msg/s best (min-max), first record to last acknowledged output")
+    for side, v in results.items():
+        print(f"{side:14} {fmt(v):>32}" + (f"   peak RSS {max(rss[side]):.0f} MiB" if side in rss else ""))
+    s, k, p = max(results["swift worker"]), max(results["kcat pipe"]), max(results["python worker"])
+    print(f"swift / kcat pipe {s / k:.2f}x   swift / python {s / p:.2f}x   (valid inputs {valid:,}, the rest dead-lettered / dropped)")
+    print(f"latency at {latency['rate']} msg/s for {latency['seconds']} s through one worker: p50 {latency['p50_ms']:.1f} ms, p99 {latency['p99_ms']:.1f} ms ({latency['samples']} samples)")
+    print(f"two workers on {partitions} partitions: {two:,.0f} msg/s ({two / s:.2f}x one worker)")
+
+
+if __name__ == "__main__":
+    main()
