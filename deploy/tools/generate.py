@@ -131,8 +131,8 @@ services:
       KAFKA_TRANSACTION_STATE_LOG_MIN_ISR: 1
       KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS: 0
       KAFKA_AUTO_CREATE_TOPICS_ENABLE: "false"
+    # No volume: the log lives in the container (a fresh cluster on every `down`).
     ports: ["29092:29092"]
-    volumes: [kafka-data:/var/lib/kafka/data]
     healthcheck:
       test: ["CMD-SHELL", "/opt/kafka/bin/kafka-broker-api-versions.sh --bootstrap-server localhost:9092 >/dev/null 2>&1"]
       interval: 5s
@@ -165,9 +165,6 @@ services:
       - ../monitoring/alerts.rules.yml:/etc/prometheus/rules/alerts.rules.yml:ro
     ports: ["9090:9090"]
     depends_on: [kafka]
-
-volumes:
-  kafka-data: {}
 """)
     return "\n".join(lines)
 
