@@ -98,7 +98,7 @@ public struct JSONLinesRunner: Sendable {
 
     /// An envelope if the line is one, else the whole line as the value. `timestamp` is
     /// `Int64.min` when the line does not give one.
-    static func parseLine(_ bytes: [UInt8], topic: String, offset: Int64) -> InputRecord {
+    public static func parseLine(_ bytes: [UInt8], topic: String, offset: Int64) -> InputRecord {
         let bare = InputRecord(
             value: bytes, timestamp: Int64.min, origin: RecordOrigin(topic: topic, partition: 0, offset: offset))
         let limits = DecodeLimits(maxBytes: Int.max, maxDepth: 512, maxArrayElements: Int.max)
