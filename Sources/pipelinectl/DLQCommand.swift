@@ -43,6 +43,16 @@ struct DLQ: AsyncParsableCommand {
             if offset != nil, partitions.count != 1 { throw ValidationError("--offset needs exactly one --partition") }
         }
 
+        /// What to say when nothing matched: with a --stage that no dead letter has, the stages that exist.
+        func nothingMatched(stages seen: Set<String>) -> String {
+            var line = "no dead letters in \(topic) match"
+            let unknown = Set(stages).subtracting(seen)
+            if !unknown.isEmpty, !seen.isEmpty {
+                line += "; no dead letter has stage \(unknown.sorted().joined(separator: ", ")) (stages present: \(seen.sorted().joined(separator: ", ")); the stage is the chain's, e.g. prices.decode)"
+            }
+            return line
+        }
+
         func selection() throws -> DeadLetterSelection {
             var s = DeadLetterSelection()
             s.reasons = Set(reasons)
@@ -56,6 +66,12 @@ struct DLQ: AsyncParsableCommand {
         /// Reads the dead-letter topic to its end; returns the selected dead letters and how many
         /// records were not dead letters at all.
         func read() async throws -> (entries: [DeadLetterEntry], foreign: Int) {
+            let (entries, foreign, _) = try await readWithStages()
+            return (entries, foreign)
+        }
+
+        /// Also returns every stage seen, to suggest one when a --stage matched nothing.
+        func readWithStages() async throws -> (entries: [DeadLetterEntry], foreign: Int, stages: Set<String>) {
             try Preflight.checkRuntime()
             let kafka = connection.kafka
             let admin = try KafkaAdmin(configuration: kafka)
@@ -71,11 +87,13 @@ struct DLQ: AsyncParsableCommand {
             let selection = try selection()
             var entries: [DeadLetterEntry] = []
             var foreign = 0
+            var seen = Set<String>()
             let progress = ProgressLine("reading \(topic)")
             var read = 0
             try await TopicReader(kafka: kafka).read(from: start, until: stop) { batch in
                 for r in batch {
                     guard let e = DeadLetterEntry(r) else { foreign += 1; continue }
+                    seen.insert(e.letter.stage)
                     if selection.matches(e) { entries.append(e) }
                 }
                 read += batch.count
@@ -83,7 +101,7 @@ struct DLQ: AsyncParsableCommand {
                 return true
             }
             progress.finish()
-            return (entries, foreign)
+            return (entries, foreign, seen)
         }
     }
 
@@ -153,7 +171,7 @@ struct DLQ: AsyncParsableCommand {
         }
 
         func run() async throws {
-            let (entries, foreign) = try await selection.read()
+            let (entries, foreign, seen) = try await selection.readWithStages()
             var counts: [String: Int] = [:]
             for e in entries { counts["\(e.letter.stage) \(e.letter.failure.reason.rawValue)", default: 0] += 1 }
             if json {
@@ -161,7 +179,7 @@ struct DLQ: AsyncParsableCommand {
                 return
             }
             if entries.isEmpty {
-                print("no dead letters in \(selection.topic) match")
+                print(selection.nothingMatched(stages: seen))
             } else {
                 print(DLQ.table(entries).render())
                 print("")
@@ -183,7 +201,7 @@ struct DLQ: AsyncParsableCommand {
         @Flag(help: "One JSON line per dead letter, as `pipelinectl replay` writes records.") var json = false
 
         func run() async throws {
-            let (entries, _) = try await selection.read()
+            let (entries, _, seen) = try await selection.readWithStages()
             if json {
                 for e in entries { print(RecordJSON.line(e.record)) }
                 return
@@ -200,7 +218,7 @@ struct DLQ: AsyncParsableCommand {
                 print("  value      \(e.record.value.map { String(decoding: $0, as: UTF8.self) } ?? "(tombstone)")")
                 print("")
             }
-            if entries.isEmpty { print("no dead letters in \(selection.topic) match") }
+            if entries.isEmpty { print(selection.nothingMatched(stages: seen)) }
         }
     }
 
@@ -239,7 +257,7 @@ struct DLQ: AsyncParsableCommand {
         }
 
         func run() async throws {
-            let (entries, _) = try await selection.read()
+            let (entries, _, seen) = try await selection.readWithStages()
             var sends: [ProducerRecord] = []
             var exhausted: [DeadLetterEntry] = []
             for e in entries {
@@ -269,7 +287,7 @@ struct DLQ: AsyncParsableCommand {
                 for (topic, n) in byTopic.sorted(by: { $0.key < $1.key }) {
                     print("\(execute ? "redrove" : "would redrive") \(n) dead letters to \(topic)")
                 }
-                if sends.isEmpty { print("no dead letters in \(selection.topic) to redrive") }
+                if entries.isEmpty { print(selection.nothingMatched(stages: seen)) }
                 if !exhausted.isEmpty {
                     print("left \(exhausted.count) dead letters redriven \(maxRedrives) times already:")
                     print(DLQ.table(exhausted).render())
