@@ -91,7 +91,7 @@ struct Groups: AsyncParsableCommand {
         @Flag(help: "To the first offset still stored.") var toEarliest = false
         @Flag(help: "To the log end (skip everything).") var toLatest = false
         @Option(help: "To the first record at or after this time (epoch ms, ISO-8601, or a duration before now such as 2h).") var toDatetime: String?
-        @Option(help: "Move by this many records (negative: back).") var shiftBy: Int64?
+        @Option(parsing: .unconditional, help: "Move by this many records (negative: back, e.g. --shift-by -100).") var shiftBy: Int64?
         @Option(help: "To this offset.") var toOffset: Int64?
         @Flag(help: "Commit the new offsets (without it, only report).") var execute = false
         @Flag(help: "JSON instead of a table.") var json = false
@@ -160,7 +160,15 @@ struct Groups: AsyncParsableCommand {
             }
             let plan = OffsetReset.plan(target: target, partitions: chosen, committed: committed, watermarks: watermarks, timeOffsets: timeOffsets)
             if execute {
-                try await admin.alterCommittedOffsets(group: group, offsets: plan.map { TopicPartitionOffset($0.topic, $0.partition, offset: $0.target) })
+                do {
+                    try await admin.alterCommittedOffsets(group: group, offsets: plan.map { TopicPartitionOffset($0.topic, $0.partition, offset: $0.target) })
+                } catch {
+                    // ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS, NON_EMPTY_GROUP:
+                    // the group is active even if DescribeGroups listed no member (tansu lists none).
+                    guard [22, 25, 27, 68].contains(error.rdKafkaCode ?? 0) else { throw error }
+                    Terminal.error("group \(group) is active (the broker refused the commit: \(error.message)): stop its members first, then run this again")
+                    throw ExitCode(Exit.partial)
+                }
             }
             if json { return try printJSON(Output(group: group, executed: execute, plan: plan)) }
             print(Groups.planTable(plan).render())

@@ -126,7 +126,10 @@ public struct LagProbe: Sendable {
         let t = now()
         var owners: [TopicPartition: String] = [:]
         for m in description?.members ?? [] { for tp in m.assignment { owners[tp] = m.clientID.isEmpty ? m.memberID : m.clientID } }
-        let hasMembers = description.map { !$0.members.isEmpty } ?? true  // unknown: do not claim STOP
+        // Only a group the broker reports as Empty (or listing members) says who is there: tansu
+        // answers DescribeGroups for an active group with state Unknown and no members, and an
+        // unanswered describe says nothing either. Unknown membership never makes a STOP.
+        let hasMembers = description.map { !$0.members.isEmpty || $0.state != "Empty" } ?? true
         var partitions: [PartitionLag] = []
         for c in committed {
             let p = probed[c.topicPartition]
