@@ -125,6 +125,7 @@ struct Lag: AsyncParsableCommand {
             let encoder = JSONEncoder()
             encoder.outputFormatting = watch ? [.sortedKeys] : [.sortedKeys, .prettyPrinted]
             if let data = try? encoder.encode(Output(time: nowMillis(), groups: outputs)) { print(String(decoding: data, as: UTF8.self)) }
+            fflush(nil)
             return
         }
         if clear { print("\u{1B}[H\u{1B}[2J", terminator: "") }
@@ -139,6 +140,7 @@ struct Lag: AsyncParsableCommand {
             print(line)
         }
         if outputs.isEmpty { print("no consumer groups") }
+        fflush(nil)  // --watch into a pipe: each round as it happens (nil: every stream; `stdout` is not concurrency-safe)
     }
 
     static func table(_ groups: [GroupLag]) -> TextTable {
