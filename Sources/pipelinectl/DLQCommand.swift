@@ -27,8 +27,9 @@ struct DLQ: AsyncParsableCommand {
         @Option(name: .customLong("reason"), help: "Only this reason (repeatable), e.g. missing-field, delivery-failed.") var reasons: [String] = []
         @Option(name: .customLong("stage"), help: "Only dead letters of this stage (repeatable).") var stages: [String] = []
         @Option(name: .customLong("origin-topic"), help: "Only dead letters from this input topic (repeatable).") var originTopics: [String] = []
-        @Option(help: "Only dead letters written at or after this time (epoch ms, ISO-8601 or a duration such as 2h).") var since: String?
-        @Option(help: "Only dead letters written before this time.") var until: String?
+        @Option(help: "Only dead letters whose record timestamp (the original record's) is at or after this time (epoch ms, ISO-8601 or a duration such as 2h).") var since: String?
+        @Option(help: "Only dead letters whose record timestamp is before this time.") var until: String?
+        @Option(help: "Start each partition of the dead-letter topic here, PARTITION:OFFSET[,…] (what a redrive --execute prints as the next start).") var from: String?
         @Option(name: .customLong("partition"), help: "Only this partition of the dead-letter topic (repeatable).") var partitions: [Int32] = []
         @Option(help: "Only the dead letter at this offset (with --partition).") var offset: Int64?
         @OptionGroup var connection: RequiredConnection
@@ -41,6 +42,7 @@ struct DLQ: AsyncParsableCommand {
             _ = try parseTime(since, flag: "--since")
             _ = try parseTime(until, flag: "--until")
             if offset != nil, partitions.count != 1 { throw ValidationError("--offset needs exactly one --partition") }
+            _ = try fromOffsets()
         }
 
         /// What to say when nothing matched: with a --stage that no dead letter has, the stages that exist.
@@ -51,6 +53,20 @@ struct DLQ: AsyncParsableCommand {
                 line += "; no dead letter has stage \(unknown.sorted().joined(separator: ", ")) (stages present: \(seen.sorted().joined(separator: ", ")); the stage is the chain's, e.g. prices.decode)"
             }
             return line
+        }
+
+        /// `--from 0:12,1:7` as partition → offset.
+        func fromOffsets() throws -> [Int32: Int64] {
+            guard let from else { return [:] }
+            var out: [Int32: Int64] = [:]
+            for part in from.split(separator: ",") {
+                let pieces = part.split(separator: ":")
+                guard pieces.count == 2, let p = Int32(pieces[0]), let o = Int64(pieces[1]), p >= 0, o >= 0 else {
+                    throw ValidationError("--from: '\(part)' is not PARTITION:OFFSET (e.g. --from 0:12,1:7)")
+                }
+                out[p] = o
+            }
+            return out
         }
 
         func selection() throws -> DeadLetterSelection {
@@ -72,6 +88,12 @@ struct DLQ: AsyncParsableCommand {
 
         /// Also returns every stage seen, to suggest one when a --stage matched nothing.
         func readWithStages() async throws -> (entries: [DeadLetterEntry], foreign: Int, stages: Set<String>) {
+            let (entries, foreign, stages, _) = try await readAll()
+            return (entries, foreign, stages)
+        }
+
+        /// Also the offset after the last record read per partition (where a next run starts).
+        func readAll() async throws -> (entries: [DeadLetterEntry], foreign: Int, stages: Set<String>, next: [Int32: Int64]) {
             try Preflight.checkRuntime()
             let kafka = connection.kafka
             let admin = try KafkaAdmin(configuration: kafka)
@@ -82,7 +104,10 @@ struct DLQ: AsyncParsableCommand {
             }
             await admin.close()
             let chosen = all.filter { partitions.isEmpty || partitions.contains($0.partition) }
-            let start = chosen.map { TopicPartitionOffset($0.topic, $0.partition, offset: offset ?? TopicPartitionOffset.beginning) }
+            let from = try fromOffsets()
+            let start = chosen.map { TopicPartitionOffset($0.topic, $0.partition, offset: offset ?? from[$0.partition] ?? TopicPartitionOffset.beginning) }
+            var next: [Int32: Int64] = [:]
+            for s in start where s.offset >= 0 { next[s.partition] = s.offset }
             let stop = offset.map { o in Dictionary(uniqueKeysWithValues: chosen.map { ($0, o + 1) }) } ?? [:]
             let selection = try selection()
             var entries: [DeadLetterEntry] = []
@@ -97,11 +122,12 @@ struct DLQ: AsyncParsableCommand {
                     if selection.matches(e) { entries.append(e) }
                 }
                 read += batch.count
+                for r in batch { next[r.partition] = max(next[r.partition] ?? 0, r.offset + 1) }
                 progress.update(read)
                 return true
             }
             progress.finish()
-            return (entries, foreign, seen)
+            return (entries, foreign, seen, next)
         }
     }
 
@@ -231,12 +257,14 @@ struct DLQ: AsyncParsableCommand {
                 redrive). One that fails again comes back to the dead-letter topic carrying that
                 header; once it was redriven --max-redrives times it is left where it is and
                 reported (exit code 4), so a record that keeps failing does not loop.
-                The dead-letter topic is not changed (Kafka cannot delete single records): select
-                with --since or --partition/--offset to avoid redriving the same ones twice.
+                The dead-letter topic is not changed (Kafka cannot delete single records): after
+                --execute it prints the --from PARTITION:OFFSET list where the next run should start,
+                so the same dead letters are not redriven twice.
 
                 Examples:
                   pipelinectl dlq redrive --stage products.decode                 # what would go where
                   pipelinectl dlq redrive --reason delivery-failed --since 2h --execute
+                  pipelinectl dlq redrive --from 0:12,1:7,2:0,3:3 --execute        # after an earlier run
                 """)
         @OptionGroup var selection: Selection
         @Flag(help: "Send (without it, only report).") var execute = false
@@ -257,7 +285,7 @@ struct DLQ: AsyncParsableCommand {
         }
 
         func run() async throws {
-            let (entries, _, seen) = try await selection.readWithStages()
+            let (entries, _, seen, next) = try await selection.readAll()
             var sends: [ProducerRecord] = []
             var exhausted: [DeadLetterEntry] = []
             for e in entries {
@@ -293,6 +321,10 @@ struct DLQ: AsyncParsableCommand {
                     print(DLQ.table(exhausted).render())
                 }
                 if !execute, !sends.isEmpty { print("dry run: add --execute to send") }
+                if execute, !next.isEmpty {
+                    // Redriven dead letters stay in the topic: the next run starts after them.
+                    print("next redrive: --from " + next.sorted { $0.key < $1.key }.map { "\($0.key):\($0.value)" }.joined(separator: ","))
+                }
             }
             if failed > 0 { throw ExitCode(Exit.failure) }
             if !exhausted.isEmpty { throw ExitCode(Exit.partial) }

@@ -143,6 +143,11 @@ import Workers
                 #expect(!r.headers.contains { $0.key.hasPrefix("dead-letter.") && $0.key != DeadLetterHeader.redriven })
                 #expect(r.header("trace") != nil)
             }
+            // The next run starts where this one ended: nothing is redriven twice.
+            let from = try #require(run.stdout.split(separator: "\n").first { $0.hasPrefix("next redrive: --from ") }).dropFirst("next redrive: --from ".count)
+            let again = try await Self.pipelinectl(["dlq", "redrive", "--from", String(from), "--execute"] + selection, bootstrap: broker.bootstrapServers)
+            #expect(again.status == 0, "\(again.stderr)")
+            #expect(try await Self.readAll("a.raw", bootstrap: broker.bootstrapServers).count == 2)
 
             // A dead letter that was redriven --max-redrives times is left (exit 4).
             var tired = Self.deadLetter(stage: "a.decode", reason: .invalidValue, origin: "a.raw", offset: 99)
