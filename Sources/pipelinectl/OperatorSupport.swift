@@ -126,6 +126,11 @@ func printJSON<T: Encodable>(_ value: T) throws {
 /// The partitions of a topic, or a validation error naming the topic when it does not exist.
 func topicPartitions(of topic: String, admin: KafkaAdmin, flag: String) async throws -> [TopicPartition] {
     do { return try await admin.partitions(of: topic) } catch {
+        // librdkafka's _TRANSPORT, _ALL_BROKERS_DOWN, _TIMED_OUT: the broker, not the topic.
+        if error.code == .timedOut || [-195, -187, -185].contains(error.rdKafkaCode ?? 0) {
+            throw KafkaError(code: error.code, message: "cannot reach the broker (\(error.message)): check --bootstrap-server or KAFKA_BOOTSTRAP_SERVERS",
+                             rdKafkaCode: error.rdKafkaCode)
+        }
         throw ValidationError("\(flag): topic '\(topic)' not found (\(error.message)); see `pipelinectl topics list`")
     }
 }

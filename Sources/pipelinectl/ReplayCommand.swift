@@ -87,12 +87,17 @@ struct Replay: AsyncParsableCommand {
         let filter = try filter()
         let kafka = connection.kafka
         let admin = try KafkaAdmin(configuration: kafka)
-        let all = try await topicPartitions(of: topic, admin: admin, flag: "TOPIC")
-        if let missing = partitions.first(where: { p in !all.contains { $0.partition == p } }) {
+        let all: [TopicPartition]
+        do {
+            all = try await topicPartitions(of: topic, admin: admin, flag: "TOPIC")
+            if let missing = partitions.first(where: { p in !all.contains { $0.partition == p } }) {
+                throw ValidationError("--partition \(missing): \(topic) has partitions 0…\(all.count - 1)")
+            }
+            if let toTopic { _ = try await topicPartitions(of: toTopic, admin: admin, flag: "--to-topic") }
+        } catch {
             await admin.close()
-            throw ValidationError("--partition \(missing): \(topic) has partitions 0…\(all.count - 1)")
+            throw error
         }
-        if let toTopic { _ = try await topicPartitions(of: toTopic, admin: admin, flag: "--to-topic") }
         let selected = all.filter { filter.partitions?.contains($0.partition) ?? true }
         // For the progress bar only: ListOffsets can under-report (tansu), the read does not use it.
         var estimate = 0
