@@ -99,7 +99,7 @@ let package = Package(
         // Tests. PipelineTests need no broker (configuration, errors, librdkafka's mock cluster);
         // IntegrationTests start the local tansu broker.
         .testTarget(name: "PipelineTests", dependencies: ["Pipeline", "PipelineTesting", "Workers"]),
-        .testTarget(name: "IntegrationTests", dependencies: ["Pipeline"]),
+        .testTarget(name: "IntegrationTests", dependencies: ["Pipeline", "Workers"]),
         .testTarget(
             name: "WorkersTests",
             dependencies: ["Workers", "WorkersTesting", .product(name: "PropertyBased", package: "swift-property-based")]
@@ -113,7 +113,7 @@ let package = Package(
                 .product(name: "NIOHTTP1", package: "swift-nio"),
             ]
         ),
-        .testTarget(name: "PipelinectlTests", dependencies: ["pipelinectl"]),
+        .testTarget(name: "PipelinectlTests", dependencies: ["pipelinectl"], exclude: ["Golden"]),
     ],
     swiftLanguageModes: [.v6]
 )

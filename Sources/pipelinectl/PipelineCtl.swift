@@ -7,7 +7,9 @@ struct PipelineCtl: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "pipelinectl",
         abstract: "Operate the Kafka worker pipeline.",
-        subcommands: [Dev.self, Demo.self, Worker.self, Broker.self, Topics.self, Perf.self, Run.self]
+        discussion: exitCodesHelp,
+        subcommands: [Dev.self, Worker.self, Produce.self, Replay.self, DLQ.self, Lag.self, Groups.self, Topics.self,
+                      Broker.self, Run.self, Perf.self, Demo.self]
     )
 }
 
@@ -23,14 +25,30 @@ struct ConnectionOptions: ParsableArguments {
     }
 }
 
-/// `--bootstrap-server` for commands that need an existing cluster.
+/// `--bootstrap-server` (or `KAFKA_BOOTSTRAP_SERVERS`) for commands that need an existing cluster.
 struct RequiredConnection: ParsableArguments {
-    @Option(name: .customLong("bootstrap-server"), help: "Kafka bootstrap servers, host:port[,host:port].")
-    var bootstrapServer: String
+    @Option(name: .customLong("bootstrap-server"), help: "Kafka bootstrap servers, host:port[,host:port] (default: $KAFKA_BOOTSTRAP_SERVERS).")
+    var bootstrapServer: String?
 
-    var servers: [String] { parseServers(bootstrapServer) }
+    /// The flag, else the environment; `validate()` made sure one of them is there.
+    var servers: [String] { parseServers(bootstrapServer ?? Self.environment ?? "") }
 
-    func validate() throws { try validateServers(bootstrapServer) }
+    static var environment: String? {
+        ProcessInfo.processInfo.environment["KAFKA_BOOTSTRAP_SERVERS"].flatMap { $0.isEmpty ? nil : $0 }
+    }
+
+    func validate() throws {
+        guard let list = bootstrapServer ?? Self.environment else {
+            throw ValidationError("--bootstrap-server is required: pass --bootstrap-server host:port or set KAFKA_BOOTSTRAP_SERVERS")
+        }
+        if bootstrapServer == nil {
+            do { try validateServers(list) } catch { throw ValidationError("KAFKA_BOOTSTRAP_SERVERS: '\(list)' is not host:port[,host:port]") }
+        } else {
+            try validateServers(list)
+        }
+    }
+
+    var kafka: KafkaConfiguration { KafkaConfiguration(bootstrapServers: servers) }
 }
 
 func parseServers(_ list: String) -> [String] {

@@ -39,6 +39,10 @@ public struct TopicDescription: Sendable, Hashable {
 public struct Watermarks: Sendable, Hashable {
     public var low: Int64
     public var high: Int64
+    public init(low: Int64, high: Int64) {
+        self.low = low
+        self.high = high
+    }
 }
 
 /// Topic and group administration. Every call waits for the broker off the cooperative pool.
@@ -121,5 +125,88 @@ public final class KafkaAdmin: Sendable {
             let w = try client.queryWatermarks(partition, timeoutMilliseconds: ms)
             return Watermarks(low: w.low, high: w.high)
         }
+    }
+}
+
+/// A consumer group as ListGroups reports it.
+public struct ConsumerGroupListing: Sendable, Hashable, Codable {
+    public var group: String
+    /// librdkafka's state name: Stable, Empty, PreparingRebalance, CompletingRebalance, Dead, Unknown.
+    public var state: String
+    /// A group that only commits offsets (no members, no subscription).
+    public var isSimple: Bool
+}
+
+/// A group member and its assignment.
+public struct ConsumerGroupMember: Sendable, Hashable, Codable {
+    public var memberID: String
+    public var clientID: String
+    public var host: String
+    public var assignment: [TopicPartition]
+
+    public init(memberID: String, clientID: String, host: String, assignment: [TopicPartition]) {
+        self.memberID = memberID
+        self.clientID = clientID
+        self.host = host
+        self.assignment = assignment
+    }
+}
+
+public struct ConsumerGroupDescription: Sendable, Hashable, Codable {
+    public var group: String
+    public var state: String
+    public var assignor: String
+    public var members: [ConsumerGroupMember]
+}
+
+extension KafkaAdmin {
+    private func runGroups<T: Sendable>(_ body: @escaping @Sendable (RDKafkaGroupAdmin, Int32) throws(KafkaError) -> T) async throws(KafkaError) -> T {
+        let client = self.client
+        let ms = timeout.timeoutMilliseconds
+        return try await BlockingExecutor.run { () throws(KafkaError) in
+            try client.using { () throws(KafkaError) in
+                defer { client.drainLogs() }
+                return try body(RDKafkaGroupAdmin(client: client), ms)
+            }
+        }
+    }
+
+    /// A topic's partitions, from metadata only (no DescribeConfigs, which some brokers, like
+    /// librdkafka's mock cluster, leave unanswered until the timeout). Throws when the topic
+    /// does not exist.
+    public func partitions(of topic: String) async throws(KafkaError) -> [TopicPartition] {
+        let client = self.client
+        let ms = timeout.timeoutMilliseconds
+        return try await BlockingExecutor.run { () throws(KafkaError) in
+            try client.using { () throws(KafkaError) in
+                guard let t = try client.metadata(topic: topic, timeoutMilliseconds: ms).first else {
+                    throw KafkaError(code: .admin, message: "topic \(topic) not found")
+                }
+                if let error = t.error { throw error }
+                return (0..<t.partitions).map { TopicPartition(topic, Int32($0)) }
+            }
+        }
+    }
+
+    /// Every consumer group the cluster knows, sorted by name.
+    public func listGroups() async throws(KafkaError) -> [ConsumerGroupListing] {
+        try await runGroups { (admin, ms) throws(KafkaError) in try admin.listGroups(timeoutMilliseconds: ms) }
+    }
+
+    /// A group's state and members with their assignments.
+    public func describeGroup(_ group: String) async throws(KafkaError) -> ConsumerGroupDescription {
+        try await runGroups { (admin, ms) throws(KafkaError) in try admin.describeGroup(group, timeoutMilliseconds: ms) }
+    }
+
+    /// Sets a group's committed offsets. The broker refuses while the group has members.
+    public func alterCommittedOffsets(group: String, offsets: [TopicPartitionOffset]) async throws(KafkaError) {
+        try await runGroups { (admin, ms) throws(KafkaError) in try admin.alterOffsets(group: group, offsets: offsets, timeoutMilliseconds: ms) }
+    }
+
+    /// Per partition, the first offset whose timestamp is at or after `timestamp` (epoch ms);
+    /// -1 when every record is older.
+    public func offsetsForTimes(_ partitions: [TopicPartition], timestamp: Int64) async throws(KafkaError) -> [TopicPartitionOffset] {
+        let times = partitions.map { TopicPartitionOffset($0.topic, $0.partition, offset: timestamp) }
+        return try await runGroups { (admin, ms) throws(KafkaError) in try admin.offsetsForTimes(times, timeoutMilliseconds: ms) }
     }
 }

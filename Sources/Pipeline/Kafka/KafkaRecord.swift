@@ -1,5 +1,5 @@
 /// A topic and a partition.
-public struct TopicPartition: Sendable, Hashable, CustomStringConvertible {
+public struct TopicPartition: Sendable, Hashable, Codable, CustomStringConvertible {
     public var topic: String
     public var partition: Int32
     public init(_ topic: String, _ partition: Int32) {

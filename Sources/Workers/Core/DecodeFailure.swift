@@ -2,7 +2,7 @@
 /// dead-letter topic with the record's origin.
 public struct DecodeFailure: Error, Sendable, Hashable, Codable, CustomStringConvertible {
     /// What kind of problem it is; stable strings, safe to alert on.
-    public enum Reason: String, Sendable, Hashable, Codable {
+    public enum Reason: String, Sendable, Hashable, Codable, CaseIterable {
         /// Not JSON (syntax error, truncated input, bad escape, invalid UTF-8).
         case malformedJSON = "malformed-json"
         /// A required field is absent (or null where null is not allowed).

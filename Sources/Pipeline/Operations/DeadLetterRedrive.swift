@@ -1,0 +1,61 @@
+import Workers
+
+/// A dead letter as read from the dead-letter topic, with where it sits there.
+public struct DeadLetterEntry: Sendable {
+    public var record: ConsumerRecord
+    public var letter: DeadLetter
+    /// How many times it was redriven before (the `dead-letter.redriven` header), 0 if never.
+    public var redriveCount: Int
+
+    public init?(_ record: ConsumerRecord) {
+        let headers = record.headers.map { RecordHeader(name: $0.key, value: $0.value ?? []) }
+        guard let letter = DeadLetter(key: record.key, value: record.value, headers: headers, timestamp: record.timestamp ?? 0) else { return nil }
+        self.record = record
+        self.letter = letter
+        self.redriveCount = headers.string(named: DeadLetterHeader.redriven).flatMap { Int($0) } ?? 0
+    }
+}
+
+/// Which dead letters to list or redrive.
+public struct DeadLetterSelection: Sendable, Hashable {
+    public var reasons: Set<String> = []
+    public var stages: Set<String> = []
+    public var originTopics: Set<String> = []
+    /// Epoch ms: dead letters written at or after / before.
+    public var since: Int64?
+    public var until: Int64?
+
+    public init() {}
+
+    public func matches(_ e: DeadLetterEntry) -> Bool {
+        if !reasons.isEmpty, !reasons.contains(e.letter.failure.reason.rawValue) { return false }
+        if !stages.isEmpty, !stages.contains(e.letter.stage) { return false }
+        if !originTopics.isEmpty, !originTopics.contains(e.letter.origin.topic) { return false }
+        if let since, (e.record.timestamp ?? 0) < since { return false }
+        if let until, (e.record.timestamp ?? 0) >= until { return false }
+        return true
+    }
+}
+
+/// What a redrive does with one dead letter.
+public enum RedriveDecision: Sendable {
+    /// Send this record back to its origin topic.
+    case send(ProducerRecord)
+    /// Leave it: it was redriven `maxRedrives` times already and failed again.
+    case exhausted(redriven: Int)
+}
+
+public enum DeadLetterRedrive {
+    /// The record to send back: the original key, value, timestamp and headers (without the
+    /// `dead-letter.*` ones), to the origin topic and partition, with `dead-letter.redriven`
+    /// counting the redrives. A record that was redriven `maxRedrives` times already is not
+    /// sent again, so a record that keeps failing does not loop.
+    public static func decide(_ e: DeadLetterEntry, maxRedrives: Int, keepPartition: Bool = true) -> RedriveDecision {
+        guard e.redriveCount < maxRedrives else { return .exhausted(redriven: e.redriveCount) }
+        var headers = e.letter.headers.filter { $0.name != DeadLetterHeader.redriven }.map { KafkaHeader(key: $0.name, value: $0.value) }
+        headers.append(KafkaHeader(key: DeadLetterHeader.redriven, string: String(e.redriveCount + 1)))
+        return .send(ProducerRecord(
+            topic: e.letter.origin.topic, partition: keepPartition ? e.letter.origin.partition : nil,
+            key: e.letter.key, value: e.letter.value, headers: headers, timestamp: e.record.timestamp))
+    }
+}

@@ -1,0 +1,141 @@
+/// Consumer-lag status with Burrow's rules (github.com/linkedin/Burrow, "Consumer Lag
+/// Evaluation Rules"), evaluated over a sliding window of commits per partition.
+///
+/// Pure: the caller supplies the window and the clock, so a scripted commit history gives a
+/// known status.
+
+/// A partition's status.
+public enum PartitionLagStatus: String, Sendable, Codable, Comparable, CaseIterable {
+    /// Caught up at some point in the window, or keeping up.
+    case ok = "OK"
+    /// Committing, but the lag did not decrease over the window: the consumer is falling behind.
+    case warn = "WARN"
+    /// Committing the same offset over the whole window while there is lag.
+    case stall = "STALL"
+    /// No commit for longer than the window spans while there is lag (or no member left).
+    case stop = "STOP"
+    /// The committed offset went backwards within the window.
+    case rewind = "REWIND"
+    /// The lag could not be determined (the log end could not be read, or the committed offset
+    /// is past it).
+    case err = "ERR"
+
+    private var severity: Int {
+        switch self {
+        case .ok: 0
+        case .warn: 1
+        case .stall: 2
+        case .stop: 3
+        case .rewind: 4
+        case .err: 5
+        }
+    }
+
+    public static func < (a: Self, b: Self) -> Bool { a.severity < b.severity }
+}
+
+/// A group's status: the worst of its partitions, in Burrow's three levels.
+public enum GroupLagStatus: String, Sendable, Codable, Comparable {
+    case ok = "OK"
+    case warn = "WARN"
+    case err = "ERR"
+
+    public init(partitions: some Sequence<PartitionLagStatus>) {
+        let worst = partitions.max() ?? .ok
+        switch worst {
+        case .ok: self = .ok
+        case .warn: self = .warn
+        case .stall, .stop, .rewind, .err: self = .err
+        }
+    }
+
+    private var severity: Int { self == .ok ? 0 : self == .warn ? 1 : 2 }
+    public static func < (a: Self, b: Self) -> Bool { a.severity < b.severity }
+}
+
+/// One commit as the window holds it: the committed offset, the partition's log-end offset at
+/// that moment, and when it was seen (epoch ms).
+public struct CommitSample: Sendable, Hashable, Codable {
+    public var offset: Int64
+    public var logEnd: Int64
+    public var time: Int64
+
+    public init(offset: Int64, logEnd: Int64, time: Int64) {
+        self.offset = offset
+        self.logEnd = logEnd
+        self.time = time
+    }
+
+    /// Records behind; never negative.
+    public var lag: Int64 { max(0, logEnd - offset) }
+}
+
+/// Burrow's partition evaluation.
+public enum LagEvaluator {
+    /// The status of a partition from its window of commits (oldest first).
+    ///
+    /// - Parameters:
+    ///   - window: the last commits, oldest first.
+    ///   - currentLag: the lag now (log end now minus the last commit); nil when the log end
+    ///     could not be read (ERR).
+    ///   - now: epoch ms.
+    ///   - hasMembers: false when the group has no member: with lag, nobody will commit (STOP).
+    ///     Burrow infers this from the commit timestamps; Kafka returns none with committed
+    ///     offsets, so an observer that samples them needs the membership instead.
+    public static func status(window: [CommitSample], currentLag: Int64?, now: Int64, hasMembers: Bool = true) -> PartitionLagStatus {
+        guard let currentLag else { return .err }
+        guard let last = window.last, let first = window.first else { return .ok }
+        if last.offset > last.logEnd { return .err }
+        // Rule 1: any zero lag in the window (or now) means the consumer keeps up.
+        if currentLag == 0 || window.contains(where: { $0.lag == 0 }) { return .ok }
+        // Offsets going backwards: someone reset them, or the consumer re-committed older ones.
+        for (a, b) in zip(window, window.dropFirst()) where b.offset < a.offset { return .rewind }
+        // Rule 4: no commit for longer than the window spans.
+        if !hasMembers || now - last.time > last.time - first.time && window.count > 1 { return .stop }
+        guard window.count > 1 else { return .ok }  // one commit: no trend yet
+        // Rule 2: commits keep coming with the same offset.
+        if first.offset == last.offset { return .stall }
+        // Rule 3: offsets move, but the lag never decreases.
+        var lagNeverDecreases = true
+        for (a, b) in zip(window, window.dropFirst()) where b.lag < a.lag { lagNeverDecreases = false }
+        if lagNeverDecreases { return .warn }
+        return .ok
+    }
+}
+
+/// A bounded, oldest-first window of commits per partition.
+public struct CommitWindow: Sendable {
+    public let capacity: Int
+    public private(set) var samples: [CommitSample] = []
+
+    public init(capacity: Int = 10) {
+        precondition(capacity > 0)
+        self.capacity = capacity
+    }
+
+    public mutating func append(_ sample: CommitSample) {
+        samples.append(sample)
+        if samples.count > capacity { samples.removeFirst(samples.count - capacity) }
+    }
+}
+
+/// Lag trend over a window: records per second (positive: rising) and the time to drain at the
+/// current consumption rate.
+public struct LagTrend: Sendable, Hashable, Codable {
+    /// Change of lag, records per second (positive: lag rising).
+    public var lagRate: Double
+    /// Committed records per second.
+    public var consumeRate: Double
+    /// Seconds until lag reaches 0 at the current net rate; nil when the lag is not falling.
+    public var secondsToDrain: Double?
+
+    public init?(window: [CommitSample]) {
+        guard let first = window.first, let last = window.last, last.time > first.time else { return nil }
+        let seconds = Double(last.time - first.time) / 1000
+        lagRate = Double(last.lag - first.lag) / seconds
+        consumeRate = Double(last.offset - first.offset) / seconds
+        secondsToDrain = lagRate < 0 ? Double(last.lag) / -lagRate : (last.lag == 0 ? 0 : nil)
+    }
+
+    public var direction: String { lagRate > 0 ? "rising" : lagRate < 0 ? "falling" : "steady" }
+}

@@ -1,0 +1,187 @@
+import ArgumentParser
+import Foundation
+import Pipeline
+
+/// `pipelinectl groups list|describe|reset-offsets`.
+struct Groups: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "List and describe consumer groups; reset their offsets.",
+        discussion: """
+            Examples:
+              pipelinectl groups list
+              pipelinectl groups describe prices-candles
+              pipelinectl groups reset-offsets prices-candles --topic prices.raw --to-datetime 2h            # dry run
+              pipelinectl groups reset-offsets prices-candles --topic prices.raw --shift-by -100 --execute
+            """,
+        subcommands: [List.self, Describe.self, ResetOffsets.self])
+
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "List consumer groups with their state.",
+                                                        discussion: "Example:\n  pipelinectl groups list --json")
+        @Flag(help: "JSON instead of a table.") var json = false
+        @OptionGroup var connection: RequiredConnection
+
+        func run() async throws {
+            try Preflight.checkRuntime()
+            let admin = try KafkaAdmin(configuration: connection.kafka)
+            let groups: [ConsumerGroupListing]
+            do { groups = try await admin.listGroups().filter { !$0.group.hasPrefix("pipelinectl-reader-") } } catch {
+                await admin.close()
+                throw error
+            }
+            await admin.close()
+            if json { return try printJSON(groups) }
+            var t = TextTable([("GROUP", .left), ("STATE", .left), ("TYPE", .left)])
+            for g in groups { t.append([g.group, g.state, g.isSimple ? "simple" : "consumer"]) }
+            print(groups.isEmpty ? "no consumer groups" : t.render())
+        }
+    }
+
+    struct Describe: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "A group's state, members, assignments, committed offsets and lag.",
+            discussion: "Example:\n  pipelinectl groups describe campaigns-feed --json")
+        @Argument(help: "The group.") var group: String
+        @Flag(help: "JSON instead of tables.") var json = false
+        @OptionGroup var connection: RequiredConnection
+
+        func run() async throws {
+            try Preflight.checkRuntime()
+            let kafka = connection.kafka
+            let admin = try KafkaAdmin(configuration: kafka)
+            var windows: [TopicPartition: CommitWindow] = [:]
+            let lag: GroupLag
+            do { lag = try await LagProbe(reader: TopicReader(kafka: kafka)).groupLag(group, admin: admin, windows: &windows) } catch {
+                await admin.close()
+                throw error
+            }
+            await admin.close()
+            if json { return try printJSON(lag) }
+            print("group \(group)  state \(lag.state ?? "unknown")  \(lag.members.count) members  status \(Terminal.status(lag.status.rawValue))")
+            if !lag.members.isEmpty {
+                var t = TextTable([("MEMBER", .left), ("CLIENT", .left), ("HOST", .left), ("ASSIGNMENT", .left)])
+                for m in lag.members {
+                    t.append([m.memberID, m.clientID, m.host, m.assignment.map(\.description).joined(separator: " ")])
+                }
+                print("")
+                print(t.render())
+            }
+            print("")
+            print(lag.partitions.isEmpty ? "no committed offsets" : Lag.table([lag]).render())
+        }
+    }
+
+    struct ResetOffsets: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "reset-offsets",
+            abstract: "Move a group's committed offsets (dry run unless --execute; refused while the group has members).",
+            discussion: """
+                Give exactly one target. Offsets are kept within what each partition holds (low
+                watermark to log end; the log end is read from a fetch, as `lag` does). Stop the
+                group's workers first: a group with members is refused (exit code 4).
+
+                Examples:
+                  pipelinectl groups reset-offsets feed --topic campaigns.raw --to-earliest
+                  pipelinectl groups reset-offsets feed --topic campaigns.raw --to-datetime 2024-05-06T00:00:00Z --execute
+                  pipelinectl groups reset-offsets feed --topic campaigns.raw --partition 2 --shift-by -50 --execute
+                """)
+        @Argument(help: "The group.") var group: String
+        @Option(help: "The topic whose offsets move.") var topic: String
+        @Option(name: .customLong("partition"), help: "Only this partition (repeatable; default: all).") var partitions: [Int32] = []
+        @Flag(help: "To the first offset still stored.") var toEarliest = false
+        @Flag(help: "To the log end (skip everything).") var toLatest = false
+        @Option(help: "To the first record at or after this time (epoch ms, ISO-8601, or a duration before now such as 2h).") var toDatetime: String?
+        @Option(parsing: .unconditional, help: "Move by this many records (negative: back, e.g. --shift-by -100).") var shiftBy: Int64?
+        @Option(help: "To this offset.") var toOffset: Int64?
+        @Flag(help: "Commit the new offsets (without it, only report).") var execute = false
+        @Flag(help: "JSON instead of a table.") var json = false
+        @OptionGroup var connection: RequiredConnection
+
+        func validate() throws {
+            let given = [toEarliest, toLatest, toDatetime != nil, shiftBy != nil, toOffset != nil].filter { $0 }.count
+            guard given == 1 else {
+                throw ValidationError("give exactly one of --to-earliest, --to-latest, --to-datetime, --shift-by, --to-offset (got \(given))")
+            }
+            _ = try parseTime(toDatetime, flag: "--to-datetime")
+            if let toOffset, toOffset < 0 { throw ValidationError("--to-offset must not be negative, got \(toOffset)") }
+        }
+
+        func target() throws -> OffsetResetTarget {
+            if toEarliest { return .earliest }
+            if toLatest { return .latest }
+            if let t = try parseTime(toDatetime, flag: "--to-datetime") { return .time(t) }
+            if let shiftBy { return .shift(shiftBy) }
+            return .offset(toOffset ?? 0)
+        }
+
+        struct Output: Encodable {
+            var group: String
+            var executed: Bool
+            var plan: [OffsetResetPlan]
+        }
+
+        func run() async throws {
+            try Preflight.checkRuntime()
+            let kafka = connection.kafka
+            let admin = try KafkaAdmin(configuration: kafka)
+            do {
+                try await reset(admin: admin, kafka: kafka)
+            } catch {
+                await admin.close()
+                throw error
+            }
+            await admin.close()
+        }
+
+        private func reset(admin: KafkaAdmin, kafka: KafkaConfiguration) async throws {
+            let all = try await topicPartitions(of: topic, admin: admin, flag: "--topic")
+            if let missing = partitions.first(where: { p in !all.contains { $0.partition == p } }) {
+                throw ValidationError("--partition \(missing): \(topic) has partitions 0…\(all.count - 1)")
+            }
+            let chosen = all.filter { partitions.isEmpty || partitions.contains($0.partition) }
+            if let description = try? await admin.describeGroup(group), !description.members.isEmpty {
+                Terminal.error("group \(group) has \(description.members.count) members (\(description.members.map(\.clientID).joined(separator: ", "))): stop them first, then run this again")
+                throw ExitCode(Exit.partial)
+            }
+            let committed = Dictionary(try await admin.committedOffsets(group: group, partitions: chosen).map { ($0.topicPartition, $0.offset) },
+                                       uniquingKeysWith: { a, _ in a })
+            // Low watermark from ListOffsets(earliest); the log end from a fetch (right on tansu too).
+            let ends = try await LagProbe(reader: TopicReader(kafka: kafka))
+                .probe(chosen.map { TopicPartitionOffset($0.topic, $0.partition, offset: TopicPartitionOffset.beginning) })
+            var watermarks: [TopicPartition: Watermarks] = [:]
+            for tp in chosen {
+                let low = (try? await admin.watermarks(tp).low) ?? 0
+                watermarks[tp] = Watermarks(low: low, high: ends[tp]?.logEnd ?? low)
+            }
+            let target = try target()
+            var timeOffsets: [TopicPartition: Int64] = [:]
+            if case .time(let ms) = target {
+                for o in try await admin.offsetsForTimes(chosen, timestamp: ms) { timeOffsets[o.topicPartition] = o.offset }
+            }
+            let plan = OffsetReset.plan(target: target, partitions: chosen, committed: committed, watermarks: watermarks, timeOffsets: timeOffsets)
+            if execute {
+                do {
+                    try await admin.alterCommittedOffsets(group: group, offsets: plan.map { TopicPartitionOffset($0.topic, $0.partition, offset: $0.target) })
+                } catch {
+                    // ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS, NON_EMPTY_GROUP:
+                    // the group is active even if DescribeGroups listed no member (tansu lists none).
+                    guard [22, 25, 27, 68].contains(error.rdKafkaCode ?? 0) else { throw error }
+                    Terminal.error("group \(group) is active (the broker refused the commit: \(error.message)): stop its members first, then run this again")
+                    throw ExitCode(Exit.partial)
+                }
+            }
+            if json { return try printJSON(Output(group: group, executed: execute, plan: plan)) }
+            print(Groups.planTable(plan).render())
+            print(execute ? "committed new offsets for group \(group)" : "dry run: add --execute to commit these offsets for group \(group)")
+        }
+    }
+
+    static func planTable(_ plan: [OffsetResetPlan]) -> TextTable {
+        var t = TextTable([("TOPIC", .left), ("PARTITION", .right), ("CURRENT", .right), ("NEW", .right), ("MOVE", .right)])
+        for p in plan {
+            t.append([p.topic, String(p.partition), p.current.map(String.init) ?? "-", String(p.target),
+                      p.current.map { String(format: "%+lld", p.target - $0) } ?? "-"])
+        }
+        return t
+    }
+}

@@ -1,0 +1,136 @@
+import ArgumentParser
+import Foundation
+import Pipeline
+
+/// Exit codes shared by the operator commands (also in `pipelinectl --help`).
+enum Exit {
+    /// The command did what was asked; every group OK.
+    static let ok: Int32 = 0
+    /// A Kafka or I/O error stopped the command.
+    static let failure: Int32 = 1
+    /// `lag`: some group is WARN (none ERR).
+    static let warn: Int32 = 2
+    /// `lag`: some group is ERR (a partition STALL, STOP, REWIND or ERR). `topics apply`: drift.
+    static let notOK: Int32 = 3
+    /// Done, but not all of it: `produce` rejected lines, `dlq redrive` left exhausted dead
+    /// letters, `groups reset-offsets` refused a group that has members.
+    static let partial: Int32 = 4
+    /// ArgumentParser's code for a bad flag or value.
+    static let usage: Int32 = 64
+}
+
+let exitCodesHelp = """
+    Exit codes (operator commands):
+      0   done; for lag, every group OK
+      1   a Kafka or I/O error (the message says which)
+      2   lag: a group is WARN
+      3   lag: a group is ERR (STALL, STOP, REWIND or ERR); topics apply: drift
+      4   done in part: produce rejected lines, dlq redrive left dead letters that were
+          redriven too often, groups reset-offsets refused a group with members
+      64  a bad flag or value (the message names it and the fix)
+
+    The bootstrap server comes from --bootstrap-server or KAFKA_BOOTSTRAP_SERVERS.
+    """
+
+/// Where the output goes and how it looks: colour and progress only on a terminal.
+struct Terminal {
+    static let stdoutIsTTY = isatty(STDOUT_FILENO) == 1
+    static let stderrIsTTY = isatty(STDERR_FILENO) == 1
+    /// Colour on a terminal unless NO_COLOR is set (no-color.org).
+    static let colour = stdoutIsTTY && ProcessInfo.processInfo.environment["NO_COLOR"] == nil
+
+    static func paint(_ text: String, _ code: String) -> String { colour ? "\u{1B}[\(code)m\(text)\u{1B}[0m" : text }
+
+    static func status(_ s: String) -> String {
+        switch s {
+        case "OK": paint(s, "32")
+        case "WARN": paint(s, "33")
+        default: paint(s, "31")
+        }
+    }
+
+    static func error(_ line: String) {
+        FileHandle.standardError.write(Data((line + "\n").utf8))
+    }
+}
+
+/// One progress line on standard error, redrawn at most ten times a second, only on a terminal.
+final class ProgressLine: @unchecked Sendable {  // used from one task at a time
+    private let label: String
+    private var total: Int?
+    private let start = ContinuousClock.now
+    private var lastDraw = ContinuousClock.now - .seconds(1)
+    private var drawn = false
+    let enabled: Bool
+
+    init(_ label: String, total: Int? = nil, enabled: Bool = Terminal.stderrIsTTY) {
+        self.label = label
+        self.total = total
+        self.enabled = enabled
+    }
+
+    func update(_ done: Int, total: Int? = nil, extra: String = "") {
+        guard enabled else { return }
+        if let total { self.total = total }
+        let now = ContinuousClock.now
+        guard now - lastDraw >= .milliseconds(100) else { return }
+        lastDraw = now
+        drawn = true
+        let seconds = max(0.001, (now - start).seconds)
+        let rate = Double(done) / seconds
+        var text = "\(label) \(done)"
+        if let total = self.total, total > 0 {
+            let fraction = min(1, Double(done) / Double(total))
+            let width = 24
+            let filled = Int(fraction * Double(width))
+            text = "\(label) [\(String(repeating: "#", count: filled))\(String(repeating: ".", count: width - filled))] \(done)/\(total)"
+            if rate > 0, done < total { text += " ETA \(formatSeconds(Double(total - done) / rate))" }
+        }
+        text += String(format: " %.0f/s", rate)
+        if !extra.isEmpty { text += " " + extra }
+        FileHandle.standardError.write(Data("\r\u{1B}[2K\(text)".utf8))
+    }
+
+    func finish() {
+        guard enabled, drawn else { return }
+        FileHandle.standardError.write(Data("\r\u{1B}[2K".utf8))
+    }
+}
+
+extension Duration {
+    var seconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
+}
+
+func formatSeconds(_ s: Double) -> String {
+    guard s.isFinite else { return "-" }
+    if s < 60 { return String(format: "%.0fs", s) }
+    if s < 3600 { return String(format: "%.0fm%02.0fs", (s / 60).rounded(.down), s.truncatingRemainder(dividingBy: 60)) }
+    return String(format: "%.0fh%02.0fm", (s / 3600).rounded(.down), (s.truncatingRemainder(dividingBy: 3600) / 60).rounded(.down))
+}
+
+func nowMillis() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
+
+/// Parses a `--since`/`--until` style value, naming the flag when it is wrong.
+func parseTime(_ text: String?, flag: String, now: Int64 = nowMillis()) throws -> Int64? {
+    guard let text else { return nil }
+    do { return try TimeSpec.parse(text, now: now) } catch { throw ValidationError("\(flag): \(error.description)") }
+}
+
+/// Prints one value as pretty JSON (stable key order).
+func printJSON<T: Encodable>(_ value: T) throws {
+    let encoder = JSONEncoder()
+    encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+    print(String(decoding: try encoder.encode(value), as: UTF8.self))
+}
+
+/// The partitions of a topic, or a validation error naming the topic when it does not exist.
+func topicPartitions(of topic: String, admin: KafkaAdmin, flag: String) async throws -> [TopicPartition] {
+    do { return try await admin.partitions(of: topic) } catch {
+        // librdkafka's _TRANSPORT, _ALL_BROKERS_DOWN, _TIMED_OUT: the broker, not the topic.
+        if error.code == .timedOut || [-195, -187, -185].contains(error.rdKafkaCode ?? 0) {
+            throw KafkaError(code: error.code, message: "cannot reach the broker (\(error.message)): check --bootstrap-server or KAFKA_BOOTSTRAP_SERVERS",
+                             rdKafkaCode: error.rdKafkaCode)
+        }
+        throw ValidationError("\(flag): topic '\(topic)' not found (\(error.message)); see `pipelinectl topics list`")
+    }
+}

@@ -1,0 +1,110 @@
+import Testing
+@testable import Pipeline
+
+/// Burrow's rules over scripted commit histories: (offset, log end) per commit, one second apart.
+@Suite struct LagEvaluationTests {
+    /// Commits at t = 1000, 2000, …; `now` one second after the last unless given.
+    static func window(_ commits: [(Int64, Int64)], start: Int64 = 1000) -> [CommitSample] {
+        commits.enumerated().map { i, c in CommitSample(offset: c.0, logEnd: c.1, time: start + Int64(i) * 1000) }
+    }
+
+    static func status(_ commits: [(Int64, Int64)], now: Int64? = nil, currentLag: Int64? = nil, hasMembers: Bool = true) -> PartitionLagStatus {
+        let w = window(commits)
+        return LagEvaluator.status(window: w, currentLag: currentLag ?? w.last.map(\.lag) ?? 0,
+                                   now: now ?? (w.last!.time + 1000), hasMembers: hasMembers)
+    }
+
+    @Test func caughtUpSomewhereInTheWindowIsOK() {
+        #expect(Self.status([(10, 20), (20, 20), (25, 40), (30, 50)]) == .ok)
+        #expect(Self.status([(10, 10), (10, 10), (10, 10)]) == .ok, "idle and caught up: same offset but no lag")
+    }
+
+    @Test func laggingButCatchingUpIsOK() {
+        #expect(Self.status([(0, 100), (40, 120), (90, 130), (120, 140)]) == .ok)
+    }
+
+    @Test func movingButLagNeverDecreasingIsWARN() {
+        #expect(Self.status([(0, 100), (10, 120), (20, 140), (30, 160)]) == .warn)
+        #expect(Self.status([(0, 100), (10, 110), (20, 120)]) == .warn, "fixed lag counts as not decreasing")
+    }
+
+    @Test func sameOffsetWithLagOverTheWindowIsSTALL() {
+        #expect(Self.status([(50, 60), (50, 70), (50, 80), (50, 80)]) == .stall)
+    }
+
+    @Test func noCommitForLongerThanTheWindowSpansIsSTOP() {
+        // Window spans 3 s; the last commit was 10 s ago.
+        #expect(Self.status([(0, 100), (10, 100), (20, 100), (30, 100)], now: 4000 + 10_000) == .stop)
+        // The same window evaluated 2 s after the last commit: still within the span.
+        #expect(Self.status([(0, 100), (10, 100), (20, 100), (30, 100)], now: 4000 + 2000) == .ok)
+        // Caught up: not stopped, however long ago.
+        #expect(Self.status([(0, 100), (100, 100)], now: 1_000_000) == .ok)
+    }
+
+    @Test func noMemberWithLagIsSTOP() {
+        #expect(Self.status([(5, 10)], hasMembers: false) == .stop)
+        #expect(Self.status([(10, 10)], hasMembers: false) == .ok)
+    }
+
+    @Test func offsetGoingBackwardsIsREWIND() {
+        #expect(Self.status([(50, 100), (60, 110), (20, 120), (30, 130)]) == .rewind)
+    }
+
+    @Test func unknownLogEndOrOffsetPastItIsERR() {
+        #expect(LagEvaluator.status(window: Self.window([(5, 10)]), currentLag: nil, now: 5000) == .err)
+        #expect(LagEvaluator.status(window: [CommitSample(offset: 12, logEnd: 10, time: 0)], currentLag: 0, now: 1) == .err,
+                "a committed offset past the log end is an error even though the lag reads 0")
+        #expect(LagEvaluator.status(window: [CommitSample(offset: 12, logEnd: 10, time: 0), CommitSample(offset: 14, logEnd: 10, time: 1)],
+                                    currentLag: 2, now: 2) == .err)
+    }
+
+    @Test func oneCommitWithLagIsOKUntilThereIsATrend() {
+        #expect(Self.status([(5, 10)]) == .ok)
+        #expect(LagEvaluator.status(window: [], currentLag: 5, now: 0) == .ok)
+    }
+
+    @Test func groupStatusIsTheWorstPartitionInThreeLevels() {
+        #expect(GroupLagStatus(partitions: [.ok, .ok]) == .ok)
+        #expect(GroupLagStatus(partitions: [.ok, .warn]) == .warn)
+        for bad in [PartitionLagStatus.stall, .stop, .rewind, .err] {
+            #expect(GroupLagStatus(partitions: [.warn, bad, .ok]) == .err)
+        }
+        #expect(GroupLagStatus(partitions: []) == .ok)
+    }
+
+    @Test func windowSlides() {
+        var w = CommitWindow(capacity: 3)
+        for i in 0..<5 { w.append(CommitSample(offset: Int64(i), logEnd: 10, time: Int64(i))) }
+        #expect(w.samples.map(\.offset) == [2, 3, 4])
+        // A STALL that ends once the consumer moves within the window.
+        var history = CommitWindow(capacity: 3)
+        for c in [(5, 10), (5, 10), (5, 10)] { history.append(CommitSample(offset: Int64(c.0), logEnd: Int64(c.1), time: 0)) }
+        #expect(LagEvaluator.status(window: history.samples, currentLag: 5, now: 0) == .stall)
+        history.append(CommitSample(offset: 10, logEnd: 10, time: 1))
+        #expect(LagEvaluator.status(window: history.samples, currentLag: 0, now: 1) == .ok)
+    }
+
+    @Test func trendAndTimeToDrain() throws {
+        // Lag 100 → 60 over 4 s: falling 10/s, 6 s to drain; consuming 20/s.
+        let t = try #require(LagTrend(window: [CommitSample(offset: 0, logEnd: 100, time: 0), CommitSample(offset: 80, logEnd: 140, time: 4000)]))
+        #expect(t.lagRate == -10)
+        #expect(t.consumeRate == 20)
+        #expect(t.secondsToDrain == 6)
+        #expect(t.direction == "falling")
+        let rising = try #require(LagTrend(window: [CommitSample(offset: 0, logEnd: 10, time: 0), CommitSample(offset: 5, logEnd: 30, time: 1000)]))
+        #expect(rising.direction == "rising")
+        #expect(rising.secondsToDrain == nil)
+        #expect(LagTrend(window: [CommitSample(offset: 0, logEnd: 10, time: 0)]) == nil)
+    }
+
+    @Test func partitionLagInRecordsAndSeconds() {
+        let behind = PartitionLag(topic: "t", partition: 0, committed: 40, logEnd: 50, firstUnconsumedTimestamp: 10_000, now: 12_500)
+        #expect(behind.lagRecords == 10)
+        #expect(behind.lagSeconds == 2.5)
+        let caughtUp = PartitionLag(topic: "t", partition: 0, committed: 50, logEnd: 50, firstUnconsumedTimestamp: nil, now: 12_500)
+        #expect(caughtUp.lagRecords == 0)
+        #expect(caughtUp.lagSeconds == 0)
+        let unknown = PartitionLag(topic: "t", partition: 0, committed: 50, logEnd: nil, firstUnconsumedTimestamp: nil, now: 0)
+        #expect(unknown.lagRecords == nil)
+    }
+}

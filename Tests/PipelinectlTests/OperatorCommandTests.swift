@@ -1,0 +1,94 @@
+import ArgumentParser
+import Foundation
+import Pipeline
+import Testing
+@testable import pipelinectl
+
+/// Golden `--help` of the operator commands and golden tables. `UPDATE_GOLDEN=1` rewrites the
+/// files in Golden/ instead of comparing (review the diff before committing it).
+@Suite struct OperatorCommandTests {
+    static let golden = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Golden")
+
+    static func check(_ name: String, _ actual: String) throws {
+        let file = golden.appendingPathComponent(name + ".txt")
+        if ProcessInfo.processInfo.environment["UPDATE_GOLDEN"] == "1" {
+            try (actual + "\n").write(to: file, atomically: true, encoding: .utf8)
+            return
+        }
+        let expected = try String(contentsOf: file, encoding: .utf8)
+        #expect(actual + "\n" == expected, "golden \(name).txt differs; rerun with UPDATE_GOLDEN=1 to update it")
+    }
+
+    static let commands: [(String, ParsableCommand.Type)] = [
+        ("produce", Produce.self), ("replay", Replay.self), ("dlq", DLQ.self), ("dlq-list", DLQ.List.self),
+        ("dlq-show", DLQ.Show.self), ("dlq-redrive", DLQ.Redrive.self), ("lag", Lag.self), ("groups", Groups.self),
+        ("groups-list", Groups.List.self), ("groups-describe", Groups.Describe.self), ("groups-reset-offsets", Groups.ResetOffsets.self),
+    ]
+
+    @Test(arguments: commands.map(\.0)) func goldenHelp(_ name: String) throws {
+        let command = try #require(Self.commands.first { $0.0 == name }?.1)
+        let help = PipelineCtl.helpMessage(for: command, columns: 100)
+        #expect(help.contains("Example"), "every command's help has examples")
+        try Self.check("help-" + name, help)
+    }
+
+    @Test func rootHelpListsTheCommandsAndExitCodes() {
+        let help = PipelineCtl.helpMessage(columns: 100)
+        for name in ["produce", "replay", "dlq", "lag", "groups", "Exit codes"] { #expect(help.contains(name)) }
+    }
+
+    @Test func goldenLagTable() throws {
+        let now: Int64 = 1_000_000
+        var p0 = PartitionLag(topic: "prices.raw", partition: 0, committed: 120, logEnd: 150, firstUnconsumedTimestamp: now - 4200, now: now)
+        p0.owner = "worker-1"
+        p0.status = .warn
+        var p1 = PartitionLag(topic: "prices.raw", partition: 1, committed: 90, logEnd: 90, firstUnconsumedTimestamp: nil, now: now)
+        p1.owner = "worker-2"
+        let p2 = PartitionLag(topic: "prices.raw", partition: 2, committed: 7, logEnd: nil, firstUnconsumedTimestamp: nil, now: now)
+        let group = GroupLag(group: "prices-candles", state: "Stable", members: [], partitions: [p0, p1, p2], status: .warn)
+        try Self.check("table-lag", Lag.table([group]).render())
+        try Self.check("table-reset-plan", Groups.planTable([
+            OffsetResetPlan(topic: "campaigns.raw", partition: 0, current: 40, target: 10),
+            OffsetResetPlan(topic: "campaigns.raw", partition: 1, current: nil, target: 0),
+        ]).render())
+    }
+
+    @Test func operatorErrorsNameTheFlagAndTheFix() {
+        func message(_ args: [String]) -> String {
+            do {
+                _ = try PipelineCtl.parseAsRoot(args)
+                return ""
+            } catch {
+                return PipelineCtl.message(for: error)
+            }
+        }
+        let b = ["--bootstrap-server", "h:1"]
+        #expect(message(["replay", "t", "--since", "yesterday"] + b).contains("--since: 'yesterday' is not a time"))
+        #expect(message(["replay", "t", "--from-offset", "9", "--to-offset", "3"] + b).contains("--to-offset (3) must be greater than --from-offset (9)"))
+        #expect(message(["replay", "t", "--execute"] + b).contains("--execute applies to --to-topic"))
+        #expect(message(["replay", "t", "--to-topic", "t"] + b).contains("into itself"))
+        #expect(message(["replay", "t", "--header", "=x"] + b).contains("--header: '=x' is not name=value"))
+        #expect(message(["dlq", "list", "--reason", "bad"] + b).contains("--reason: 'bad' is not a reason; use one of"))
+        #expect(message(["dlq", "redrive", "--max-redrives", "0"] + b).contains("--max-redrives must be at least 1"))
+        #expect(message(["lag", "--interval", "soon"] + b).contains("--interval: 'soon' is not a duration"))
+        #expect(message(["groups", "reset-offsets", "g", "--topic", "t"] + b).contains("give exactly one of --to-earliest"))
+        #expect(message(["groups", "reset-offsets", "g", "--topic", "t", "--to-earliest", "--to-latest"] + b).contains("(got 2)"))
+        #expect(message(["produce", "weather"]).contains("weather"))
+        #expect(message(["produce", "prices", "/nonexistent.jsonl"]).contains("cannot read '/nonexistent.jsonl'"))
+    }
+
+    @Test func bootstrapServerFromTheEnvironmentOrNamedWhenMissing() throws {
+        if RequiredConnection.environment == nil {
+            #expect {
+                _ = try PipelineCtl.parseAsRoot(["lag"])
+            } throws: { error in
+                PipelineCtl.message(for: error).contains("--bootstrap-server is required: pass --bootstrap-server host:port or set KAFKA_BOOTSTRAP_SERVERS")
+            }
+        }
+        let lag = try #require(try PipelineCtl.parseAsRoot(["lag", "--bootstrap-server", "a:1,b:2", "--group", "g"]) as? Lag)
+        #expect(lag.connection.servers == ["a:1", "b:2"])
+        #expect(lag.groups == ["g"])
+        let dry = try #require(try PipelineCtl.parseAsRoot(["produce", "prices", "--dry-run"]) as? Produce)
+        #expect(dry.stream == .prices)
+    }
+}
