@@ -25,7 +25,7 @@ struct Perf: AsyncParsableCommand {
 
         func run() async throws {
             try Preflight.checkRuntime()
-            var config = ProducerConfiguration(bootstrapServers: connection.servers)
+            var config = ProducerConfiguration(kafka: connection.kafka)
             config.kafka.raw = try parseProperties(properties)
             let producer = try KafkaProducer(configuration: config)
             let value = [UInt8](repeating: UInt8(ascii: "x"), count: size)
@@ -75,14 +75,14 @@ struct Perf: AsyncParsableCommand {
         func run() async throws {
             try Preflight.checkRuntime()
             var config = ConsumerConfiguration(
-                bootstrapServers: connection.servers,
+                kafka: connection.kafka,
                 groupID: group ?? "perf-\(UUID().uuidString.prefix(8))")
             config.sessionTimeout = .milliseconds(2000)
             config.heartbeatInterval = .milliseconds(500)
             config.kafka.raw = try parseProperties(properties)
             let consumer = try KafkaConsumer(configuration: config)
             if assign {
-                let admin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: connection.servers))
+                let admin = try KafkaAdmin(configuration: connection.kafka)
                 let partitions = try await admin.describeTopic(topic).partitions
                 await admin.close()
                 try consumer.assign((0..<partitions).map { TopicPartitionOffset(topic, Int32($0), offset: TopicPartitionOffset.beginning) })

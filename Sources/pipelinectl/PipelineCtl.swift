@@ -37,7 +37,11 @@ struct RequiredConnection: ParsableArguments {
         ProcessInfo.processInfo.environment["KAFKA_BOOTSTRAP_SERVERS"].flatMap { $0.isEmpty ? nil : $0 }
     }
 
+    /// SASL/SSL, the same flags as `pipelinectl worker` (the password from $KAFKA_SASL_PASSWORD or a file).
+    @OptionGroup var security: SecurityOptions
+
     func validate() throws {
+        _ = try security.configuration()
         guard let list = bootstrapServer ?? Self.environment else {
             throw ValidationError("--bootstrap-server is required: pass --bootstrap-server host:port or set KAFKA_BOOTSTRAP_SERVERS")
         }
@@ -48,7 +52,13 @@ struct RequiredConnection: ParsableArguments {
         }
     }
 
-    var kafka: KafkaConfiguration { KafkaConfiguration(bootstrapServers: servers) }
+    /// The connection: servers and security. `validate()` has checked the security settings, so
+    /// reading them again here cannot fail (plaintext is only the unreachable fallback).
+    var kafka: KafkaConfiguration {
+        var k = KafkaConfiguration(bootstrapServers: servers)
+        k.security = (try? security.configuration()) ?? .plaintext
+        return k
+    }
 }
 
 func parseServers(_ list: String) -> [String] {

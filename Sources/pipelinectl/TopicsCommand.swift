@@ -17,7 +17,7 @@ struct Topics: AsyncParsableCommand {
             try Preflight.checkRuntime()
             let topology: Topology
             do { topology = try Topology.load(path: self.topology) } catch { throw ValidationError(error.description) }
-            let admin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: connection.servers))
+            let admin = try KafkaAdmin(configuration: connection.kafka)
             let report = try await topology.apply(using: admin)
             await admin.close()
             for name in report.created { print("created   \(name)") }
@@ -33,7 +33,7 @@ struct Topics: AsyncParsableCommand {
 
         func run() async throws {
             try Preflight.checkRuntime()
-            let admin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: connection.servers))
+            let admin = try KafkaAdmin(configuration: connection.kafka)
             let topics = try await admin.listTopics()
             await admin.close()
             for topic in topics {
@@ -58,7 +58,7 @@ struct Topics: AsyncParsableCommand {
 
         func run() async throws {
             try Preflight.checkRuntime()
-            let admin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: connection.servers))
+            let admin = try KafkaAdmin(configuration: connection.kafka)
             try await admin.createTopic(TopicSpec(name: name, partitions: partitions, config: cleanupPolicy.map { ["cleanup.policy": $0] } ?? [:]))
             await admin.close()
             print("created \(name)")
@@ -72,7 +72,7 @@ struct Topics: AsyncParsableCommand {
 
         func run() async throws {
             try Preflight.checkRuntime()
-            let admin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: connection.servers))
+            let admin = try KafkaAdmin(configuration: connection.kafka)
             try await admin.deleteTopic(name)
             await admin.close()
             print("deleted \(name)")

@@ -71,7 +71,11 @@ import Workers
 
     /// Reads partitions of a topic from the beginning, without a group, until every partition is
     /// at its end and `done` holds for what was read (so it also reads past the expected count).
-    static func readAll(_ topic: String, partitions: Int, bootstrap: String, until done: ([ConsumerRecord]) -> Bool) async throws -> [ConsumerRecord] {
+    static func readAll(
+        _ topic: String, partitions: Int, bootstrap: String, within limit: Duration = .seconds(150), until done: ([ConsumerRecord]) -> Bool
+    ) async throws -> [ConsumerRecord] {
+        let clock = ContinuousClock()
+        let deadline = clock.now + limit
         var config = ConsumerConfiguration(bootstrapServers: [bootstrap], groupID: "checker-\(UUID().uuidString)")
         config.reportEndOfPartition = true
         config.autoCommit = false
@@ -89,6 +93,10 @@ import Workers
                 if atEnd.count == partitions, done(records) {
                     try await reader.close()
                     return records
+                }
+                if clock.now > deadline {
+                    try await reader.close()
+                    throw LocalBrokerError.timedOut("\(topic): \(records.count) records read, still not complete after \(limit)")
                 }
             default: break
             }
@@ -155,7 +163,7 @@ import Workers
     }
 
     @Test func candlesSurviveKilledJoiningAndLeavingWorkers() async throws {
-        let seed = UInt64.random(in: 0..<1_000_000)
+        let seed = ProcessInfo.processInfo.environment["CHAOS_SEED"].flatMap(UInt64.init) ?? UInt64.random(in: 0..<1_000_000)
         print("chaos seed \(seed)")
         var rng = SplitMix64(seed: seed)
         try await LocalBroker.with { broker in
@@ -229,9 +237,14 @@ import Workers
             #expect(reference.count > 1500)
 
             // Wait until every expected candle is out, then stop the workers and read everything.
-            _ = try await Self.readAll("prices.candles", partitions: 4, bootstrap: bootstrap) { outputs in
-                let keys = Set(outputs.compactMap { $0.header(OutputRecord.dedupeKeyHeader).map { String(decoding: $0, as: UTF8.self) } })
-                return reference.keys.allSatisfy(keys.contains)
+            do {
+                _ = try await Self.readAll("prices.candles", partitions: 4, bootstrap: bootstrap) { outputs in
+                    let keys = Set(outputs.compactMap { $0.header(OutputRecord.dedupeKeyHeader).map { String(decoding: $0, as: UTF8.self) } })
+                    return reference.keys.allSatisfy(keys.contains)
+                }
+            } catch {
+                for (name, w) in [("w1", w1), ("w2", w2)] { print("\(name) output:\n\(w.recentOutput(lines: 60))") }
+                throw error
             }
             // Both survivors hold partitions before they are stopped (their stop commits).
             for w in [w1, w2] { try await w.waitForLine(containing: "partitions assigned", timeout: .seconds(30)) }

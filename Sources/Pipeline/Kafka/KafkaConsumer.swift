@@ -207,7 +207,7 @@ final class ConsumerCore: @unchecked Sendable {
                 // more. Commit what the application stored while the partitions are still ours
                 // and the generation is valid; a commit after the revocation would fail with
                 // ILLEGAL_GENERATION or REBALANCE_IN_PROGRESS and the stored offsets be lost.
-                if assigned { assignedWhileClosing = true } else { commitOnClose() }
+                if !assigned { commitOnClose() }
                 return
             }
             outbox.append(assigned ? .assigned(partitions) : .revoked(partitions))
@@ -400,8 +400,6 @@ final class ConsumerCore: @unchecked Sendable {
     /// group rebalancing can still commit them once the rebalance is over (librdkafka drops
     /// stored offsets of revoked partitions).
     private let stored = Mutex<[TopicPartition: Int64]>([:])
-    /// Set by the rebalance callback while closing (poll thread only).
-    private var assignedWhileClosing = false
 
     func remember(_ offsets: [TopicPartitionOffset]) {
         stored.withLock { s in for o in offsets { s[o.topicPartition] = Swift.max(s[o.topicPartition] ?? -1, o.offset) } }
@@ -427,10 +425,11 @@ final class ConsumerCore: @unchecked Sendable {
     /// without waiting for the application; fetched records are dropped, they are not stored),
     /// then commits the remembered offsets explicitly under the new generation. Poll thread only.
     private func commitAfterRebalance(deadline: ContinuousClock.Instant) -> KafkaError? {
+        // Not waiting for an assignment callback: a cooperative rebalance that keeps the same
+        // partitions calls back with nothing new. The commit itself says when the group settled.
         var lastError: KafkaError?
         while ContinuousClock.now < deadline {
             _ = consumer.poll(timeoutMilliseconds: 100, names: &names)
-            guard assignedWhileClosing else { continue }
             let offsets = stored.withLock { $0.map { TopicPartitionOffset($0.key.topic, $0.key.partition, offset: $0.value) } }
             guard !offsets.isEmpty else { return nil }
             do {
@@ -439,7 +438,6 @@ final class ConsumerCore: @unchecked Sendable {
                 return nil
             } catch where error.isRebalanceInProgress {
                 lastError = error
-                assignedWhileClosing = false
             } catch {
                 return error
             }
@@ -490,7 +488,7 @@ final class ConsumerCore: @unchecked Sendable {
         if rebalancing {
             // The group is rebalancing and refuses commits until it settles.
             consumer.client.logger.info("closing during a rebalance: committing once it settles")
-            if let error = commitAfterRebalance(deadline: .now + .seconds(15)) {
+            if let error = commitAfterRebalance(deadline: .now + .seconds(8)) {
                 result = result ?? error
                 consumer.client.logger.warning("commit on close failed: \(error)")
             }
