@@ -58,7 +58,7 @@ struct Produce: AsyncParsableCommand {
         for file in files.isEmpty ? ["-"] : files {
             let data: Data
             if file == "-" {
-                data = FileHandle.standardInput.readDataToEndOfFile()
+                data = await BlockingExecutor.run { FileHandle.standardInput.readDataToEndOfFile() }  // off the cooperative pool
             } else {
                 do { data = try Data(contentsOf: URL(fileURLWithPath: file)) } catch {
                     throw ValidationError("FILE: cannot read '\(file)': \(error.localizedDescription)")

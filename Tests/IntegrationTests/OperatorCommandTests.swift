@@ -23,9 +23,11 @@ import Workers
         let out = Pipe(), err = Pipe()
         process.standardOutput = out
         process.standardError = err
-        // Read both pipes concurrently so a full pipe never blocks the child.
-        async let stdout = Task.detached { out.fileHandleForReading.readDataToEndOfFile() }.value
-        async let stderr = Task.detached { err.fileHandleForReading.readDataToEndOfFile() }.value
+        // Read both pipes concurrently so a full pipe never blocks the child, on Dispatch threads:
+        // a blocking read on the cooperative pool (2 threads here) stalls every other test.
+        let outHandle = out.fileHandleForReading, errHandle = err.fileHandleForReading
+        async let stdout = BlockingExecutor.run { outHandle.readDataToEndOfFile() }
+        async let stderr = BlockingExecutor.run { errHandle.readDataToEndOfFile() }
         let status: Int32 = try await withCheckedThrowingContinuation { continuation in
             process.terminationHandler = { continuation.resume(returning: $0.terminationStatus) }
             do { try process.run() } catch { continuation.resume(throwing: error) }
