@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import Workers
 
 /// swift-log handler writing one JSON object per line to standard error
 /// (`{"ts":…,"level":…,"label":…,"message":…,"stage":…,…}`), for log shippers.
@@ -26,7 +27,7 @@ public struct JSONLogHandler: LogHandler {
         var line = "{"
         for (i, (k, v)) in fields.enumerated() {
             if i > 0 { line += "," }
-            line += Self.quote(k) + ":" + Self.quote(v)
+            line += JSONWriter.quoted(k) + ":" + JSONWriter.quoted(v)
         }
         line += "}\n"
         FileHandle.standardError.write(Data(line.utf8))
@@ -36,21 +37,5 @@ public struct JSONLogHandler: LogHandler {
         let formatter = ISO8601DateFormatter()
         formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
         return formatter.string(from: Date())
-    }
-
-    static func quote(_ s: String) -> String {
-        var out = "\""
-        for scalar in s.unicodeScalars {
-            switch scalar {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            case _ where scalar.value < 0x20: out += String(format: "\\u%04x", scalar.value)
-            default: out.unicodeScalars.append(scalar)
-            }
-        }
-        return out + "\""
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import Workers
 
 /// Records as JSON lines: `{"topic","partition","offset","timestamp","key","value","headers"}`,
 /// the envelope `pipelinectl run` and `pipelinectl produce` read back. A value that is valid
@@ -29,19 +30,5 @@ public enum RecordJSON {
         return (try? JSONSerialization.jsonObject(with: Data(bytes), options: [])) != nil
     }
 
-    public static func quote(_ s: String) -> String {
-        var out = "\""
-        for u in s.unicodeScalars {
-            switch u {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            case _ where u.value < 0x20: out += String(format: "\\u%04x", u.value)
-            default: out.unicodeScalars.append(u)
-            }
-        }
-        return out + "\""
-    }
+    public static func quote(_ s: String) -> String { JSONWriter.quoted(s) }
 }

@@ -44,6 +44,13 @@ public struct JSONWriter: Sendable {
         }
     }
 
+    /// `s` as a JSON string literal, quotes included (the one JSON string escaper of the project).
+    public static func quoted(_ s: String) -> String {
+        var w = JSONWriter(capacity: s.utf8.count + 2)
+        w.string(s)
+        return String(decoding: w.bytes, as: UTF8.self)
+    }
+
     /// Embeds already-encoded JSON (trusted: produced by this writer).
     public mutating func raw(_ json: [UInt8]) { separate(); bytes.append(contentsOf: json) }
 
