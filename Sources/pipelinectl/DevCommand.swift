@@ -254,35 +254,27 @@ final class DevSession {
         return String(String(decoding: value.prefix(80), as: UTF8.self))
     }
 
-    /// Each app's sample streams (samples/<app>/*.jsonl) into `<app>.raw`, in file order.
+    /// Each app's sample streams (samples/<app>/*.jsonl) into `<app>.raw`, in file order, parsed
+    /// and keyed by entity exactly as `pipelinectl produce` does.
     func ingest() async throws {
         let fm = FileManager.default
-        guard let apps = try? fm.contentsOfDirectory(atPath: samples).sorted() else {
+        guard fm.fileExists(atPath: samples) else {
             say("no sample folder at \(samples): nothing ingested")
             return
         }
         let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: bootstrap))
-        for app in apps {
-            let topic = "\(app).raw"
-            guard topology.topic(named: topic) != nil else { continue }
-            let dir = (samples as NSString).appendingPathComponent(app)
+        for stream in UpstreamStream.allCases where topology.topic(named: stream.topic) != nil {
+            let dir = (samples as NSString).appendingPathComponent(stream.rawValue)
             let files = ((try? fm.contentsOfDirectory(atPath: dir)) ?? []).filter { $0.hasSuffix(".jsonl") }.sorted()
+            let parser = ProduceParser(stream: stream)
             for file in files {
                 let path = (dir as NSString).appendingPathComponent(file)
-                guard let text = try? String(contentsOfFile: path, encoding: .utf8) else { continue }
-                var records: [ProducerRecord] = []
-                for (n, line) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
-                    let bytes = Array(line.utf8)
-                    guard bytes.contains(where: { $0 > 0x20 }) else { continue }
-                    let r = JSONLinesRunner.parseLine(bytes, topic: topic, offset: Int64(n))
-                    records.append(ProducerRecord(
-                        topic: topic, key: r.key, value: r.value,
-                        headers: r.headers.map { KafkaHeader(key: $0.name, value: $0.value) },
-                        timestamp: r.timestamp == Int64.min ? nil : r.timestamp))
-                }
-                let reports = try await producer.send(records)
+                guard let data = fm.contents(atPath: path) else { continue }
+                let (lines, bad) = parser.parse(Array(data), source: path)
+                rejected += bad.map(\.description)
+                let reports = try await producer.send(lines.map(\.record))
                 let failed = reports.filter { $0.error != nil }.count
-                ingested[topic, default: 0] += reports.count - failed
+                ingested[stream.topic, default: 0] += reports.count - failed
                 if failed > 0 { rejected.append("\(path): \(failed) records not delivered") }
             }
         }
