@@ -107,4 +107,32 @@ import PipelineTesting
         let committed = try await admin.committedOffsets(group: "c", partitions: [TopicPartition("commits", 0)])
         #expect(committed == [TopicPartitionOffset("commits", 0, offset: 20)])
     }
+
+    /// The wake-up that ends a waiting poll when the application closes must never reach
+    /// `rd_kafka_consumer_close`: a queue yield there ends its wait for the TERMINATE reply, and
+    /// the close fails with `_TIMED_OUT` or, left half done, overruns its deadline in destroy.
+    /// Many consumers closing at once on two cores widen the window between the two.
+    @Test func closingRightAfterAnEventAlwaysCompletes() async throws {
+        let mock = try KafkaMockCluster(brokers: 1)
+        try mock.createTopic("closing", partitions: 2)
+        let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [mock.bootstrapServers]))
+        _ = try await producer.send((0..<20).map { ProducerRecord(topic: "closing", value: Array("r\($0)".utf8)) })
+        await producer.close()
+        for round in 0..<4 {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for member in 0..<12 {
+                    group.addTask {
+                        let consumer = try Self.consumer(mock.bootstrapServers, group: "close-\(round)-\(member)", topic: "closing")
+                        var events = consumer.makeAsyncIterator()
+                        // Closed right after a batch of records, the poll thread waiting for demand.
+                        while let event = try await events.next() {
+                            if case .records = event { break }
+                        }
+                        try await consumer.close()
+                    }
+                }
+                try await group.waitForAll()
+            }
+        }
+    }
 }

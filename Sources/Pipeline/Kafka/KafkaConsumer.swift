@@ -178,6 +178,8 @@ final class ConsumerCore: @unchecked Sendable {
     private var terminalError: KafkaError?
     private var closeWaiters: [CheckedContinuation<KafkaError?, Never>] = []
     private var closeResult: KafkaError?? = .none
+    /// Set by the poll thread once it stopped polling to close; no wake-up after that.
+    private var finishing = false
     // Poll thread only:
     private var outbox: [ConsumerEvent] = []
     private var pendingBatch: [ConsumerRecord] = []
@@ -276,9 +278,12 @@ final class ConsumerCore: @unchecked Sendable {
             }
             closeWaiters.append(continuation)
             let pending = beginClosing()
+            // Under the lock, so never once the poll thread is in `finishClose`: a yield that
+            // reached `rd_kafka_consumer_close` would end its wait for the TERMINATE reply and
+            // leave the close half done (`_TIMED_OUT`, then a destroy that overruns the deadline).
+            if !finishing { consumer.wakePoll() }
             condition.unlock()
             pending?.resume(returning: nil)
-            consumer.wakePoll()
         }
     }
 
@@ -308,6 +313,9 @@ final class ConsumerCore: @unchecked Sendable {
             fill()
             consumer.client.drainLogs()
         }
+        condition.lock()
+        finishing = true
+        condition.unlock()
         finishClose()
     }
 
