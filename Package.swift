@@ -40,11 +40,13 @@ let package = Package(
         // Pure stages: values in, values out. No Kafka, no sockets, no clocks.
         .target(name: "Workers"),
 
-        // Thumbnails: pure libvips resize plus the fetch/store side that feeds it.
+        // Thumbnails: libvips resize, the fetch/store side that feeds it, and the
+        // `thumbnails.render` stage (a Workers ConcurrentStage) the runtime runs on Kafka.
         .target(
             name: "Thumbnails",
             dependencies: [
                 "CVips",
+                "Workers",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
@@ -82,7 +84,11 @@ let package = Package(
             dependencies: [
                 "Pipeline",
                 "Workers",
+                "Thumbnails",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Metrics", package: "swift-metrics"),
@@ -108,6 +114,8 @@ let package = Package(
             name: "ThumbnailsTests",
             dependencies: [
                 "Thumbnails",
+                "Pipeline",
+                "Workers",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),

@@ -159,6 +159,7 @@ final class DevSession {
     let samples: String
     let interactive = isatty(STDOUT_FILENO) == 1
     private(set) var broker: LocalBroker?
+    private(set) var imageServer: DevImageServer?
     private(set) var bootstrap: [String] = []
     private(set) var workers: [DevWorker] = []
     private(set) var ingested: [String: Int] = [:]
@@ -197,15 +198,25 @@ final class DevSession {
         await admin.close()
         say("topics: \(report.created.count) created, \(report.unchanged.count) already there\(report.drift.isEmpty ? "" : ", drift: \(report.drift.joined(separator: "; "))")")
 
+        // The sample product images are served from this machine; the thumbnail worker may
+        // fetch from loopback for them (and only here).
+        let thumbnailStages = stages.filter { $0.chain == ["thumbnails.render"] }
+        let imageList = samples + "/products/images.txt"
+        if !thumbnailStages.isEmpty, FileManager.default.fileExists(atPath: imageList) {
+            let server = try await DevImageServer(imageList: imageList)
+            imageServer = server
+            say("sample images: \(server.names.count) at http://127.0.0.1:\(DevImageServer.port)/images/")
+        }
         let executable = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
         for stage in stages {
+            let fetchesImages = stage.chain == ["thumbnails.render"] && imageServer != nil
             let process = try ManagedProcess.launch(
                 executable,
                 arguments: [
                     "worker", stage.name, "--topology", topologyPath, "--bootstrap-server", bootstrap.joined(separator: ","),
                     "--session-timeout", "2s", "--metrics-address", "127.0.0.1:0", "--log-format", "json",
                     "--statistics-interval", "1s", "--shutdown-deadline", "20s",
-                ],
+                ] + (fetchesImages ? ["--allow-network", "127.0.0.1/32"] : []),
                 environment: [:])
             Self.childPIDs.set(Self.childPIDs.get() + [process.pid])
             workers.append(DevWorker(stage: stage, process: process))
@@ -373,6 +384,7 @@ final class DevSession {
         notificationTask?.cancel()
         if let reader = notificationReader { try? await reader.close(deadline: .seconds(5)) }
         await scrapeFinalFromLogs()
+        await imageServer?.close()
         if let broker { await broker.stop() }
     }
 
@@ -395,6 +407,12 @@ final class DevSession {
         say("every worker stopped: " + workers.map { "\($0.stage.name)=\($0.exitStatus.map(String.init) ?? "?")" }.joined(separator: " "))
         if !silent.isEmpty { say("no output from: \(silent.joined(separator: ", "))") }
         if let last = lastNotification.get() { say("last notification: \(last)") }
+        for stage in stages where stage.chain == ["thumbnails.render"] {
+            guard let directory = stage.options.thumbnails.storeDirectory else { continue }
+            let root = directory.hasPrefix("/") ? directory : FileManager.default.currentDirectoryPath + "/" + directory
+            let files = FileManager.default.enumerator(atPath: root)?.compactMap { $0 as? String }.filter { $0.contains(".") } ?? []
+            say("thumbnails: \(files.count) files in \(root)")
+        }
         for r in rejected { say("rejected: \(r)") }
     }
 

@@ -3,6 +3,8 @@ import Dispatch
 import Foundation
 import Logging
 import Pipeline
+import Workers
+import Thumbnails
 import Metrics
 import Prometheus
 import ServiceLifecycle
@@ -58,6 +60,10 @@ struct Worker: AsyncParsableCommand {
     @Option(help: "librdkafka debug contexts, e.g. broker,cgrp,fetch (logged at debug level).") var kafkaDebug: String?
     @Option(name: .customShort("X"), parsing: .singleValue, help: "Raw librdkafka property key=value for the worker's clients (repeatable).")
     var properties: [String] = []
+    @Option(name: .customLong("allow-network"), help: """
+        A thumbnails stage may also fetch from this private network (CIDR, e.g. 10.1.0.0/16 for an internal CDN;         repeatable). Private, loopback and metadata addresses are refused otherwise.
+        """)
+    var allowNetworks: [String] = []
     @OptionGroup var logging: LoggingOptions
 
     func bootstrapServers() throws -> [String] {
@@ -72,12 +78,18 @@ struct Worker: AsyncParsableCommand {
         try Preflight.checkRuntime()
         let servers = try bootstrapServers()
         let topology: Topology
-        let definition: Topology.Stage
+        var definition: Topology.Stage
         do {
             topology = try Topology.load(path: self.topology)
             definition = try topology.stage(named: stage)
         } catch {
             throw ValidationError(error.description)
+        }
+        if !allowNetworks.isEmpty {
+            guard definition.chain == ["thumbnails.render"] else {
+                throw ValidationError("--allow-network: stage \(stage) fetches nothing (only a thumbnails.render stage does)")
+            }
+            definition.options.thumbnails.allowNetworks += allowNetworks
         }
         let logger = logging.bootstrap(label: "pipelinectl.worker")
         let registry = PrometheusCollectorRegistry()
@@ -99,7 +111,19 @@ struct Worker: AsyncParsableCommand {
         settings.sessionTimeout = sessionTimeout
         settings.heartbeatInterval = sessionTimeout.map { $0 / 6 }
         settings.stopAfterInputs = stopAfter
-        let service = try StageService(definition: definition, topology: topology, settings: settings, health: health, logger: logger)
+        // A stage that does I/O is built here, where its module is linked.
+        var concurrent: (stage: any ConcurrentStage, pool: RenderPool)?
+        if definition.chain == ["thumbnails.render"] {
+            do {
+                let made = try ThumbnailStage.make(options: definition.options.thumbnails, logger: logger)
+                concurrent = (made.stage, made.pool)
+            } catch {
+                throw ValidationError("\(self.topology): stages.\(definition.name).options.\(error)")
+            }
+        }
+        defer { concurrent?.pool.shutdown() }
+        let service = try StageService(
+            definition: definition, topology: topology, settings: settings, health: health, logger: logger, concurrent: concurrent?.stage)
 
         let signals = SignalEscalation(deadline: shutdownDeadline + .seconds(5), logger: logger)
         signals.install()

@@ -97,4 +97,60 @@ import Workers
             await producer.close()
         }
     }
+
+    /// A stateful stage's checkpoint is durable up to its offset; when the previous owner stopped
+    /// between the checkpoint and the commit, the next owner skips the inputs the state already
+    /// holds and must still commit past them (it once re-read them forever without committing).
+    @Test func aRestoredCheckpointAheadOfTheCommitIsCommitted() async throws {
+        try await LocalBroker.with { broker in
+            let servers = [broker.bootstrapServers]
+            let topology = try Topology.parse("""
+                topics:
+                  - {name: prices.raw, partitions: 1}
+                  - {name: prices.candles, partitions: 1}
+                  - {name: candles.changelog, partitions: 1, config: {cleanup.policy: compact}}
+                  - {name: dead-letters, partitions: 1}
+                stages:
+                  - name: candles
+                    chain: [prices.candles]
+                    inputs: [prices.raw]
+                    dead-letter-topic: dead-letters
+                    changelog: candles.changelog
+                """)
+            let admin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: servers))
+            _ = try await topology.apply(using: admin)
+            let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: servers))
+            _ = try await producer.send((0..<10).map { _ in ProducerRecord(topic: "prices.raw", key: Array("KRW-XRP".utf8), value: Array(Self.tick.utf8)) })
+            await producer.close()
+            var settings = WorkerSettings(bootstrapServers: servers)
+            settings.sessionTimeout = .milliseconds(2000)
+            settings.heartbeatInterval = .milliseconds(300)
+            settings.stopAfterInputs = 10
+            let definition = try topology.stage(named: "candles")
+            let first = try StageService(definition: definition, topology: topology, settings: settings)
+            try await first.run()
+            let tp = TopicPartition("prices.raw", 0)
+            #expect(try await admin.committedOffsets(group: "candles", partitions: [tp]).first?.offset == 10)
+
+            // The commit after the checkpoint never happened.
+            try await admin.alterCommittedOffsets(group: "candles", offsets: [TopicPartitionOffset("prices.raw", 0, offset: 4)])
+            settings.stopAfterInputs = nil
+            let second = try StageService(definition: definition, topology: topology, settings: settings)
+            let running = Task { try await second.run() }
+            let clock = ContinuousClock()
+            let deadline = clock.now + .seconds(30)
+            var committed: Int64 = -1
+            while clock.now < deadline {
+                committed = try await admin.committedOffsets(group: "candles", partitions: [tp]).first?.offset ?? -1
+                if committed == 10 { break }
+                try await Task.sleep(for: .milliseconds(200))
+            }
+            second.requestStop()
+            try await running.value
+            #expect(committed == 10, "the restored checkpoint's offset is committed")
+            #expect(second.counters.restoredPartitions.value == 1)
+            #expect(second.counters.processed.value == 0, "inputs the state already holds are skipped")
+            await admin.close()
+        }
+    }
 }

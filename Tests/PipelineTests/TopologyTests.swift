@@ -53,10 +53,51 @@ import Workers
         let t = try Topology.load(path: root.appendingPathComponent("topology.yaml").path)
         #expect(t.stages.count >= 5)
         for stage in t.stages {
-            // Every stage can be built, and stateful ones have their changelog.
+            // Every stage can be built, and stateful ones have their changelog; a stage that does
+            // I/O is built by `pipelinectl worker` (ThumbnailsTests build it from these options).
             let settings = WorkerSettings(bootstrapServers: ["127.0.0.1:1"])
+            if stage.chain == ["thumbnails.render"] {
+                #expect(stage.options.thumbnails.storeDirectory == "thumbnails")
+                #expect(throws: TopologyError.self) { try StageService(definition: stage, topology: t, settings: settings) }
+                continue
+            }
             _ = try StageService(definition: stage, topology: t, settings: settings)
         }
+        #expect(t.stages.contains { $0.chain == ["thumbnails.render"] })
+    }
+
+    @Test func thumbnailOptionsAreReadAndCheckedWithTheirLine() throws {
+        let yaml = """
+            topics:
+              - {name: in, partitions: 4}
+              - {name: dead, partitions: 1}
+            stages:
+              - name: thumbs
+                chain: [thumbnails.render]
+                inputs: [in]
+                dead-letter-topic: dead
+                concurrency: 8
+                options:
+                  store-directory: /var/thumbs
+                  thumbnail-sizes:
+                    - {name: list, width: 160, height: 160, fit: cover}
+                    - {name: grid, width: 480, height: 480, format: webp, quality: 70}
+                  allow-networks: [10.1.0.0/16]
+                  fetch-timeout: 2s
+            """
+        let t = try Topology.parse(yaml, source: "t.yaml")
+        let s = try t.stage(named: "thumbs")
+        #expect(s.concurrency == 8)
+        #expect(s.options.thumbnails.sizes == [
+            ThumbnailOptions.Size(name: "list", width: 160, height: 160, fit: "cover"),
+            ThumbnailOptions.Size(name: "grid", width: 480, height: 480, format: "webp", quality: 70),
+        ])
+        #expect(s.options.thumbnails.allowNetworks == ["10.1.0.0/16"])
+        #expect(s.options.thumbnails.fetchTimeoutMillis == 2000)
+        let bad = try #require(Self.error(yaml.replacingOccurrences(of: "fit: cover", with: "fit: square")))
+        #expect(bad.description == "t.yaml:13: stages[0].options.thumbnail-sizes[0].fit: expected fit or cover, found 'square'")
+        let chained = try #require(Self.error(yaml.replacingOccurrences(of: "[thumbnails.render]", with: "[products.decode, thumbnails.render]")))
+        #expect(chained.description.contains("thumbnails.render does I/O and runs alone in its stage"))
     }
 
     static func error(_ yaml: String) -> TopologyError? {

@@ -66,6 +66,8 @@ def stage_facts(topo):
             "min": 1 if stateful else 0,
             "stateful": stateful,
             "lag": LAG_THRESHOLD_STATEFUL if stateful else LAG_THRESHOLD_STATELESS,
+            # The thumbnail worker writes files: where (relative to the image's WORKDIR /app).
+            "store": (s.get("options") or {}).get("store-directory") if s["chain"] == ["thumbnails.render"] else None,
         })
     return out
 
@@ -156,7 +158,10 @@ services:
   {s['name']}:
     <<: *worker
     command: [worker, {s['name']}, --topology, topology.yaml, --metrics-address, "0.0.0.0:{METRICS_PORT}", --log-format, json]
-""")
+""" + (f"""    # Writes the thumbnails (read-only root file system otherwise): shared by every replica.
+    volumes: [thumbnails:{store_path(s)}]
+""" if s["store"] else ""))
+
     lines.append("""  prometheus:
     image: prom/prometheus:v2.53.2
     command: [--config.file=/etc/prometheus/prometheus.yml, --storage.tsdb.retention.time=2d]
@@ -165,6 +170,10 @@ services:
       - ../monitoring/alerts.rules.yml:/etc/prometheus/rules/alerts.rules.yml:ro
     ports: ["9090:9090"]
     depends_on: [kafka]
+""")
+    if any(s["store"] for s in stages):
+        lines.append("""volumes:
+  thumbnails:
 """)
     return "\n".join(lines)
 
@@ -198,8 +207,36 @@ scrape_configs:
 # ---------------------------------------------------------------------------------------------
 # Kubernetes
 
+def store_path(s):
+    return s["store"] if s["store"].startswith("/") else "/app/" + s["store"]
+
+
 def k8s_stage(s):
     n = s["name"]
+    mount, volume, claim = "", "", ""
+    if s["store"]:
+        mount = f"""
+            # Thumbnails are written here (the root file system is read-only).
+            - {{name: thumbnails, mountPath: {store_path(s)}}}"""
+        volume = """
+        - name: thumbnails
+          persistentVolumeClaim: {claimName: pipeline-thumbnails}"""
+        claim = """---
+# Every replica of the thumbnail worker writes to one shared volume (content-addressed files, so
+# concurrent writers never conflict): ReadWriteMany, e.g. NFS or CephFS. With object storage,
+# swap the BlobStore instead.
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: pipeline-thumbnails
+  labels:
+    app.kubernetes.io/name: pipeline-worker
+    app.kubernetes.io/component: """ + n + """
+spec:
+  accessModes: [ReadWriteMany]
+  resources:
+    requests: {storage: 20Gi}
+"""
     inputs = ",".join(s["inputs"])
     why_min = ("stateful: its time windows advance on the wall clock, so one worker stays while idle"
                if s["stateful"] else "stateless: scales to zero while its input is idle")
@@ -299,7 +336,7 @@ spec:
           volumeMounts:
             - {{name: topology, mountPath: /etc/pipeline/topology.yaml, subPath: topology.yaml, readOnly: true}}
             - {{name: kafka-ca, mountPath: /etc/pipeline/kafka, readOnly: true}}
-            - {{name: tmp, mountPath: /tmp}}
+            - {{name: tmp, mountPath: /tmp}}{mount}
       volumes:
         - name: topology
           configMap: {{name: pipeline-topology}}
@@ -309,8 +346,8 @@ spec:
             optional: true
             items: [{{key: ca.crt, path: ca.crt}}]
         - name: tmp
-          emptyDir: {{sizeLimit: 64Mi}}
----
+          emptyDir: {{sizeLimit: 64Mi}}{volume}
+{claim}---
 # One voluntary eviction at a time (a drain moves one worker, one rebalance). maxUnavailable
 # rather than minAvailable, so a drain is never blocked when KEDA has scaled the stage to 0 or 1.
 apiVersion: policy/v1

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Logging
 import Metrics
 import Workers
@@ -17,11 +18,28 @@ struct Pending: Sendable {
     /// Inputs this settles (for the counters).
     var inputCount: Int
     var bytes: Int
+    /// Records counted in flight by ``Backpressure`` for this (`records.count`, or one per input
+    /// of a concurrent stage, counted before its outputs existed).
+    var heldRecords: Int
 
     /// `sources` value of a record that belongs to no single input.
     static let noInput: Int32 = -1
     /// `sources` value of a checkpoint record (not counted as an output).
     static let checkpointRecord: Int32 = -2
+
+    init(
+        records: [ProducerRecord], sources: [Int32], inputs: [InputRecord], ticket: DeliveryTicket, storeOffset: Int64?,
+        inputCount: Int, bytes: Int, heldRecords: Int? = nil
+    ) {
+        self.records = records
+        self.sources = sources
+        self.inputs = inputs
+        self.ticket = ticket
+        self.storeOffset = storeOffset
+        self.inputCount = inputCount
+        self.bytes = bytes
+        self.heldRecords = heldRecords ?? records.count
+    }
 }
 
 /// One assigned input partition: its stage state (touched only by the service's event loop) and
@@ -33,31 +51,81 @@ struct Pending: Sendable {
 /// others' commits.
 final class PartitionLane {
     let partition: TopicPartition
-    var runner: StageRunner
+    /// The ordered stage's copy for this partition; nil for a concurrent stage.
+    var runner: StageRunner?
     /// Offset after the last input folded into the state (or whose outputs were submitted).
     var nextOffset: Int64?
     /// Inputs below this offset are already in the restored state: skipped.
     var skipBelow: Int64 = -1
+    /// The offset of a restored checkpoint, not stored yet (see `StageLoop.storeRestoredOffset`).
+    var restoredOffsetToStore: Int64?
     /// The state changed since the last checkpoint.
     var dirty = false
     var lastCheckpoint = ContinuousClock.now
     /// Timestamp of the last input processed (for the lag in seconds).
     var lastTimestamp: Int64 = 0
     var lagGauges: (records: Gauge, seconds: Gauge)?
-    private let queue: AsyncStream<Pending>.Continuation
+    private let queue: AsyncStream<Work>.Continuation
     private let settler: Task<Void, Never>
+    /// Concurrent stage: the latest task per record key, so that a key's outputs are submitted in
+    /// input order. Entries of settled tasks are dropped as the map grows.
+    private var lastByKey: [[UInt8]: (sequence: Int, task: Task<Pending?, Never>)] = [:]
+    private var enqueued = 0
+    /// Works settled so far (the settler counts, `enqueue` reads).
+    private final class SettledCount: Sendable { let value = Atomic<Int>(0) }
+    private let settledCount = SettledCount()
 
-    init(partition: TopicPartition, runner: StageRunner, settle: @escaping @Sendable (Pending) async -> Void) {
+    enum Work: Sendable {
+        case submitted(Pending)
+        /// A concurrent stage's record: its task submits the outputs (nil if the producer closed).
+        case running(Task<Pending?, Never>)
+    }
+
+    init(partition: TopicPartition, runner: StageRunner?, settle: @escaping @Sendable (Pending) async -> Void) {
         self.partition = partition
         self.runner = runner
-        let (stream, continuation) = AsyncStream<Pending>.makeStream()
+        let (stream, continuation) = AsyncStream<Work>.makeStream()
         queue = continuation
+        let settled = settledCount
         settler = Task {
-            for await pending in stream { await settle(pending) }
+            // Once a task could not submit (the producer closed), no later offset is stored:
+            // it would skip that input.
+            var broken = false
+            for await work in stream {
+                switch work {
+                case .submitted(var pending):
+                    if broken { pending.storeOffset = nil }
+                    await settle(pending)
+                case .running(let task):
+                    if var pending = await task.value {
+                        if broken { pending.storeOffset = nil }
+                        await settle(pending)
+                    } else {
+                        broken = true
+                    }
+                }
+                settled.value.add(1, ordering: .releasing)
+            }
         }
     }
 
-    func enqueue(_ pending: Pending) { queue.yield(pending) }
+    func enqueue(_ pending: Pending) {
+        enqueued += 1
+        queue.yield(.submitted(pending))
+    }
+
+    /// The task of the latest record with this key that may still be submitting.
+    func lastTask(forKey key: [UInt8]?) -> Task<Pending?, Never>? { lastByKey[key ?? []]?.task }
+
+    func enqueue(_ task: Task<Pending?, Never>, key: [UInt8]?) {
+        enqueued += 1
+        if lastByKey.count >= 4096 {
+            let settled = settledCount.value.load(ordering: .acquiring)
+            lastByKey = lastByKey.filter { $0.value.sequence > settled }
+        }
+        lastByKey[key ?? []] = (enqueued, task)
+        queue.yield(.running(task))
+    }
 
     /// Waits until everything enqueued is settled; the lane takes nothing more.
     func finish() async {
@@ -201,7 +269,7 @@ struct Settler: Sendable {
         counters.deadLettered.add(deadLettered)
         observeDelivered(records, sources: sources, inputs: pending.inputs)
         let consumer = self.consumer
-        backpressure.remove(records: pending.records.count, bytes: pending.bytes) { retrying in
+        backpressure.remove(records: pending.heldRecords, bytes: pending.bytes) { retrying in
             if let assigned = try? consumer.assignment() { try? consumer.resume(assigned.filter { !retrying.contains($0) }) }
         }
     }

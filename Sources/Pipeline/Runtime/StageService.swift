@@ -55,24 +55,55 @@ public final class StageService: Service, Sendable {
     public let health: WorkerHealth
     let metrics: StageMetrics
     let logLimiter = LogRateLimiter()
-    let template: StageRunner
+    /// How many records a concurrent stage works on at once.
+    let gate: AsyncGate
+    /// The ordered stage (a chain from the catalog), one copy per partition lane; nil when the
+    /// stage is a ``ConcurrentStage``.
+    let template: StageRunner?
+    /// The stage that does I/O, run on many records at once (``ConcurrentStage``).
+    let concurrent: (any ConcurrentStage)?
+    /// Name in dead letters: the chain's or the concurrent stage's.
+    let stageName: String
     let changelog: Changelog?
     let settings: WorkerSettings
     let logger: Logger
     private let stopSignal = Mutex<(requested: Bool, forwarder: Task<Void, Never>?)>((false, nil))
 
+    /// - Parameter concurrent: the I/O stage for a topology stage whose chain names one (such as
+    ///   `thumbnails.render`); the host that links its module builds it from the stage's options.
     public init(
         definition: Topology.Stage, topology: Topology, settings: WorkerSettings, health: WorkerHealth = WorkerHealth(),
-        logger: Logger = Logger(label: "stage")
+        logger: Logger = Logger(label: "stage"), concurrent: (any ConcurrentStage)? = nil
     ) throws {
         self.definition = definition
         self.settings = settings
         self.health = health
         self.metrics = StageMetrics(stage: definition.name)
+        self.gate = AsyncGate(limit: definition.concurrency)
         var logger = logger
         logger[metadataKey: "stage"] = "\(definition.name)"
         self.logger = logger
-        template = try StageCatalog(options: definition.options).runner(for: definition.chain)
+        if let concurrent {
+            guard definition.chain == [concurrent.name] else {
+                throw TopologyError(
+                    source: topology.source, line: nil, path: "stages.\(definition.name).chain",
+                    message: "expected [\(concurrent.name)] for this worker, found \(definition.chain)")
+            }
+            self.concurrent = concurrent
+            template = nil
+            stageName = concurrent.name
+            changelog = nil
+            return
+        }
+        if let name = definition.chain.first(where: StageCatalog.concurrentNames.contains) {
+            throw TopologyError(
+                source: topology.source, line: nil, path: "stages.\(definition.name).chain",
+                message: "\(name) does I/O and runs alone in its stage, built by `pipelinectl worker` (chain: [\(name)])")
+        }
+        self.concurrent = nil
+        let template = try StageCatalog(options: definition.options).runner(for: definition.chain)
+        self.template = template
+        stageName = template.name
         if template.hasState {
             guard let name = definition.changelog, let topic = topology.topic(named: name) else {
                 throw TopologyError(
@@ -125,7 +156,7 @@ public final class StageService: Service, Sendable {
 
         let backpressure = Backpressure(maxRecords: definition.maxInFlightRecords, maxBytes: definition.maxInFlightBytes)
         let settler = Settler(
-            stageName: template.name, deadLetterTopic: definition.deadLetterTopic, retry: definition.retry,
+            stageName: stageName, deadLetterTopic: definition.deadLetterTopic, retry: definition.retry,
             consumer: consumer, producer: producer, backpressure: backpressure, counters: counters, metrics: metrics,
             logLimiter: logLimiter, logger: logger)
         let loop = StageLoop(service: self, consumer: consumer, producer: producer, reader: reader, settler: settler, backpressure: backpressure)
@@ -297,14 +328,15 @@ final class StageLoop {
     private func assign(_ partitions: [TopicPartition]) async throws {
         var restored: [TopicPartition: Changelog.Checkpoint] = [:]
         if let changelog = service.changelog, let reader {
-            restored = try await changelog.restore(partitions, stateType: service.template.stateType, using: reader)
+            restored = try await changelog.restore(partitions, stateType: service.template!.stateType, using: reader)
         }
         for tp in partitions {
             let lane = makeLane(tp)
             if let checkpoint = restored[tp] {
-                try lane.runner.restore(checkpoint.state)
+                try lane.runner?.restore(checkpoint.state)
                 lane.skipBelow = checkpoint.offset
                 lane.nextOffset = checkpoint.offset
+                lane.restoredOffsetToStore = checkpoint.offset
                 counters.restoredPartitions.add(1)
                 logger.info("state restored", metadata: ["partition": "\(tp)", "offset": "\(checkpoint.offset)"])
             }
@@ -332,6 +364,11 @@ final class StageLoop {
     }
 
     private func process(_ records: ArraySlice<ConsumerRecord>, lane: PartitionLane) async throws {
+        if let stage = service.concurrent {
+            start(records, lane: lane, stage: stage)
+            return
+        }
+        try await storeRestoredOffset(lane)
         let now = Self.wallClock()
         let started = ContinuousClock.now
         var outgoing: [ProducerRecord] = []
@@ -342,7 +379,7 @@ final class StageLoop {
         inputs.reserveCapacity(records.count)
         for record in records where record.offset >= lane.skipBelow {
             let input = RecordMapping.input(record, now: now)
-            let out = lane.runner.process(input, context: StageContext(now: input.timestamp))
+            let out = lane.runner!.process(input, context: StageContext(now: input.timestamp))
             let index = Int32(inputs.count)
             inputs.append(input)
             for o in out.records {
@@ -350,7 +387,7 @@ final class StageLoop {
                 sources.append(index)
             }
             for f in out.failures {
-                outgoing.append(RecordMapping.deadLetter(DeadLetter(stage: service.template.name, input: input, failure: f), topic: definition.deadLetterTopic))
+                outgoing.append(RecordMapping.deadLetter(DeadLetter(stage: service.stageName, input: input, failure: f), topic: definition.deadLetterTopic))
                 sources.append(Pending.noInput)
                 if let suppressed = service.logLimiter.admit("dead-letter") {
                     logger.warning(
@@ -378,6 +415,67 @@ final class StageLoop {
         if stateful, ContinuousClock.now - lane.lastCheckpoint >= definition.checkpointInterval { await checkpoint(lane) }
     }
 
+    /// A concurrent stage: each record becomes a task (bounded by the stage's concurrency) that
+    /// runs the stage and submits the outputs once every earlier record of the same key has
+    /// submitted its own. The lane settles the tasks in offset order, so an offset is stored only
+    /// when it and every earlier input of the partition are done.
+    private func start(_ records: ArraySlice<ConsumerRecord>, lane: PartitionLane, stage: any ConcurrentStage) {
+        let now = Self.wallClock()
+        let producer = self.producer, metrics = service.metrics, logger = self.logger, limiter = service.logLimiter
+        let gate = service.gate, definition = self.definition, stageName = service.stageName
+        var started = 0
+        var heldBytes = 0
+        for record in records {
+            let input = RecordMapping.input(record, now: now)
+            let bytes = (record.value?.count ?? 0) + (record.key?.count ?? 0)
+            let earlier = lane.lastTask(forKey: record.key)
+            let task = Task<Pending?, Never> {
+                await gate.acquire()
+                let began = ContinuousClock.now
+                let out = await stage.process(input)
+                gate.release()
+                metrics.batchProcessing.record(duration: ContinuousClock.now - began)
+                var outgoing: [ProducerRecord] = []
+                var sources: [Int32] = []
+                for o in out.records {
+                    outgoing.append(RecordMapping.output(o, topic: definition.topic(forOutput: o.output), timestamp: input.timestamp))
+                    sources.append(0)
+                }
+                for f in out.failures {
+                    outgoing.append(RecordMapping.deadLetter(DeadLetter(stage: stageName, input: input, failure: f), topic: definition.deadLetterTopic))
+                    sources.append(Pending.noInput)
+                    if let suppressed = limiter.admit("dead-letter") {
+                        logger.warning(
+                            "dead letter",
+                            metadata: [
+                                "origin": "\(input.origin.topic)[\(input.origin.partition)]@\(input.origin.offset)",
+                                "reason": "\(f.reason.rawValue)", "detail": "\(f.detail)", "suppressed-before": "\(suppressed)",
+                            ])
+                    }
+                }
+                // Same key, input order: submit after the earlier record of the key submitted.
+                _ = await earlier?.value
+                guard let ticket = try? await producer.submit(outgoing) else { return nil }
+                return Pending(
+                    records: outgoing, sources: sources, inputs: [input], ticket: ticket, storeOffset: record.offset + 1,
+                    inputCount: 1, bytes: bytes, heldRecords: 1)
+            }
+            lane.enqueue(task, key: record.key)
+            lane.nextOffset = record.offset + 1
+            lane.lastTimestamp = input.timestamp
+            started += 1
+            heldBytes += bytes
+        }
+        guard started > 0 else { return }
+        counters.processed.add(started)
+        service.metrics.recordsIn.increment(by: Int64(started))
+        service.health.progressed()
+        let consumer = self.consumer, partitions = Array(lanes.keys)
+        if backpressure.add(records: started, bytes: heldBytes, pause: { try? consumer.pause(partitions) }) == .pause {
+            logger.info("in-flight bound reached: pausing", metadata: ["records": "\(backpressure.inFlight.records)"])
+        }
+    }
+
     private func submit(
         _ records: [ProducerRecord], sources: [Int32], inputs: [InputRecord], to lane: PartitionLane, storeOffset: Int64?
     ) async throws {
@@ -392,11 +490,23 @@ final class StageLoop {
         }
     }
 
+    /// A restored state is durable up to its checkpoint's offset, which may be past the group's
+    /// committed offset (the previous owner stopped between checkpoint and commit). That offset
+    /// is stored once the partition is really ours (the first batch or tick after the
+    /// assignment; during the assignment event librdkafka refuses it), through the lane, so that
+    /// it is stored before any later one. Otherwise a worker that only re-reads skipped inputs
+    /// never commits past them.
+    private func storeRestoredOffset(_ lane: PartitionLane) async throws {
+        guard let offset = lane.restoredOffsetToStore else { return }
+        lane.restoredOffsetToStore = nil
+        try await submit([], sources: [], inputs: [], to: lane, storeOffset: offset)
+    }
+
     /// Writes the lane's state to the changelog; its offset is stored once that is delivered.
     private func checkpoint(_ lane: PartitionLane) async {
         guard let changelog = service.changelog, lane.dirty, let offset = lane.nextOffset else { return }
         do {
-            let record = try changelog.record(state: lane.runner.state, offset: offset, for: lane.partition)
+            let record = try changelog.record(state: lane.runner!.state, offset: offset, for: lane.partition)
             try await submit([record], sources: [Pending.checkpointRecord], inputs: [], to: lane, storeOffset: offset)
             lane.dirty = false
             lane.lastCheckpoint = .now
@@ -411,7 +521,8 @@ final class StageLoop {
     /// checkpoints the states that are due.
     private func advance(now: Int64) async throws {
         for lane in lanes.values {
-            let out = lane.runner.advance(context: StageContext(now: now))
+            try await storeRestoredOffset(lane)
+            guard let out = lane.runner?.advance(context: StageContext(now: now)) else { continue }
             if !out.records.isEmpty || !out.failures.isEmpty {
                 var outgoing: [ProducerRecord] = []
                 var sources: [Int32] = []
@@ -420,7 +531,7 @@ final class StageLoop {
                     sources.append(Pending.noInput)
                 }
                 for f in out.failures {
-                    let letter = DeadLetter(stage: service.template.name, input: .advance(at: now), failure: f)
+                    let letter = DeadLetter(stage: service.stageName, input: .advance(at: now), failure: f)
                     outgoing.append(RecordMapping.deadLetter(letter, topic: definition.deadLetterTopic))
                     sources.append(Pending.noInput)
                 }
@@ -473,7 +584,10 @@ final class StageLoop {
 
     /// Settles every lane after a final checkpoint (the consumer's close then commits).
     func shutdown() async {
-        for lane in lanes.values { await checkpoint(lane) }
+        for lane in lanes.values {
+            try? await storeRestoredOffset(lane)
+            await checkpoint(lane)
+        }
         for lane in lanes.values { await lane.finish() }
         lanes.removeAll()
     }

@@ -56,6 +56,9 @@ public struct Topology: Sendable {
         /// Bounds on work in flight; partitions pause above them.
         public var maxInFlightRecords: Int
         public var maxInFlightBytes: Int
+        /// Records a concurrent stage (`thumbnails.render`) works on at once, per worker (its
+        /// fetches in flight; rendering is bounded by its own threads). Ordered stages ignore it.
+        public var concurrency: Int
         public var options: StageCatalog.Options
 
         public func topic(forOutput output: String) -> String { outputs[output] ?? output }
@@ -219,14 +222,14 @@ private struct TopologyReader {
     func stage(_ node: Node, _ path: String, topics: [String: Topology.Topic]) throws(TopologyError) -> Topology.Stage {
         let allowed = [
             "name", "chain", "inputs", "outputs", "dead-letter-topic", "group", "delivery", "changelog", "retry",
-            "advance-interval", "checkpoint-interval", "max-in-flight-records", "max-in-flight-bytes", "options",
+            "advance-interval", "checkpoint-interval", "max-in-flight-records", "max-in-flight-bytes", "concurrency", "options",
         ]
         var name: String?, chain: [String]?, inputs: [String]?, deadLetter: String?, group: String?, changelog: String?
         var outputs: [String: String] = [:]
         var delivery = Topology.Delivery.atLeastOnce
         var retry = Topology.RetryPolicy()
         var advance = Duration.seconds(1), checkpoint = Duration.seconds(1)
-        var maxRecords = 10_000, maxBytes = 64 << 20
+        var maxRecords = 10_000, maxBytes = 64 << 20, concurrency = 16
         var options = StageCatalog.Options()
         func topicName(_ value: Node, _ p: String) throws(TopologyError) -> String {
             let t = try string(value, p)
@@ -239,8 +242,12 @@ private struct TopologyReader {
             case "name": name = try string(value, p)
             case "chain":
                 let names = try strings(value, p)
-                for (i, n) in names.enumerated() where !StageCatalog.names.contains(n) {
-                    throw fail(value.sequence?[i] ?? value, "\(p)[\(i)]", "unknown stage '\(n)'; known stages: \(StageCatalog.names.joined(separator: ", "))")
+                let known = StageCatalog.names + StageCatalog.concurrentNames
+                for (i, n) in names.enumerated() where !known.contains(n) {
+                    throw fail(value.sequence?[i] ?? value, "\(p)[\(i)]", "unknown stage '\(n)'; known stages: \(known.joined(separator: ", "))")
+                }
+                if names.count > 1, let n = names.first(where: StageCatalog.concurrentNames.contains) {
+                    throw fail(value, p, "\(n) does I/O and runs alone in its stage: chain: [\(n)]")
                 }
                 chain = names
             case "inputs":
@@ -280,11 +287,56 @@ private struct TopologyReader {
             case "checkpoint-interval": checkpoint = try duration(value, p)
             case "max-in-flight-records": maxRecords = try int(value, p)
             case "max-in-flight-bytes": maxBytes = try int(value, p)
+            case "concurrency": concurrency = try int(value, p)
             default:
-                let keys = ["candle-lateness", "new-products-interval", "feed-top-n", "utc-offset-hours", "alerts"]
+                let keys = [
+                    "candle-lateness", "new-products-interval", "feed-top-n", "utc-offset-hours", "alerts", "thumbnail-sizes",
+                    "render-threads", "fetch-timeout", "fetch-attempts", "fetch-backoff", "allow-networks", "max-image-bytes",
+                    "max-pixels", "store-directory",
+                ]
                 for (ok, ov) in try mapping(value, p, allowed: keys) {
                     let op = "\(p).\(ok)"
                     switch ok {
+                    case "thumbnail-sizes":
+                        guard let list = ov.sequence, !list.isEmpty else {
+                            throw fail(ov, op, "expected a list of {name, width, height, fit, format, quality}")
+                        }
+                        var sizes: [ThumbnailOptions.Size] = []
+                        for (i, item) in list.enumerated() {
+                            let ip = "\(op)[\(i)]"
+                            var size = ThumbnailOptions.Size(name: "", width: 0, height: 0)
+                            var seen = Set<String>()
+                            for (sk, sv) in try mapping(item, ip, allowed: ["name", "width", "height", "fit", "format", "quality"]) {
+                                seen.insert(sk)
+                                switch sk {
+                                case "name": size.name = try string(sv, "\(ip).name")
+                                case "width": size.width = try int(sv, "\(ip).width")
+                                case "height": size.height = try int(sv, "\(ip).height")
+                                case "fit":
+                                    size.fit = try string(sv, "\(ip).fit")
+                                    guard ["fit", "cover"].contains(size.fit) else { throw fail(sv, "\(ip).fit", "expected fit or cover, found '\(size.fit)'") }
+                                case "format":
+                                    size.format = try string(sv, "\(ip).format")
+                                    guard ["jpeg", "webp"].contains(size.format) else { throw fail(sv, "\(ip).format", "expected jpeg or webp, found '\(size.format)'") }
+                                default:
+                                    size.quality = try int(sv, "\(ip).quality")
+                                    guard size.quality <= 100 else { throw fail(sv, "\(ip).quality", "expected 1...100, found \(size.quality)") }
+                                }
+                            }
+                            for required in ["name", "width", "height"] where !seen.contains(required) {
+                                throw fail(item, "\(ip).\(required)", "missing; a size needs name, width and height")
+                            }
+                            sizes.append(size)
+                        }
+                        options.thumbnails.sizes = sizes
+                    case "render-threads": options.thumbnails.renderThreads = try int(ov, op)
+                    case "fetch-timeout": options.thumbnails.fetchTimeoutMillis = try duration(ov, op).wholeMillis
+                    case "fetch-attempts": options.thumbnails.fetchAttempts = try int(ov, op)
+                    case "fetch-backoff": options.thumbnails.fetchBackoffMillis = try duration(ov, op).wholeMillis
+                    case "allow-networks": options.thumbnails.allowNetworks = try strings(ov, op)
+                    case "max-image-bytes": options.thumbnails.maxImageBytes = try int(ov, op)
+                    case "max-pixels": options.thumbnails.maxPixels = try int(ov, op)
+                    case "store-directory": options.thumbnails.storeDirectory = try string(ov, op)
                     case "alerts":
                         guard let list = ov.sequence else { throw fail(ov, op, "expected a list of {subscriber, market, threshold}") }
                         for (i, item) in list.enumerated() {
@@ -323,7 +375,7 @@ private struct TopologyReader {
         return Topology.Stage(
             name: name, chain: chain, inputs: inputs, outputs: outputs, deadLetterTopic: deadLetter, group: group ?? name,
             delivery: delivery, changelog: changelog, retry: retry, advanceInterval: advance, checkpointInterval: checkpoint,
-            maxInFlightRecords: maxRecords, maxInFlightBytes: maxBytes, options: options)
+            maxInFlightRecords: maxRecords, maxInFlightBytes: maxBytes, concurrency: concurrency, options: options)
     }
 }
 

@@ -260,16 +260,13 @@ public struct ChallengeNotificationStage: Stage {
 }
 
 /// `challenges.thumbnails`: every image of a visible spending record becomes one
-/// ``ThumbnailRequest`` per configured size on `thumbnails.requests` (key `record-<id>`), for
-/// the thumbnail worker. The request's `productId` carries the record id (the request names the
-/// item its image belongs to; the worker itself only uses the URL and size). Hidden (reported)
-/// records get none. Stateless; an unchanged image gets the same dedupe key on every edit.
+/// ``ThumbnailRequest`` on `thumbnails.requests` (key `record-<id>`), for the thumbnail worker.
+/// Hidden (reported) records get none. Stateless; an unchanged image gets the same dedupe key
+/// on every edit.
 public struct ChallengeThumbnailStage: Stage {
-    public var sizes: [ThumbnailSize]
     public var decoder: ChallengeDecoder
 
-    public init(sizes: [ThumbnailSize] = ThumbnailSize.defaults, decoder: ChallengeDecoder = ChallengeDecoder()) {
-        self.sizes = sizes
+    public init(decoder: ChallengeDecoder = ChallengeDecoder()) {
         self.decoder = decoder
     }
 
@@ -282,15 +279,8 @@ public struct ChallengeThumbnailStage: Stage {
         var out = StageOutput()
         for case .record(let r) in events where !r.hidden {
             for (index, url) in r.images.enumerated() {
-                for size in sizes {
-                    let key = "thumb:record:\(r.recordId):\(index):\(size.name):\(stableHash(url))"
-                    let request = ThumbnailRequest(
-                        productId: r.recordId, imageIndex: index, sourceURL: url, sizeName: size.name,
-                        width: size.width, height: size.height, fit: size.fit, dedupeKey: key)
-                    out.records.append(OutputRecord(
-                        output: "thumbnails.requests", key: Array("record-\(r.recordId)".utf8), value: request.jsonBytes(),
-                        dedupeKey: key))
-                }
+                out.records.append(
+                    ThumbnailRequest(owner: .record, ownerId: String(r.recordId), imageIndex: index, sourceURL: url).outputRecord())
             }
         }
         return out

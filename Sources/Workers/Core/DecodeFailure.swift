@@ -20,6 +20,24 @@ public struct DecodeFailure: Error, Sendable, Hashable, Codable, CustomStringCon
         /// The stage's outputs for this input could not be delivered within the retry budget
         /// (set by the runtime, never by a stage; the error code is in the dead letter).
         case deliveryFailed = "delivery-failed"
+        /// A source (image) could not be fetched within the retry budget: timeouts, refused
+        /// connections, 5xx answers.
+        case fetchFailed = "fetch-failed"
+        /// The source's server answered with a final error (4xx, a redirect loop).
+        case sourceRejected = "source-rejected"
+        /// The source's address is private, loopback, link-local or a metadata endpoint (and not
+        /// allow-listed), or its scheme or path is not allowed. Nothing was fetched.
+        case destinationRefused = "destination-refused"
+        /// The bytes are not an image format the worker accepts.
+        case unsupportedImage = "unsupported-image"
+        /// The image is damaged or truncated.
+        case corruptImage = "corrupt-image"
+        /// The header declares more pixels than the limit: a decompression bomb (or just huge).
+        case decompressionBomb = "decompression-bomb"
+        /// Rendering or encoding failed, or took longer than its time limit.
+        case renderFailed = "render-failed"
+        /// The rendered result could not be stored.
+        case storeFailed = "store-failed"
     }
 
     /// Path of the offending field, e.g. `trade_price`, `[1].code`, `pages[3].images`; `$` is the whole value.

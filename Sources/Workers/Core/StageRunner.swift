@@ -104,10 +104,11 @@ public struct StageCatalog: Sendable {
         public var feedCategories = CampaignFeedStage.defaultCategories
         public var feedUser = CampaignFeedStage.UserSource.header("user-id")
         public var newProductsIntervalMillis: Int64 = 5 * 60_000
-        public var thumbnailSizes = ThumbnailSize.defaults
         public var alerts: [WatchlistAlertStage.Subscription] = []
         /// "A new hangout near your saved places": great-circle radius in metres.
         public var hangoutNearbyRadiusMeters: Double = 3_000
+        /// The thumbnail worker's settings (`thumbnails.render`).
+        public var thumbnails = ThumbnailOptions()
         public init() {}
     }
 
@@ -134,6 +135,10 @@ public struct StageCatalog: Sendable {
         "notifications.render",
     ]
 
+    /// Stages that do I/O (``ConcurrentStage``): valid in a topology, each alone in its chain,
+    /// built by the host that links their module (`pipelinectl worker`), not by this catalog.
+    public static let concurrentNames = ["thumbnails.render"]
+
     public func stage(named name: String) throws(UnknownStage) -> any Stage {
         let prices = PriceTickDecoder(limits: options.limits)
         let products = ProductDecoder(limits: options.limits, utcOffsetSeconds: options.utcOffsetSeconds)
@@ -147,7 +152,7 @@ public struct StageCatalog: Sendable {
         case "prices.candles": return CandleStage(decoder: prices, allowedLatenessMillis: options.candleLatenessMillis)
         case "prices.alerts": return WatchlistAlertStage(subscriptions: options.alerts, decoder: prices)
         case "products.decode": return ProductDecodeStage(decoder: products)
-        case "products.thumbnails": return ThumbnailRequestStage(sizes: options.thumbnailSizes, decoder: products)
+        case "products.thumbnails": return ThumbnailRequestStage(decoder: products)
         case "products.new-notifications":
             return NewProductsNotificationStage(intervalMillis: options.newProductsIntervalMillis, decoder: products)
         case "campaigns.feed":
@@ -161,7 +166,7 @@ public struct StageCatalog: Sendable {
         case "challenges.standings": return ChallengeStandingsStage(offsetSeconds: options.utcOffsetSeconds, decoder: challenges)
         case "challenges.notifications":
             return ChallengeNotificationStage(offsetSeconds: options.utcOffsetSeconds, decoder: challenges)
-        case "challenges.thumbnails": return ChallengeThumbnailStage(sizes: options.thumbnailSizes, decoder: challenges)
+        case "challenges.thumbnails": return ChallengeThumbnailStage(decoder: challenges)
         case "notifications.render": return NotificationRenderStage(decoder: NotificationDecoder(limits: options.limits))
         default: throw UnknownStage(name: name)
         }

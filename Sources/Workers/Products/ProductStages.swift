@@ -60,90 +60,14 @@ extension ProductEvent {
     }
 }
 
-/// What the thumbnail stage (module `Thumbnails`) should render.
-public struct ThumbnailRequest: Sendable, Hashable, Codable {
-    public enum Fit: String, Sendable, Hashable, Codable {
-        /// Whole image inside the box (letterboxed).
-        case fit
-        /// Box filled, overflow cropped.
-        case cover
-    }
-
-    public var productId: Int64
-    /// Position of the image in the product's `images` (0 is the product thumbnail when the
-    /// message carries no images).
-    public var imageIndex: Int
-    public var sourceURL: String
-    /// Configured size name (`list`, `grid`).
-    public var sizeName: String
-    public var width: Int
-    public var height: Int
-    public var fit: Fit
-    /// `thumb:<product>:<index>:<size>:<url hash>`: stable for the same image and size, new when the URL changes.
-    public var dedupeKey: String
-
-    public init(
-        productId: Int64, imageIndex: Int, sourceURL: String, sizeName: String, width: Int, height: Int, fit: Fit,
-        dedupeKey: String
-    ) {
-        self.productId = productId
-        self.imageIndex = imageIndex
-        self.sourceURL = sourceURL
-        self.sizeName = sizeName
-        self.width = width
-        self.height = height
-        self.fit = fit
-        self.dedupeKey = dedupeKey
-    }
-
-    /// `{"product_id","image_index","source_url","size","width","height","fit","dedupe_key"}`: the
-    /// value of each `thumbnails.requests` record.
-    public func jsonBytes() -> [UInt8] {
-        var w = JSONWriter()
-        w.beginObject()
-        w.key("product_id"); w.int(productId)
-        w.key("image_index"); w.int(imageIndex)
-        w.key("source_url"); w.string(sourceURL)
-        w.key("size"); w.string(sizeName)
-        w.key("width"); w.int(width)
-        w.key("height"); w.int(height)
-        w.key("fit"); w.string(fit.rawValue)
-        w.key("dedupe_key"); w.string(dedupeKey)
-        w.endObject()
-        return w.bytes
-    }
-}
-
-/// A configured thumbnail size.
-public struct ThumbnailSize: Sendable, Hashable, Codable {
-    public var name: String
-    public var width: Int
-    public var height: Int
-    public var fit: ThumbnailRequest.Fit
-
-    public init(name: String, width: Int, height: Int, fit: ThumbnailRequest.Fit) {
-        self.name = name
-        self.width = width
-        self.height = height
-        self.fit = fit
-    }
-
-    /// List rows show small square crops, the grid larger whole images.
-    public static let defaults = [
-        ThumbnailSize(name: "list", width: 160, height: 160, fit: .cover),
-        ThumbnailSize(name: "grid", width: 480, height: 480, fit: .fit),
-    ]
-}
-
-/// `products.thumbnails`: one ``ThumbnailRequest`` per image per configured size for created and
-/// updated products (output `thumbnails.requests`, key: product id). Deletions produce nothing.
-/// Stateless; an unchanged image gets the same dedupe key on every update.
+/// `products.thumbnails`: one ``ThumbnailRequest`` per image of a created or updated product
+/// (output `thumbnails.requests`, key: product id); a product without images asks for its
+/// `thumbnail`. Deletions produce nothing. Stateless; an unchanged image gets the same dedupe
+/// key on every update. The sizes are the thumbnail worker's.
 public struct ThumbnailRequestStage: Stage {
-    public var sizes: [ThumbnailSize]
     public var decoder: ProductDecoder
 
-    public init(sizes: [ThumbnailSize] = ThumbnailSize.defaults, decoder: ProductDecoder = ProductDecoder()) {
-        self.sizes = sizes
+    public init(decoder: ProductDecoder = ProductDecoder()) {
         self.decoder = decoder
     }
 
@@ -156,14 +80,8 @@ public struct ThumbnailRequestStage: Stage {
         for case let product? in events.map(\.product) {
             let urls = product.images.isEmpty ? [product.thumbnail] : product.images.map(\.url)
             for (index, url) in urls.enumerated() {
-                for size in sizes {
-                    let key = "thumb:\(product.id):\(index):\(size.name):\(stableHash(url))"
-                    let request = ThumbnailRequest(
-                        productId: product.id, imageIndex: index, sourceURL: url, sizeName: size.name,
-                        width: size.width, height: size.height, fit: size.fit, dedupeKey: key)
-                    out.records.append(OutputRecord(
-                        output: "thumbnails.requests", key: Array(String(product.id).utf8), value: request.jsonBytes(), dedupeKey: key))
-                }
+                out.records.append(
+                    ThumbnailRequest(owner: .product, ownerId: String(product.id), imageIndex: index, sourceURL: url).outputRecord())
             }
         }
         return out

@@ -44,17 +44,23 @@ import WorkersTesting
         #expect(driver.outputs.isEmpty)
     }
 
-    @Test func thumbnailRequestsOnePerImagePerSizeGolden() {
+    @Test func thumbnailRequestsOnePerImageGolden() {
         var driver = TestDriver(ProductDecodeStage().then(ThumbnailRequestStage()))
         driver.send(value: Fixtures.productDetail, timestamp: 1)
         let requests = driver.outputs(named: "thumbnails.requests")
-        #expect(requests.count == 4)  // 2 images × (list, grid)
+        #expect(requests.count == 2)  // 2 images; the worker renders every size of each
+        let key = requests.first?.dedupeKey ?? ""
         #expect(requests.first?.valueString == """
-            {"product_id":522,"image_index":0,"source_url":"https://img.example.com/o/1.jpg","size":"list",\
-            "width":160,"height":160,"fit":"cover","dedupe_key":"\(requests.first?.dedupeKey ?? "")"}
+            {"owner":"product","owner_id":"522","image_index":0,"source_url":"https://img.example.com/o/1.jpg",\
+            "dedupe_key":"\(key)"}
             """)
-        #expect(requests.map(\.dedupeKey).allSatisfy { $0.hasPrefix("thumb:522:") })
-        #expect(Set(requests.map(\.dedupeKey)).count == 4)
+        #expect(requests.map(\.keyString) == ["522", "522"])
+        #expect(requests.map(\.dedupeKey).allSatisfy { $0.hasPrefix("thumb:product:522:") })
+        #expect(Set(requests.map(\.dedupeKey)).count == 2)
+        // The worker reads back what the stage wrote.
+        let decoded = try? ThumbnailRequest.decode(requests[0].value ?? [])
+        #expect(decoded == ThumbnailRequest(owner: .product, ownerId: "522", imageIndex: 0, sourceURL: "https://img.example.com/o/1.jpg"))
+        #expect(decoded?.dedupeKey == key)
         // An update with the same images yields the same dedupe keys; a deletion yields nothing.
         let before = requests.map(\.dedupeKey)
         let again = driver.send(value: Fixtures.productDetail, headers: ["event-type": "updated"], timestamp: 2)
@@ -63,10 +69,21 @@ import WorkersTesting
     }
 
     @Test func listProductsWithoutImagesUseTheirThumbnail() {
-        var driver = TestDriver(ThumbnailRequestStage(sizes: [ThumbnailSize(name: "grid", width: 300, height: 200, fit: .fit)]))
+        var driver = TestDriver(ThumbnailRequestStage())
         driver.send(value: Fixtures.productPageNew, timestamp: 1)
         #expect(driver.outputs.count == 1)
         #expect(driver.outputs.first?.valueString?.contains(#""source_url":"https://s3.example.com/training-resources/2022/10/18/abc""#) == true)
+    }
+
+    @Test func thumbnailRequestsThatCannotBeUsedNameTheField() {
+        func failure(_ json: String) -> DecodeFailure? {
+            do { _ = try ThumbnailRequest.decode(Array(json.utf8)); return nil } catch { return error }
+        }
+        #expect(failure(#"{"owner":"planet","owner_id":"1","image_index":0,"source_url":"u"}"#)?.field == "owner")
+        #expect(failure(#"{"owner":"product","image_index":0,"source_url":"u"}"#)?.field == "owner_id")
+        #expect(failure(#"{"owner":"product","owner_id":"1","image_index":-1,"source_url":"u"}"#)?.field == "image_index")
+        #expect(failure(#"{"owner":"product","owner_id":"1","image_index":0}"#)?.field == "source_url")
+        #expect(failure(#"{"owner":"product","owner_id":"1","image_index":0,"source_url":"u"}"#) == nil)
     }
 
     @Test func aBurstOfNewProductsGivesOneNotificationPerCategory() {
