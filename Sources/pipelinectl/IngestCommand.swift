@@ -41,7 +41,7 @@ struct Ingest: AsyncParsableCommand {
 
                 Examples:
                   pipelinectl ingest upbit --codes KRW-BTC,KRW-ETH
-                  pipelinectl ingest upbit --url ws://127.0.0.1:8765/websocket/v1 --codes KRW-BTC --max-messages 100 --json
+                  pipelinectl ingest upbit --url ws://127.0.0.1:8765/ --codes KRW-BTC --max-messages 100 --json
                   pipelinectl ingest upbit --codes KRW-BTC --duration 10m --topic prices.capture
                 """)
 
@@ -51,13 +51,13 @@ struct Ingest: AsyncParsableCommand {
         @Option(help: "Stop after producing this many records.") var maxMessages: Int?
         @Option(help: "Stop after this long (e.g. 10m). Default: run until SIGINT/SIGTERM.", transform: duration("--duration"))
         var duration: Duration?
-        @Option(help: "Ping the server after this long without writing.", transform: duration("--ping-interval"))
+        @Option(help: "Ping the server after this long without writing (default: 30s).", transform: duration("--ping-interval"))
         var pingInterval: Duration = .seconds(30)
-        @Option(help: "Reconnect after this long without reading anything (a dead connection).", transform: duration("--idle-timeout"))
+        @Option(help: "Reconnect after this long without reading anything: a dead connection (default: 75s).", transform: duration("--idle-timeout"))
         var idleTimeout: Duration = .seconds(75)
-        @Option(help: "The first reconnect wait; it doubles per failure in a row (with ±25 % jitter).", transform: duration("--reconnect-delay"))
+        @Option(help: "The first reconnect wait, doubled per failure in a row, ±25 % jitter (default: 500ms).", transform: duration("--reconnect-delay"))
         var reconnectDelay: Duration = .milliseconds(500)
-        @Option(help: "The longest reconnect wait.", transform: duration("--max-reconnect-delay"))
+        @Option(help: "The longest reconnect wait (default: 30s).", transform: duration("--max-reconnect-delay"))
         var maxReconnectDelay: Duration = .seconds(30)
         @Option(help: "Stop (exit 1) after this many failed connections in a row. Default: never.") var giveUpAfter: Int?
         @Flag(help: "Print the summary as JSON.") var json = false
@@ -71,7 +71,7 @@ struct Ingest: AsyncParsableCommand {
             }
         }
 
-        var codeList: [String] { codes.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) } }
+        var codeList: [String] { codes.split(separator: ",", omittingEmptySubsequences: false).map { $0.trimmingCharacters(in: .whitespaces) } }
 
         func validate() throws {
             do { _ = try WebSocketEndpoint(url: url) } catch { throw ValidationError("--url: \(error)") }
