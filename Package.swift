@@ -18,6 +18,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
         .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
+        // Already in the graph through async-http-client; named for wss:// in the WebSocket feed.
+        .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
         .package(url: "https://github.com/x-sheep/swift-property-based", from: "2.0.1"),
         .package(url: "https://github.com/jpsim/Yams", from: "6.0.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
@@ -70,14 +72,23 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOWebSocket", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ]
         ),
 
-        // Test doubles: TestDriver (a stage without a broker) and librdkafka's mock cluster.
+        // Test doubles: TestDriver (a stage without a broker), librdkafka's mock cluster, a
+        // scriptable WebSocket server.
         .target(name: "WorkersTesting", dependencies: ["Workers"]),
         .target(
             name: "PipelineTesting",
-            dependencies: ["CKafka", "Pipeline", .product(name: "Logging", package: "swift-log")]),
+            dependencies: [
+                "CKafka", "Pipeline", .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOWebSocket", package: "swift-nio"),
+            ]),
 
         .executableTarget(
             name: "pipelinectl",
@@ -104,8 +115,16 @@ let package = Package(
 
         // Tests. PipelineTests need no broker (configuration, errors, librdkafka's mock cluster);
         // IntegrationTests start the local tansu broker.
-        .testTarget(name: "PipelineTests", dependencies: ["Pipeline", "PipelineTesting", "Workers"]),
-        .testTarget(name: "IntegrationTests", dependencies: ["Pipeline", "Workers"]),
+        .testTarget(
+            name: "PipelineTests",
+            dependencies: [
+                "Pipeline", "PipelineTesting", "Workers",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOWebSocket", package: "swift-nio"),
+            ]),
+        .testTarget(
+            name: "IntegrationTests",
+            dependencies: ["Pipeline", "PipelineTesting", "Workers", .product(name: "NIOWebSocket", package: "swift-nio")]),
         .testTarget(
             name: "WorkersTests",
             dependencies: ["Workers", "WorkersTesting", .product(name: "PropertyBased", package: "swift-property-based")]

@@ -12,7 +12,7 @@ enum Exit {
     static let warn: Int32 = 2
     /// `lag`: some group is ERR (a partition STALL, STOP, REWIND or ERR). `topics apply`: drift.
     static let notOK: Int32 = 3
-    /// Done, but not all of it: `produce` rejected lines, `dlq redrive` left exhausted dead
+    /// Done, but not all of it: `produce` rejected lines, `ingest` rejected messages, `dlq redrive` left exhausted dead
     /// letters, `groups reset-offsets` refused a group that has members.
     static let partial: Int32 = 4
     /// ArgumentParser's code for a bad flag or value.
@@ -25,8 +25,9 @@ let exitCodesHelp = """
       1   a Kafka or I/O error (the message says which)
       2   lag: a group is WARN
       3   lag: a group is ERR (STALL, STOP, REWIND or ERR); topics apply: drift
-      4   done in part: produce rejected lines, dlq redrive left dead letters that were
-          redriven too often, groups reset-offsets refused a group with members
+      4   done in part: produce rejected lines, ingest rejected messages, dlq redrive left
+          dead letters that were redriven too often, groups reset-offsets refused a group
+          with members
       64  a bad flag or value (the message names it and the fix)
 
     The bootstrap server comes from --bootstrap-server or KAFKA_BOOTSTRAP_SERVERS.

@@ -20,7 +20,7 @@ import Testing
     }
 
     static let commands: [(String, ParsableCommand.Type)] = [
-        ("produce", Produce.self), ("replay", Replay.self), ("dlq", DLQ.self), ("dlq-list", DLQ.List.self),
+        ("produce", Produce.self), ("ingest", Ingest.self), ("ingest-upbit", Ingest.Upbit.self), ("replay", Replay.self), ("dlq", DLQ.self), ("dlq-list", DLQ.List.self),
         ("dlq-show", DLQ.Show.self), ("dlq-redrive", DLQ.Redrive.self), ("lag", Lag.self), ("groups", Groups.self),
         ("groups-list", Groups.List.self), ("groups-describe", Groups.Describe.self), ("groups-reset-offsets", Groups.ResetOffsets.self),
     ]
@@ -34,7 +34,7 @@ import Testing
 
     @Test func rootHelpListsTheCommandsAndExitCodes() {
         let help = PipelineCtl.helpMessage(columns: 100)
-        for name in ["produce", "replay", "dlq", "lag", "groups", "Exit codes"] { #expect(help.contains(name)) }
+        for name in ["produce", "ingest", "replay", "dlq", "lag", "groups", "Exit codes"] { #expect(help.contains(name)) }
     }
 
     @Test func goldenLagTable() throws {
@@ -75,6 +75,14 @@ import Testing
         #expect(message(["groups", "reset-offsets", "g", "--topic", "t", "--to-earliest", "--to-latest"] + b).contains("(got 2)"))
         #expect(message(["produce", "weather"]).contains("weather"))
         #expect(message(["produce", "prices", "/nonexistent.jsonl"]).contains("cannot read '/nonexistent.jsonl'"))
+        let upbit = ["ingest", "upbit", "--codes", "KRW-BTC"] + b
+        #expect(message(["ingest", "upbit"] + b).contains("--codes"))
+        #expect(message(upbit + ["--url", "http://example.com/"]).contains("--url: 'http://example.com/' is not a WebSocket URL: the scheme must be ws or wss"))
+        #expect(message(["ingest", "upbit", "--codes", "KRW-BTC,"] + b).contains("--codes: 'KRW-BTC,' is not a comma-separated list"))
+        #expect(message(upbit + ["--ping-interval", "60s", "--idle-timeout", "30s"]).contains("--idle-timeout (30.0 seconds) must be longer than --ping-interval"))
+        #expect(message(upbit + ["--duration", "soon"]).contains("--duration: 'soon' is not a duration"))
+        #expect(message(upbit + ["--max-messages", "0"]).contains("--max-messages must be positive"))
+        #expect(message(upbit).isEmpty, "valid")
     }
 
     @Test func bootstrapServerFromTheEnvironmentOrNamedWhenMissing() throws {

@@ -114,17 +114,30 @@ public struct ProduceParser: Sendable {
             var bytes = Array(raw)
             if bytes.last == 0x0D { bytes.removeLast() }
             guard bytes.contains(where: { !Self.isSpace($0) }) else { continue }
-            if let first = bytes.firstIndex(where: { !Self.isSpace($0) }), bytes[first] == UInt8(ascii: "[") {
-                guard let elements = Self.splitArray(bytes, from: first) else {
-                    rejected.append(RejectedLine(source: source, line: lineNumber, reason: "not valid JSON"))
-                    continue
-                }
-                for (_, element) in elements { add(element, source: source, line: lineNumber, into: &records, rejected: &rejected) }
-            } else {
-                add(bytes, source: source, line: lineNumber, into: &records, rejected: &rejected)
-            }
+            parseBody(bytes, source: source, line: lineNumber, into: &records, rejected: &rejected)
         }
         return (records, rejected)
+    }
+
+    /// One message, as one line of input is read: a body or envelope, or a JSON array of them
+    /// (one record per element). `pipelinectl ingest` reads each WebSocket message this way.
+    public func parseBody(_ bytes: [UInt8], source: String, line: Int) -> (records: [ProduceLine], rejected: [RejectedLine]) {
+        var records: [ProduceLine] = []
+        var rejected: [RejectedLine] = []
+        parseBody(bytes, source: source, line: line, into: &records, rejected: &rejected)
+        return (records, rejected)
+    }
+
+    private func parseBody(_ bytes: [UInt8], source: String, line: Int, into records: inout [ProduceLine], rejected: inout [RejectedLine]) {
+        if let first = bytes.firstIndex(where: { !Self.isSpace($0) }), bytes[first] == UInt8(ascii: "[") {
+            guard let elements = Self.splitArray(bytes, from: first) else {
+                rejected.append(RejectedLine(source: source, line: line, reason: "not valid JSON"))
+                return
+            }
+            for (_, element) in elements { add(element, source: source, line: line, into: &records, rejected: &rejected) }
+        } else {
+            add(bytes, source: source, line: line, into: &records, rejected: &rejected)
+        }
     }
 
     private func add(_ bytes: [UInt8], source: String, line: Int, into records: inout [ProduceLine], rejected: inout [RejectedLine]) {
