@@ -201,7 +201,7 @@ final class DevSession {
         // The sample product images are served from this machine; the thumbnail worker may
         // fetch from loopback for them (and only here).
         let thumbnailStages = stages.filter { $0.chain == ["thumbnails.render"] }
-        let imageList = samples + "/products/images.txt"
+        let imageList = samples + "/images.txt"
         if !thumbnailStages.isEmpty, FileManager.default.fileExists(atPath: imageList) {
             let server = try await DevImageServer(imageList: imageList)
             imageServer = server

@@ -3,8 +3,8 @@ import NIOCore
 import NIOHTTP1
 import NIOPosix
 
-/// Serves the product images the samples reference (`http://127.0.0.1:8089/images/<name>`,
-/// names in `samples/products/images.txt`) for `pipelinectl dev`, so the thumbnail worker
+/// Serves the images the samples reference (`http://127.0.0.1:8089/images/<name>`,
+/// names in `samples/images.txt`) for `pipelinectl dev`, so the thumbnail worker
 /// fetches real images over real HTTP. Each image is a generated PNG (a gradient tinted by its
 /// name, 480x360), made on first request; any other path is a 404.
 final class DevImageServer: Sendable {
