@@ -13,8 +13,9 @@ struct Pending: Sendable {
     var sources: [Int32]
     var inputs: [InputRecord]
     var ticket: DeliveryTicket
-    /// Stored for commit once settled (the next offset to read); nil stores nothing.
-    var storeOffset: Int64?
+    /// Stored for commit once settled (the next offset to read per input partition); empty
+    /// stores nothing.
+    var storeOffsets: [TopicPartitionOffset]
     /// Inputs this settles (for the counters).
     var inputCount: Int
     var bytes: Int
@@ -28,43 +29,47 @@ struct Pending: Sendable {
     static let checkpointRecord: Int32 = -2
 
     init(
-        records: [ProducerRecord], sources: [Int32], inputs: [InputRecord], ticket: DeliveryTicket, storeOffset: Int64?,
+        records: [ProducerRecord], sources: [Int32], inputs: [InputRecord], ticket: DeliveryTicket, storeOffsets: [TopicPartitionOffset],
         inputCount: Int, bytes: Int, heldRecords: Int? = nil
     ) {
         self.records = records
         self.sources = sources
         self.inputs = inputs
         self.ticket = ticket
-        self.storeOffset = storeOffset
+        self.storeOffsets = storeOffsets
         self.inputCount = inputCount
         self.bytes = bytes
         self.heldRecords = heldRecords ?? records.count
     }
 }
 
-/// One assigned input partition: its stage state (touched only by the service's event loop) and
-/// the task that settles its outputs in order.
+/// One assigned input partition (or, for a stage that joins co-partitioned inputs, the same
+/// partition number of each input topic): its stage state (touched only by the service's event
+/// loop) and the task that settles its outputs in order.
 ///
-/// Order is per partition: outputs are submitted in input order, settled in submission order, and
-/// an offset is stored only after every earlier output of the partition is delivered (or its input
-/// dead-lettered). Partitions settle independently, so a slow partition does not hold back the
+/// Order is per lane: outputs are submitted in input order, settled in submission order, and
+/// an offset is stored only after every earlier output of the lane is delivered (or its input
+/// dead-lettered). Lanes settle independently, so a slow partition does not hold back the
 /// others' commits.
 final class PartitionLane {
-    let partition: TopicPartition
-    /// The ordered stage's copy for this partition; nil for a concurrent stage.
+    /// The lane's identity: the input partition, or `a+b` and the partition number for joined
+    /// inputs (the changelog key).
+    let id: TopicPartition
+    /// The ordered stage's copy for this lane; nil for a concurrent stage.
     var runner: StageRunner?
-    /// Offset after the last input folded into the state (or whose outputs were submitted).
-    var nextOffset: Int64?
-    /// Inputs below this offset are already in the restored state: skipped.
-    var skipBelow: Int64 = -1
-    /// The offset of a restored checkpoint, not stored yet (see `StageLoop.storeRestoredOffset`).
-    var restoredOffsetToStore: Int64?
+    /// Per input partition: the offset after the last input folded into the state (or whose
+    /// outputs were submitted).
+    var next: [TopicPartition: Int64] = [:]
+    /// Per input partition: inputs below this offset are already in the restored state: skipped.
+    var skipBelow: [TopicPartition: Int64] = [:]
+    /// The offsets of a restored checkpoint, not stored yet (see `StageLoop.storeRestoredOffsets`).
+    var restoredOffsets: [TopicPartitionOffset] = []
     /// The state changed since the last checkpoint.
     var dirty = false
     var lastCheckpoint = ContinuousClock.now
     /// Timestamp of the last input processed (for the lag in seconds).
     var lastTimestamp: Int64 = 0
-    var lagGauges: (records: Gauge, seconds: Gauge)?
+    var lagGauges: [TopicPartition: (records: Gauge, seconds: Gauge)] = [:]
     private let queue: AsyncStream<Work>.Continuation
     private let settler: Task<Void, Never>
     /// Concurrent stage: the latest task per record key, so that a key's outputs are submitted in
@@ -81,8 +86,8 @@ final class PartitionLane {
         case running(Task<Pending?, Never>)
     }
 
-    init(partition: TopicPartition, runner: StageRunner?, settle: @escaping @Sendable (Pending) async -> Void) {
-        self.partition = partition
+    init(id: TopicPartition, runner: StageRunner?, settle: @escaping @Sendable (Pending) async -> Void) {
+        self.id = id
         self.runner = runner
         let (stream, continuation) = AsyncStream<Work>.makeStream()
         queue = continuation
@@ -94,11 +99,11 @@ final class PartitionLane {
             for await work in stream {
                 switch work {
                 case .submitted(var pending):
-                    if broken { pending.storeOffset = nil }
+                    if broken { pending.storeOffsets = [] }
                     await settle(pending)
                 case .running(let task):
                     if var pending = await task.value {
-                        if broken { pending.storeOffset = nil }
+                        if broken { pending.storeOffsets = [] }
                         await settle(pending)
                     } else {
                         broken = true
@@ -168,7 +173,9 @@ struct Settler: Sendable {
         }
     }
 
-    func settle(_ pending: Pending, partition tp: TopicPartition) async {
+    /// - Parameter partitions: the lane's input partitions (paused together while retrying).
+    func settle(_ pending: Pending, partitions: [TopicPartition]) async {
+        let tp = partitions.count == 1 ? "\(partitions[0])" : "\(partitions)"
         var records = pending.records
         var sources = pending.sources
         var reports = await pending.ticket.reports()
@@ -237,8 +244,8 @@ struct Settler: Sendable {
             }
             if !paused {
                 paused = true
-                backpressure.beginRetry(tp)
-                try? consumer.pause([tp])
+                for p in partitions { backpressure.beginRetry(p) }
+                try? consumer.pause(partitions)
                 counters.pausedPartitions.add(1)
             }
             attempt += 1
@@ -253,11 +260,12 @@ struct Settler: Sendable {
         }
         if paused {
             counters.pausedPartitions.add(-1)
-            if backpressure.endRetry(tp) { try? consumer.resume([tp]) }
+            let resumable = partitions.filter { backpressure.endRetry($0) }
+            if !resumable.isEmpty { try? consumer.resume(resumable) }
         }
-        if let offset = pending.storeOffset {
+        if !pending.storeOffsets.isEmpty {
             do {
-                try consumer.store(offsets: [TopicPartitionOffset(tp.topic, tp.partition, offset: offset)])
+                try consumer.store(offsets: pending.storeOffsets)
             } catch {
                 // Revoked or lost meanwhile: the next owner reads from the last commit (at least once).
                 logger.info("offset not stored (partition no longer assigned)", metadata: ["partition": "\(tp)", "error": "\(error)"])

@@ -135,6 +135,9 @@ public final class StageService: Service, Sendable {
         consumerConfig.groupInstanceID = settings.instanceID
         consumerConfig.statisticsInterval = settings.statisticsInterval
         consumerConfig.fetchMaxWait = settings.fetchMaxWait
+        // A stage that joins its inputs keeps one state per partition number across them: the
+        // range assignor gives a member the same partition numbers of every input topic.
+        if definition.joinsInputs { consumerConfig.assignmentStrategy = .range }
         // Commits are made by the loop (every tick, on revocation and on close), so that a
         // failing commit is seen: it turns the worker not-ready.
         consumerConfig.autoCommit = false
@@ -296,53 +299,76 @@ final class StageLoop {
             logger.info("partitions assigned", metadata: ["partitions": "\(partitions)"])
             try await assign(partitions)
             if backpressure.isPaused { try? consumer.pause(partitions) }
-            service.health.assigned(total: lanes.count)
-            service.metrics.assignedPartitions.record(lanes.count)
+            service.health.assigned(total: assignedCount)
+            service.metrics.assignedPartitions.record(assignedCount)
         case .revoked(let partitions):
             counters.rebalances.add(1)
             service.metrics.rebalances.increment()
             logger.info("partitions revoked", metadata: ["partitions": "\(partitions)"])
-            service.health.revoked(total: lanes.count - partitions.count)
+            service.health.revoked(total: max(0, assignedCount - partitions.count))
             for tp in partitions {
-                guard let lane = lanes.removeValue(forKey: tp) else { continue }
+                // A joined lane goes with the first of its partitions (they are assigned and
+                // revoked together; one left behind gets a lane again, restored, at its next record).
+                guard let lane = lanes.removeValue(forKey: laneID(tp)) else { continue }
                 await checkpoint(lane)
                 await lane.finish()
-                lane.lagGauges?.records.record(0)
-                lane.lagGauges?.seconds.record(0)
+                for gauges in lane.lagGauges.values {
+                    gauges.records.record(0)
+                    gauges.seconds.record(0)
+                }
             }
             await commit("revocation")
-            service.metrics.assignedPartitions.record(lanes.count)
+            service.metrics.assignedPartitions.record(assignedCount)
         case .endOfPartition:
             break
         }
     }
 
-    private func makeLane(_ tp: TopicPartition) -> PartitionLane {
+    /// The lane an input partition belongs to: its own, or for a stage that joins its inputs,
+    /// the one of that partition number across every input topic.
+    private func laneID(_ tp: TopicPartition) -> TopicPartition {
+        definition.joinsInputs ? TopicPartition(definition.inputs.joined(separator: "+"), tp.partition) : tp
+    }
+
+    /// Input partitions held in lanes.
+    private var assignedCount: Int { definition.joinsInputs ? lanes.count * definition.inputs.count : lanes.count }
+
+    /// The input partitions of a lane.
+    private func members(of id: TopicPartition) -> [TopicPartition] {
+        definition.joinsInputs ? definition.inputs.map { TopicPartition($0, id.partition) } : [id]
+    }
+
+    private func makeLane(_ id: TopicPartition) -> PartitionLane {
         let settler = self.settler
-        let lane = PartitionLane(partition: tp, runner: service.template) { await settler.settle($0, partition: tp) }
-        lane.lagGauges = service.metrics.lag(tp)
+        let members = members(of: id)
+        let lane = PartitionLane(id: id, runner: service.template) { await settler.settle($0, partitions: members) }
+        for tp in members { lane.lagGauges[tp] = service.metrics.lag(tp) }
         return lane
     }
 
     /// New partitions get a lane; a stateful stage's state is restored before their first record.
     private func assign(_ partitions: [TopicPartition]) async throws {
+        var ids: [TopicPartition] = []
+        for tp in partitions where lanes[laneID(tp)] == nil && !ids.contains(laneID(tp)) { ids.append(laneID(tp)) }
         var restored: [TopicPartition: Changelog.Checkpoint] = [:]
-        if let changelog = service.changelog, let reader {
-            restored = try await changelog.restore(partitions, stateType: service.template!.stateType, using: reader)
+        if let changelog = service.changelog, let reader, !ids.isEmpty {
+            restored = try await changelog.restore(ids, stateType: service.template!.stateType, using: reader)
         }
-        for tp in partitions {
-            let lane = makeLane(tp)
-            if let checkpoint = restored[tp] {
+        for id in ids {
+            let lane = makeLane(id)
+            if let checkpoint = restored[id] {
                 try lane.runner?.restore(checkpoint.state)
-                lane.skipBelow = checkpoint.offset
-                lane.nextOffset = checkpoint.offset
-                lane.restoredOffsetToStore = checkpoint.offset
+                lane.skipBelow = checkpoint.offsets
+                lane.next = checkpoint.offsets
+                lane.restoredOffsets = checkpoint.offsets.map { TopicPartitionOffset($0.key.topic, $0.key.partition, offset: $0.value) }
                 counters.restoredPartitions.add(1)
-                logger.info("state restored", metadata: ["partition": "\(tp)", "offset": "\(checkpoint.offset)"])
+                logger.info("state restored", metadata: ["partition": "\(id)", "offsets": "\(checkpoint.offsets.values.sorted())"])
             }
-            if let old = lanes.updateValue(lane, forKey: tp) { await old.finish() }
+            lanes[id] = lane
         }
     }
+
+
 
     private func process(_ batch: [ConsumerRecord]) async throws {
         // A batch holds records of one or more partitions, each in offset order.
@@ -352,11 +378,11 @@ final class StageLoop {
             var end = start + 1
             while end < batch.count, batch[end].partition == batch[start].partition, batch[end].topic == batch[start].topic { end += 1 }
             let lane: PartitionLane
-            if let existing = lanes[tp] {
+            if let existing = lanes[laneID(tp)] {
                 lane = existing
             } else {
                 try await assign([tp])
-                lane = lanes[tp]!
+                lane = lanes[laneID(tp)]!
             }
             try await process(batch[start..<end], lane: lane)
             start = end
@@ -368,8 +394,11 @@ final class StageLoop {
             start(records, lane: lane, stage: stage)
             return
         }
-        try await storeRestoredOffset(lane)
+        try await storeRestoredOffsets(lane)
         let now = Self.wallClock()
+        guard let tp = records.first?.topicPartition else { return }
+        let skipBelow = lane.skipBelow[tp] ?? -1
+        var last: Int64?
         let started = ContinuousClock.now
         var outgoing: [ProducerRecord] = []
         var sources: [Int32] = []
@@ -377,7 +406,7 @@ final class StageLoop {
         outgoing.reserveCapacity(records.count)
         sources.reserveCapacity(records.count)
         inputs.reserveCapacity(records.count)
-        for record in records where record.offset >= lane.skipBelow {
+        for record in records where record.offset >= skipBelow {
             let input = RecordMapping.input(record, now: now)
             let out = lane.runner!.process(input, context: StageContext(now: input.timestamp))
             let index = Int32(inputs.count)
@@ -399,10 +428,11 @@ final class StageLoop {
                         ])
                 }
             }
-            lane.nextOffset = record.offset + 1
+            last = record.offset
             lane.lastTimestamp = input.timestamp
         }
-        guard !inputs.isEmpty else { return }
+        guard let last else { return }
+        lane.next[tp] = last + 1
         if counters.processed.value == 0 { counters.firstProcessed.withLock { $0 = $0 ?? started } }
         counters.processed.add(inputs.count)
         service.metrics.recordsIn.increment(by: Int64(inputs.count))
@@ -411,7 +441,8 @@ final class StageLoop {
         let stateful = service.changelog != nil
         if stateful { lane.dirty = true }
         try await submit(
-            outgoing, sources: sources, inputs: inputs, to: lane, storeOffset: stateful ? nil : lane.nextOffset)
+            outgoing, sources: sources, inputs: inputs, to: lane,
+            storeOffsets: stateful ? [] : [TopicPartitionOffset(tp.topic, tp.partition, offset: last + 1)])
         if stateful, ContinuousClock.now - lane.lastCheckpoint >= definition.checkpointInterval { await checkpoint(lane) }
     }
 
@@ -457,11 +488,12 @@ final class StageLoop {
                 _ = await earlier?.value
                 guard let ticket = try? await producer.submit(outgoing) else { return nil }
                 return Pending(
-                    records: outgoing, sources: sources, inputs: [input], ticket: ticket, storeOffset: record.offset + 1,
+                    records: outgoing, sources: sources, inputs: [input], ticket: ticket,
+                    storeOffsets: [TopicPartitionOffset(record.topic, record.partition, offset: record.offset + 1)],
                     inputCount: 1, bytes: bytes, heldRecords: 1)
             }
             lane.enqueue(task, key: record.key)
-            lane.nextOffset = record.offset + 1
+            lane.next[record.topicPartition] = record.offset + 1
             lane.lastTimestamp = input.timestamp
             started += 1
             heldBytes += bytes
@@ -477,12 +509,12 @@ final class StageLoop {
     }
 
     private func submit(
-        _ records: [ProducerRecord], sources: [Int32], inputs: [InputRecord], to lane: PartitionLane, storeOffset: Int64?
+        _ records: [ProducerRecord], sources: [Int32], inputs: [InputRecord], to lane: PartitionLane, storeOffsets: [TopicPartitionOffset]
     ) async throws {
         let bytes = records.reduce(0) { $0 + RecordMapping.size($1) }
         let ticket = try await producer.submit(records)
         lane.enqueue(Pending(
-            records: records, sources: sources, inputs: inputs, ticket: ticket, storeOffset: storeOffset,
+            records: records, sources: sources, inputs: inputs, ticket: ticket, storeOffsets: storeOffsets,
             inputCount: inputs.count, bytes: bytes))
         let consumer = self.consumer, partitions = Array(lanes.keys)
         if backpressure.add(records: records.count, bytes: bytes, pause: { try? consumer.pause(partitions) }) == .pause {
@@ -496,24 +528,27 @@ final class StageLoop {
     /// assignment; during the assignment event librdkafka refuses it), through the lane, so that
     /// it is stored before any later one. Otherwise a worker that only re-reads skipped inputs
     /// never commits past them.
-    private func storeRestoredOffset(_ lane: PartitionLane) async throws {
-        guard let offset = lane.restoredOffsetToStore else { return }
-        lane.restoredOffsetToStore = nil
-        try await submit([], sources: [], inputs: [], to: lane, storeOffset: offset)
+    private func storeRestoredOffsets(_ lane: PartitionLane) async throws {
+        guard !lane.restoredOffsets.isEmpty else { return }
+        let offsets = lane.restoredOffsets
+        lane.restoredOffsets = []
+        try await submit([], sources: [], inputs: [], to: lane, storeOffsets: offsets)
     }
 
     /// Writes the lane's state to the changelog; its offset is stored once that is delivered.
     private func checkpoint(_ lane: PartitionLane) async {
-        guard let changelog = service.changelog, lane.dirty, let offset = lane.nextOffset else { return }
+        guard let changelog = service.changelog, lane.dirty, !lane.next.isEmpty else { return }
         do {
-            let record = try changelog.record(state: lane.runner!.state, offset: offset, for: lane.partition)
-            try await submit([record], sources: [Pending.checkpointRecord], inputs: [], to: lane, storeOffset: offset)
+            let offsets = lane.next.map { TopicPartitionOffset($0.key.topic, $0.key.partition, offset: $0.value) }
+                .sorted { ($0.topic, $0.partition) < ($1.topic, $1.partition) }
+            let record = try changelog.record(state: lane.runner!.state, offsets: offsets, for: lane.id)
+            try await submit([record], sources: [Pending.checkpointRecord], inputs: [], to: lane, storeOffsets: offsets)
             lane.dirty = false
             lane.lastCheckpoint = .now
             counters.checkpoints.add(1)
             service.metrics.checkpoints.increment()
         } catch {
-            logger.error("checkpoint failed: \(error)", metadata: ["partition": "\(lane.partition)"])
+            logger.error("checkpoint failed: \(error)", metadata: ["partition": "\(lane.id)"])
         }
     }
 
@@ -521,7 +556,7 @@ final class StageLoop {
     /// checkpoints the states that are due.
     private func advance(now: Int64) async throws {
         for lane in lanes.values {
-            try await storeRestoredOffset(lane)
+            try await storeRestoredOffsets(lane)
             guard let out = lane.runner?.advance(context: StageContext(now: now)) else { continue }
             if !out.records.isEmpty || !out.failures.isEmpty {
                 var outgoing: [ProducerRecord] = []
@@ -536,7 +571,7 @@ final class StageLoop {
                     sources.append(Pending.noInput)
                 }
                 if service.changelog != nil { lane.dirty = true }
-                try await submit(outgoing, sources: sources, inputs: [], to: lane, storeOffset: nil)
+                try await submit(outgoing, sources: sources, inputs: [], to: lane, storeOffsets: [])
             }
             if ContinuousClock.now - lane.lastCheckpoint >= definition.checkpointInterval { await checkpoint(lane) }
         }
@@ -564,12 +599,14 @@ final class StageLoop {
         let now = Self.wallClock()
         var total: Int64 = 0
         for lane in lanes.values {
-            guard let high = consumer.cachedHighWatermark(lane.partition), high >= 0 else { continue }
-            let position = lane.nextOffset ?? high
-            let lag = max(0, high - position)
-            total += lag
-            lane.lagGauges?.records.record(lag)
-            lane.lagGauges?.seconds.record(lag > 0 && lane.lastTimestamp > 0 ? Double(max(0, now - lane.lastTimestamp)) / 1000 : 0)
+            for (tp, gauges) in lane.lagGauges {
+                guard let high = consumer.cachedHighWatermark(tp), high >= 0 else { continue }
+                let position = lane.next[tp] ?? high
+                let lag = max(0, high - position)
+                total += lag
+                gauges.records.record(lag)
+                gauges.seconds.record(lag > 0 && lane.lastTimestamp > 0 ? Double(max(0, now - lane.lastTimestamp)) / 1000 : 0)
+            }
         }
         service.health.lag(records: total)
         service.metrics.producerQueue.record(producer.inFlight)
@@ -585,7 +622,7 @@ final class StageLoop {
     /// Settles every lane after a final checkpoint (the consumer's close then commits).
     func shutdown() async {
         for lane in lanes.values {
-            try? await storeRestoredOffset(lane)
+            try? await storeRestoredOffsets(lane)
             await checkpoint(lane)
         }
         for lane in lanes.values { await lane.finish() }

@@ -62,6 +62,11 @@ public struct Topology: Sendable {
         public var options: StageCatalog.Options
 
         public func topic(forOutput output: String) -> String { outputs[output] ?? output }
+
+        /// A stateful stage with several inputs joins them: its state is kept per partition
+        /// number across the inputs (which must be co-partitioned: the same partition count and
+        /// keys), so records of one key from every input meet in one state.
+        public var joinsInputs: Bool { changelog != nil && inputs.count > 1 }
     }
 
     public var topics: [Topic]
@@ -369,6 +374,13 @@ private struct TopologyReader {
         guard let chain else { throw fail(node, "\(path).chain", "missing; name the catalog stage(s) to run") }
         guard let inputs else { throw fail(node, "\(path).inputs", "missing; name the input topic(s)") }
         guard let deadLetter else { throw fail(node, "\(path).dead-letter-topic", "missing; every stage needs a dead-letter topic") }
+        if changelog != nil, inputs.count > 1 {
+            let counts = Set(inputs.compactMap { topics[$0]?.partitions })
+            guard counts.count == 1 else {
+                throw fail(node, "\(path).inputs", "a stateful stage joins its inputs per partition, so they need the same partition count: "
+                    + inputs.map { "\($0) has \(topics[$0]?.partitions ?? 0)" }.joined(separator: ", "))
+            }
+        }
         if delivery == .exactlyOnce {
             throw fail(node, "\(path).delivery", "exactly-once is not available yet (see README: Delivery guarantees); use at-least-once")
         }
