@@ -153,4 +153,99 @@ import Workers
             await admin.close()
         }
     }
+
+    /// A stateful stage with two co-partitioned inputs keeps one state per partition number across
+    /// them: every product meets its thumbnail, whichever partition they hash to, and a restart
+    /// restores each joined lane with the offsets of both topics.
+    @Test func aStatefulStageJoinsItsCoPartitionedInputs() async throws {
+        try await LocalBroker.with { broker in
+            let servers = [broker.bootstrapServers]
+            let topology = try Topology.parse("""
+                topics:
+                  - {name: products.raw, partitions: 3}
+                  - {name: thumbnails.ready, partitions: 3}
+                  - {name: notifications, partitions: 1}
+                  - {name: news.changelog, partitions: 3, config: {cleanup.policy: compact}}
+                  - {name: dead-letters, partitions: 1}
+                stages:
+                  - name: news
+                    chain: [products.new-notifications]
+                    inputs: [products.raw, thumbnails.ready]
+                    dead-letter-topic: dead-letters
+                    changelog: news.changelog
+                    advance-interval: 200ms
+                    options: {new-products-interval: 2s}
+                """)
+            #expect(try topology.stage(named: "news").joinsInputs)
+            let admin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: servers))
+            _ = try await topology.apply(using: admin)
+            let now = Int64(Date().timeIntervalSince1970 * 1000)
+            let ids = 1...9
+            var records: [ProducerRecord] = []
+            for id in ids {
+                let product = #"{"id":\#(id),"vendor_id":29,"vendorName":"v","name":"Product \#(id)","thumbnail":"http://img/\#(id)-thumb.jpg","currency":"KRW","price":1000,"bargain_price":1000,"discounted_price":0,"stock":1,"created_at":"2022-10-18T14:00:39","issued_at":"2022-10-18T14:00:39"}"#
+                records.append(ProducerRecord(
+                    topic: "products.raw", key: Array("\(id)".utf8), value: Array(product.utf8),
+                    headers: [KafkaHeader(key: "category", string: "c\(id)"), KafkaHeader(key: "event-type", string: "created")], timestamp: now))
+                let ready = #"{"owner":"product","owner_id":"\#(id)","image_index":0,"thumbnails":[{"name":"list","uri":"file:///t/\#(id)-list.jpg"}]}"#
+                records.append(ProducerRecord(topic: "thumbnails.ready", key: Array("\(id)".utf8), value: Array(ready.utf8), timestamp: now + 100))
+            }
+            let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: servers))
+            let sent = try await producer.send(records)
+            #expect(sent.allSatisfy { $0.error == nil })
+            #expect(Set(sent.map(\.partition)).count == 3, "the keys spread over the partitions")
+            await producer.close()
+
+            var settings = WorkerSettings(bootstrapServers: servers)
+            settings.sessionTimeout = .milliseconds(2000)
+            settings.heartbeatInterval = .milliseconds(300)
+            let definition = try topology.stage(named: "news")
+            let first = try StageService(definition: definition, topology: topology, settings: settings)
+            let running = Task { try await first.run() }
+            // Every window closes (2 s on the wall clock after the records' time): one
+            // notification per product, each with its own product's thumbnail.
+            let clock = ContinuousClock()
+            let deadline = clock.now + .seconds(60)
+            var notifications: [ConsumerRecord] = []
+            while clock.now < deadline {
+                var read: [ConsumerRecord] = []
+                try await TopicReader(kafka: KafkaConfiguration(bootstrapServers: servers))
+                    .read(from: [TopicPartitionOffset("notifications", 0, offset: TopicPartitionOffset.beginning)]) { batch in
+                        read += batch
+                        return true
+                    }
+                notifications = read
+                if notifications.count >= ids.count { break }
+                try await Task.sleep(for: .milliseconds(300))
+            }
+            first.requestStop()
+            try await running.value
+            #expect(notifications.count == ids.count)
+            for id in ids {
+                let text = notifications.map { String(decoding: $0.value ?? [], as: UTF8.self) }.filter { $0.contains(#""topic":"new-products-c\#(id)""#) }
+                #expect(text.count == 1, "product \(id): \(text)")
+                #expect(text.first?.contains(#""image":"file:///t/\#(id)-list.jpg""#) == true, "product \(id) carries its thumbnail: \(text)")
+            }
+            var committed = try await admin.committedOffsets(group: "news")
+            #expect(committed.filter { $0.topic == "products.raw" }.reduce(0) { $0 + $1.offset } == Int64(ids.count))
+            #expect(committed.filter { $0.topic == "thumbnails.ready" }.reduce(0) { $0 + $1.offset } == Int64(ids.count))
+
+            // A restart restores the three joined lanes and reprocesses nothing.
+            try await admin.alterCommittedOffsets(group: "news", offsets: committed.map { TopicPartitionOffset($0.topic, $0.partition, offset: 0) })
+            let second = try StageService(definition: definition, topology: topology, settings: settings)
+            let again = Task { try await second.run() }
+            let restoreDeadline = clock.now + .seconds(30)
+            while clock.now < restoreDeadline {
+                committed = try await admin.committedOffsets(group: "news")
+                if committed.reduce(0, { $0 + $1.offset }) == Int64(2 * ids.count) { break }
+                try await Task.sleep(for: .milliseconds(200))
+            }
+            second.requestStop()
+            try await again.value
+            #expect(second.counters.restoredPartitions.value == 3, "three lanes, each across both topics")
+            #expect(second.counters.processed.value == 0, "everything is in the restored state")
+            #expect(committed.reduce(0) { $0 + $1.offset } == Int64(2 * ids.count), "the restored offsets of both topics are committed")
+            await admin.close()
+        }
+    }
 }

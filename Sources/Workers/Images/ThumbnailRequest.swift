@@ -93,3 +93,62 @@ public struct ThumbnailRequest: Sendable, Hashable {
         }
     }
 }
+
+/// What stages downstream of the thumbnail worker read from a `thumbnails.ready` event: whose
+/// image it is and where each size is stored (`name` → `uri`).
+public struct ThumbnailReady: Sendable, Hashable {
+    public var owner: String
+    public var ownerId: String
+    public var imageIndex: Int
+    /// Size name → URI of the stored thumbnail.
+    public var uris: [String: String]
+
+    private enum Field: Int { case owner, ownerId, imageIndex, thumbnails }
+    private static let keys = KeyTable([
+        ("owner", Field.owner.rawValue), ("owner_id", Field.ownerId.rawValue), ("image_index", Field.imageIndex.rawValue),
+        ("thumbnails", Field.thumbnails.rawValue),
+    ])
+    private enum ThumbField: Int { case name, uri }
+    private static let thumbKeys = KeyTable([("name", ThumbField.name.rawValue), ("uri", ThumbField.uri.rawValue)])
+
+    public static func decode(_ bytes: [UInt8], limits: DecodeLimits = .default) throws(DecodeFailure) -> ThumbnailReady {
+        try JSONScanner.withScanner(bytes, limits: limits) { s throws(DecodeFailure) in
+            try s.beginObject()
+            var owner: String?, ownerId: String?, index: Int64?
+            var uris: [String: String] = [:]
+            var first = true
+            while let key = try s.nextKey(&first) {
+                do throws(DecodeFailure) {
+                    switch try s.field(key, in: Self.keys).flatMap(Field.init(rawValue:)) {
+                    case .owner: owner = try s.readOptionalString()
+                    case .ownerId: ownerId = try s.readOptionalString()
+                    case .imageIndex: index = try s.readOptionalInt()
+                    case .thumbnails:
+                        try s.beginArray()
+                        var firstThumb = true
+                        while try s.nextElement(&firstThumb) {
+                            try s.beginObject()
+                            var name: String?, uri: String?
+                            var firstField = true
+                            while let k = try s.nextKey(&firstField) {
+                                switch try s.field(k, in: Self.thumbKeys).flatMap(ThumbField.init(rawValue:)) {
+                                case .name: name = try s.readOptionalString()
+                                case .uri: uri = try s.readOptionalString()
+                                case nil: try s.skipValue()
+                                }
+                            }
+                            if let name, let uri { uris[name] = uri }
+                        }
+                    case nil: try s.skipValue()
+                    }
+                } catch {
+                    throw error.under(s.keyName(key))
+                }
+            }
+            guard let owner else { throw missing("owner") }
+            guard let ownerId else { throw missing("owner_id") }
+            guard let index else { throw missing("image_index") }
+            return ThumbnailReady(owner: owner, ownerId: ownerId, imageIndex: Int(index), uris: uris)
+        }
+    }
+}

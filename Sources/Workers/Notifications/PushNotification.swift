@@ -20,11 +20,15 @@ public struct PushNotification: Sendable, Hashable, Codable {
     /// Deterministic identity: the same event always yields the same key, so a redelivered
     /// record produces a notification the sender can drop.
     public var dedupeKey: String
+    /// An image shown with the notification (FCM `notification.image`; for APNs, `image` next to
+    /// `aps` with `mutable-content`, for the app's notification service extension).
+    public var imageURL: String?
 
     public init(
         recipient: Recipient, title: String, body: String, data: [String: String] = [:], collapseKey: String,
-        dedupeKey: String
+        dedupeKey: String, imageURL: String? = nil
     ) {
+        self.imageURL = imageURL
         self.recipient = recipient
         self.title = title
         self.body = body
@@ -47,6 +51,7 @@ public struct PushNotification: Sendable, Hashable, Codable {
         w.beginObject()
         w.key("title"); w.string(title)
         w.key("body"); w.string(body)
+        if let imageURL { w.key("image"); w.string(imageURL) }
         w.endObject()
         writeData(&w, extra: true)
         w.key("android"); w.beginObject(); w.key("collapse_key"); w.string(collapseKey); w.endObject()
@@ -73,7 +78,9 @@ public struct PushNotification: Sendable, Hashable, Codable {
         w.key("body"); w.string(body)
         w.endObject()
         w.key("thread-id"); w.string(collapseKey)
+        if imageURL != nil { w.key("mutable-content"); w.int(1) }
         w.endObject()
+        if let imageURL { w.key("image"); w.string(imageURL) }
         for key in data.keys.sorted() where key != "aps" {
             w.key(key); w.string(data[key] ?? "")
         }
@@ -106,6 +113,7 @@ public struct PushNotification: Sendable, Hashable, Codable {
         writeData(&w, extra: false)
         w.key("collapse_key"); w.string(collapseKey)
         w.key("dedupe_key"); w.string(dedupeKey)
+        if let imageURL { w.key("image"); w.string(imageURL) }
         w.endObject()
         return w.bytes
     }
@@ -126,17 +134,17 @@ public struct NotificationDecoder: Sendable {
     public var limits: DecodeLimits
     public init(limits: DecodeLimits = .default) { self.limits = limits }
 
-    private enum Field: Int { case token, topic, title, body, data, collapseKey, dedupeKey }
+    private enum Field: Int { case token, topic, title, body, data, collapseKey, dedupeKey, image }
     private static let keys = KeyTable([
         ("token", Field.token.rawValue), ("topic", Field.topic.rawValue), ("title", Field.title.rawValue),
         ("body", Field.body.rawValue), ("data", Field.data.rawValue), ("collapse_key", Field.collapseKey.rawValue),
-        ("dedupe_key", Field.dedupeKey.rawValue),
+        ("dedupe_key", Field.dedupeKey.rawValue), ("image", Field.image.rawValue),
     ])
 
     public func decode(_ bytes: [UInt8]) throws(DecodeFailure) -> PushNotification {
         try JSONScanner.withScanner(bytes, limits: limits) { s throws(DecodeFailure) in
             try s.beginObject()
-            var token: String?, topic: String?, title: String?, body: String?, collapse: String?, dedupe: String?
+            var token: String?, topic: String?, title: String?, body: String?, collapse: String?, dedupe: String?, image: String?
             var data: [String: String] = [:]
             var first = true
             while let key = try s.nextKey(&first) {
@@ -148,6 +156,7 @@ public struct NotificationDecoder: Sendable {
                     case .body: body = try s.readOptionalString()
                     case .collapseKey: collapse = try s.readOptionalString()
                     case .dedupeKey: dedupe = try s.readOptionalString()
+                    case .image: image = try s.readOptionalString()
                     case .data:
                         if try s.consumeNull() { break }
                         try s.beginObject()
@@ -172,7 +181,8 @@ public struct NotificationDecoder: Sendable {
             guard let body else { throw missing("body") }
             guard let dedupe else { throw missing("dedupe_key") }
             return PushNotification(
-                recipient: recipient, title: title, body: body, data: data, collapseKey: collapse ?? dedupe, dedupeKey: dedupe)
+                recipient: recipient, title: title, body: body, data: data, collapseKey: collapse ?? dedupe, dedupeKey: dedupe,
+                imageURL: image)
         }
     }
 }

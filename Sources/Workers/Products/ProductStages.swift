@@ -95,6 +95,15 @@ public struct ThumbnailRequestStage: Stage {
 /// burst (topic `new-products-<category>`). The category comes from the ``categoryHeader`` header
 /// (default category `all`). A product id is announced once (remembered for ``memoryMillis``),
 /// so redelivery and edits do not re-announce it.
+///
+/// **With thumbnails**: given `thumbnails.ready` as a second input (records whose origin topic is
+/// ``thumbnailsTopic``), the stage remembers each product's list thumbnail (its first image, size
+/// ``thumbnailSize``) and the notification carries the one of the first product in the burst
+/// that has one. The window is the wait: a thumbnail ready before the window closes is in the
+/// notification, a later one is not (the notification never waits longer than ``intervalMillis``).
+/// The runtime joins the two topics per partition (a stateful stage with several inputs: they
+/// must be co-partitioned, keyed by product id), so a product and its thumbnail meet in one state;
+/// products seen only in unkeyed list pages may miss theirs.
 public struct NewProductsNotificationStage: Stage {
     public struct Window: Codable, Sendable, Equatable {
         public var opensAt: Int64
@@ -106,28 +115,52 @@ public struct NewProductsNotificationStage: Stage {
         public var windows: [String: Window] = [:]
         /// Product id → time it was first seen.
         public var announced: [Int64: Int64] = [:]
+        /// Product id → its list thumbnail, once ready.
+        public var thumbnails: [Int64: Thumbnail] = [:]
         public init() {}
+    }
+
+    public struct Thumbnail: Codable, Sendable, Equatable {
+        public var uri: String
+        public var readyAt: Int64
     }
 
     public var intervalMillis: Int64
     public var memoryMillis: Int64
     public var categoryHeader: String
     public var decoder: ProductDecoder
+    /// Records from this topic are `thumbnails.ready` events, not products.
+    public var thumbnailsTopic: String
+    /// The thumbnail size a notification shows.
+    public var thumbnailSize: String
 
     public init(
         intervalMillis: Int64 = 5 * 60_000, memoryMillis: Int64 = 7 * 86_400_000, categoryHeader: String = "category",
-        decoder: ProductDecoder = ProductDecoder()
+        decoder: ProductDecoder = ProductDecoder(), thumbnailsTopic: String = "thumbnails.ready", thumbnailSize: String = "list"
     ) {
         self.intervalMillis = intervalMillis
         self.memoryMillis = memoryMillis
         self.categoryHeader = categoryHeader
         self.decoder = decoder
+        self.thumbnailsTopic = thumbnailsTopic
+        self.thumbnailSize = thumbnailSize
     }
 
     public var name: String { "products.new-notifications" }
     public var initialState: State { State() }
 
     public func process(_ record: InputRecord, state: inout State, context: StageContext) -> StageOutput {
+        if record.origin.topic == thumbnailsTopic {
+            guard let value = record.value else { return .empty }
+            let ready: ThumbnailReady
+            do { ready = try ThumbnailReady.decode(value, limits: decoder.limits) } catch { return StageOutput(failures: [error]) }
+            if ready.owner == ThumbnailRequest.Owner.product.rawValue, ready.imageIndex == 0, let id = Int64(ready.ownerId),
+                let uri = ready.uris[thumbnailSize]
+            {
+                state.thumbnails[id] = Thumbnail(uri: uri, readyAt: record.timestamp)
+            }
+            return .empty
+        }
         let events: [ProductEvent]
         do { events = try ProductEvent.decode(record, decoder: decoder) } catch { return StageOutput(failures: [error]) }
         // Close windows that are due at this record's time first: a burst ends before the next one starts.
@@ -156,13 +189,16 @@ public struct NewProductsNotificationStage: Stage {
             let more = w.productIds.count - 1
             let firstName = w.names.first ?? "A new product"
             let body = more > 0 ? "\(firstName) and \(more) more" : firstName
+            let thumbnails = state.thumbnails
+            let image = w.productIds.lazy.compactMap { thumbnails[$0]?.uri }.first
             let n = PushNotification(
                 recipient: .topic("new-products-\(category)"), title: "New products", body: body,
                 data: ["category": category, "count": String(w.productIds.count), "kind": "new-products"],
-                collapseKey: "new-products-\(category)", dedupeKey: "new-products:\(category):\(w.opensAt)")
+                collapseKey: "new-products-\(category)", dedupeKey: "new-products:\(category):\(w.opensAt)", imageURL: image)
             out.records.append(n.outputRecord())
         }
         state.announced = state.announced.filter { now.saturatingSub($0.value) < memoryMillis }
+        state.thumbnails = state.thumbnails.filter { now.saturatingSub($0.value.readyAt) < memoryMillis }
         return out
     }
 }

@@ -86,6 +86,43 @@ import WorkersTesting
         #expect(failure(#"{"owner":"product","owner_id":"1","image_index":0,"source_url":"u"}"#) == nil)
     }
 
+    @Test func newProductNotificationsCarryTheListThumbnailReadyBeforeTheWindowCloses() throws {
+        var driver = TestDriver(NewProductsNotificationStage(intervalMillis: 60_000), topic: "products.raw", partitions: 1)
+        func product(_ id: Int) -> String { Fixtures.productPageNew.replacingOccurrences(of: #""id":2012"#, with: #""id":\#(id)"#) }
+        func ready(_ id: Int, index: Int = 0, at t: Int64, offset: Int64) {
+            let value = """
+                {"owner":"product","owner_id":"\(id)","image_index":\(index),"source_url":"http://x/\(id).jpg","source_hash":"h",\
+                "thumbnails":[{"name":"list","key":"k","location":"ab/cd/l.jpg","uri":"file:///thumbs/\(id)-\(index)-list.jpg",\
+                "width":200,"height":200,"bytes":9,"format":"jpeg","content_hash":"c"},\
+                {"name":"grid","key":"k2","location":"ab/cd/g.jpg","uri":"file:///thumbs/\(id)-grid.jpg"}],"request":"r"}
+                """
+            driver.deliver(InputRecord(
+                key: Array("\(id)".utf8), value: Array(value.utf8), timestamp: t,
+                origin: RecordOrigin(topic: "thumbnails.ready", partition: 0, offset: offset)))
+        }
+        driver.send(key: "1", value: product(1), headers: ["category": "watches"], timestamp: 1_000)
+        ready(1, index: 1, at: 5_000, offset: 0)  // not the first image: not the list thumbnail
+        ready(1, at: 20_000, offset: 1)
+        driver.send(key: "2", value: product(2), headers: ["category": "books"], timestamp: 30_000)
+        #expect(driver.outputs.isEmpty, "ready events produce nothing by themselves")
+        _ = driver.advance(to: 61_000)
+        let watches = try #require(driver.outputs.first { $0.dedupeKey == "new-products:watches:1000" })
+        #expect(watches.valueString?.contains(#""image":"file:///thumbs/1-0-list.jpg""#) == true, "\(watches.valueString ?? "")")
+        // The books window closes at 90 s; product 2's thumbnail comes after that: none.
+        _ = driver.advance(to: 90_000)
+        ready(2, at: 95_000, offset: 2)
+        let books = try #require(driver.outputs.first { $0.dedupeKey == "new-products:books:30000" })
+        #expect(books.valueString?.contains(#""image""#) == false)
+
+        // Rendered: FCM notification.image; APNs mutable-content with the image next to aps.
+        var render = TestDriver(NotificationRenderStage())
+        render.send(value: watches.valueString, timestamp: 61_000)
+        let fcm = try #require(render.outputs(named: "notifications.fcm").first?.valueString)
+        #expect(fcm.contains(#""notification":{"title":"New products","body":"Apple Watch","image":"file:///thumbs/1-0-list.jpg"}"#), "\(fcm)")
+        let apns = try #require(render.outputs(named: "notifications.apns").first?.valueString)
+        #expect(apns.contains(#""mutable-content":1}"#) && apns.contains(#""image":"file:///thumbs/1-0-list.jpg""#), "\(apns)")
+    }
+
     @Test func aBurstOfNewProductsGivesOneNotificationPerCategory() {
         let stage = NewProductsNotificationStage(intervalMillis: 60_000)
         var driver = TestDriver(stage)
