@@ -111,7 +111,8 @@ let package = Package(
         .executableTarget(
             name: "decode-bench", dependencies: ["Workers"], path: "Benchmarks/DecodeBench",
             exclude: ["peer_pydantic.py"]),
-        .executableTarget(name: "thumbnail-bench", dependencies: ["Thumbnails"], path: "Benchmarks/ThumbnailBench"),
+        .executableTarget(
+            name: "thumbnail-bench", dependencies: ["Thumbnails"], path: "Benchmarks/ThumbnailBench", exclude: ["bench_worker.py"]),
 
         // Tests. PipelineTests need no broker (configuration, errors, librdkafka's mock cluster);
         // IntegrationTests start the local tansu broker.

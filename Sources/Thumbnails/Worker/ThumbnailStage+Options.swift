@@ -33,6 +33,7 @@ extension ThumbnailStage {
             allow.append(network)
         }
         fetch.destinations = DestinationPolicy(allowList: allow)
+        fetch.fileRoots = options.fileRoots
         var limits = RenderLimits()
         if let bytes = options.maxImageBytes {
             limits.maxInputBytes = bytes
@@ -47,7 +48,7 @@ extension ThumbnailStage {
         do {
             let service = try ThumbnailService(
                 specs: specs.isEmpty ? ThumbnailService.defaultSpecs : specs, renderer: ThumbnailRenderer(limits: limits), pool: pool,
-                fetcher: ImageFetcher(configuration: fetch, logger: logger), store: LocalDirectoryBlobStore(root: root), logger: logger)
+                fetcher: ImageFetcher(configuration: fetch, logger: logger), store: LocalDirectoryBlobStore(root: root, syncWrites: options.storeSync ?? true), logger: logger)
             return (ThumbnailStage(service: service), pool)
         } catch {
             pool.shutdown()

@@ -42,6 +42,10 @@ public struct ThumbnailOptions: Sendable, Hashable {
     public var maxPixels: Int?
     /// Where thumbnails are stored (a directory; content-addressed files).
     public var storeDirectory: String?
+    /// Whether each stored file is fsync'ed before it is renamed into place (default: yes).
+    public var storeSync: Bool?
+    /// Directories `file://` sources may be read from (none by default: `file://` is refused).
+    public var fileRoots: [String] = []
 
     public init() {}
 }
