@@ -82,6 +82,7 @@ import Workers
             let service = try StageService(definition: definition, topology: topology, settings: settings, concurrent: stage)
             try await service.run()
             #expect(service.counters.inputsDone.value == records.count)
+            #expect(service.counters.activeSeconds > 0, "first input to last settled output is measured")
 
             // Read everything back, to the end of every partition (past the expected count).
             let ready = try await Self.readAll("thumbnails.ready", partitions: 4, bootstrap: broker.bootstrapServers)

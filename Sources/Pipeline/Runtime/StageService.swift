@@ -499,6 +499,7 @@ final class StageLoop {
             heldBytes += bytes
         }
         guard started > 0 else { return }
+        if counters.processed.value == 0 { counters.firstProcessed.withLock { $0 = $0 ?? .now } }
         counters.processed.add(started)
         service.metrics.recordsIn.increment(by: Int64(started))
         service.health.progressed()
