@@ -43,7 +43,10 @@ final class DevImageServer: Sendable {
 
         func channelRead(context: ChannelHandlerContext, data: NIOAny) {
             guard case .head(let head) = unwrapInboundIn(data) else { return }
-            let name = head.uri.hasPrefix("/images/") ? String(head.uri.dropFirst("/images/".count)) : ""
+            // /images/<name> (products, spending proofs) and /static-file/<name> (the meetup app's images).
+            let name =
+                head.uri.hasPrefix("/images/") ? String(head.uri.dropFirst("/images/".count))
+                : head.uri.hasPrefix("/static-file/") ? String(head.uri.dropFirst("/static-file/".count)) : ""
             let body = names.contains(name) ? SampleImage.png(named: name) : nil
             var headers = HTTPHeaders()
             headers.add(name: "Content-Length", value: String(body?.count ?? 0))

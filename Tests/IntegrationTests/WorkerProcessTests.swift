@@ -81,12 +81,18 @@ import Workers
         let clock = ContinuousClock()
         let deadline = clock.now + limit
         var settledChecks = 0
+        var bodies: [String] = []
         while settledChecks < 2 {
-            guard clock.now < deadline else { throw LocalBrokerError.timedOut("the group did not settle within \(limit)") }
+            guard clock.now < deadline else {
+                for (i, w) in workers.enumerated() { print("worker \(i + 1) output:\n\(w.recentOutput(lines: 40))") }
+                throw LocalBrokerError.timedOut("the group did not settle within \(limit); /readyz: \(bodies)")
+            }
             var all = true
+            bodies = []
             for port in ports {
                 let (data, _) = try await URLSession.shared.data(from: URL(string: "http://127.0.0.1:\(port)/readyz")!)
                 let body = String(decoding: data, as: UTF8.self)
+                bodies.append(body)
                 if !body.hasPrefix("ok") || body.contains("joining") { all = false }
             }
             settledChecks = all ? settledChecks + 1 : 0

@@ -297,7 +297,7 @@ private struct TopologyReader {
                 let keys = [
                     "candle-lateness", "new-products-interval", "feed-top-n", "utc-offset-hours", "alerts", "thumbnail-sizes",
                     "render-threads", "fetch-timeout", "fetch-attempts", "fetch-backoff", "allow-networks", "max-image-bytes",
-                    "max-pixels", "store-directory", "store-sync", "file-roots",
+                    "max-pixels", "store-directory", "store-sync", "file-roots", "hangout-image-base",
                 ]
                 for (ok, ov) in try mapping(value, p, allowed: keys) {
                     let op = "\(p).\(ok)"
@@ -346,6 +346,7 @@ private struct TopologyReader {
                         guard let flag = ov.bool else { throw fail(ov, op, "expected true or false, found '\(ov.string ?? kind(ov))'") }
                         options.thumbnails.storeSync = flag
                     case "file-roots": options.thumbnails.fileRoots = try strings(ov, op)
+                    case "hangout-image-base": options.hangoutImageBase = try string(ov, op)
                     case "alerts":
                         guard let list = ov.sequence else { throw fail(ov, op, "expected a list of {subscriber, market, threshold}") }
                         for (i, item) in list.enumerated() {

@@ -107,6 +107,8 @@ public struct StageCatalog: Sendable {
         public var alerts: [WatchlistAlertStage.Subscription] = []
         /// "A new hangout near your saved places": great-circle radius in metres.
         public var hangoutNearbyRadiusMeters: Double = 3_000
+        /// `<base>static-file/` of the meetup app's API, for hangout images (`hangouts.thumbnails`).
+        public var hangoutImageBase = "http://127.0.0.1:8089/static-file/"
         /// The thumbnail worker's settings (`thumbnails.render`).
         public var thumbnails = ThumbnailOptions()
         public init() {}
@@ -130,7 +132,7 @@ public struct StageCatalog: Sendable {
         "prices.decode", "prices.latest", "prices.candles", "prices.alerts",
         "products.decode", "products.thumbnails", "products.new-notifications",
         "campaigns.feed", "campaigns.notifications",
-        "hangouts.decode", "hangouts.notifications",
+        "hangouts.decode", "hangouts.notifications", "hangouts.thumbnails",
         "challenges.decode", "challenges.standings", "challenges.notifications", "challenges.thumbnails",
         "notifications.render",
     ]
@@ -160,6 +162,7 @@ public struct StageCatalog: Sendable {
                 topN: options.feedTopN, categories: options.feedCategories, user: options.feedUser, decoder: campaigns)
         case "campaigns.notifications": return CampaignNotificationStage(decoder: campaigns)
         case "hangouts.decode": return HangoutDecodeStage(decoder: hangouts)
+        case "hangouts.thumbnails": return HangoutThumbnailStage(imageBase: options.hangoutImageBase, decoder: hangouts)
         case "hangouts.notifications":
             return HangoutNotificationStage(nearbyRadiusMeters: options.hangoutNearbyRadiusMeters, decoder: hangouts)
         case "challenges.decode": return ChallengeDecodeStage(decoder: challenges)

@@ -291,3 +291,32 @@ public struct HangoutNotificationStage: Stage {
         }
     }
 }
+
+/// `hangouts.thumbnails`: the image of every hangout the API shows (`hangoutImageUrl`, a bare
+/// file name the client prepends `<base>static-file/` to) becomes one ``ThumbnailRequest`` on
+/// `thumbnails.requests` (key `hangout-<id>`), for the thumbnail worker. Stateless; the same
+/// image gets the same dedupe key on every read of the hangout.
+public struct HangoutThumbnailStage: Stage {
+    /// `<base>static-file/` of the meetup app's API: the image's URL is this plus the file name.
+    public var imageBase: String
+    public var decoder: HangoutDecoder
+
+    public init(imageBase: String, decoder: HangoutDecoder = HangoutDecoder()) {
+        self.imageBase = imageBase
+        self.decoder = decoder
+    }
+
+    public var name: String { "hangouts.thumbnails" }
+
+    public func process(_ record: InputRecord, state: inout NoState, context: StageContext) -> StageOutput {
+        let events: [HangoutEvent]
+        do { events = try decoder.decode(record) } catch { return StageOutput(failures: [error]) }
+        var out = StageOutput()
+        for case .hangout(let h) in events {
+            guard let file = h.imageFile, !file.isEmpty else { continue }
+            out.records.append(
+                ThumbnailRequest(owner: .hangout, ownerId: h.id, imageIndex: 0, sourceURL: imageBase + file).outputRecord())
+        }
+        return out
+    }
+}

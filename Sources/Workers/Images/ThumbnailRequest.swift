@@ -1,7 +1,8 @@
 /// One source image that needs thumbnails: what it belongs to and where it is.
 ///
-/// Request stages (`products.thumbnails`, `challenges.thumbnails`) emit one per image on
-/// `thumbnails.requests`, keyed by the owner (product id, `record-<id>`), so the requests of
+/// Request stages (`products.thumbnails`, `challenges.thumbnails`, `hangouts.thumbnails`) emit
+/// one per image on `thumbnails.requests`, keyed by the owner (product id, `record-<id>`,
+/// `hangout-<id>`), so the requests of
 /// one owner stay in order on one partition. The thumbnail worker renders every size its
 /// topology configures: sizes belong to the worker, not to the request.
 ///
@@ -13,6 +14,8 @@ public struct ThumbnailRequest: Sendable, Hashable {
         case product
         /// A no-spend challenge spending record (its proof photos).
         case record
+        /// A meetup (its cover image).
+        case hangout
     }
 
     public var owner: Owner
@@ -36,6 +39,7 @@ public struct ThumbnailRequest: Sendable, Hashable {
         switch owner {
         case .product: ownerId
         case .record: "record-\(ownerId)"
+        case .hangout: "hangout-\(ownerId)"
         }
     }
 

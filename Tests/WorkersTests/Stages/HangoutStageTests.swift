@@ -171,4 +171,19 @@ import WorkersTesting
             #expect(Set(reminders).count == reminders.count, "\(reminders)")
         }
     }
+
+    @Test func hangoutImagesBecomeThumbnailRequests() throws {
+        var d = TestDriver(HangoutThumbnailStage(imageBase: "https://api.example/static-file/"), partitions: 1)
+        d.send(key: "h-91", value: AppFixtures.hangout(), timestamp: 1)
+        let request = try #require(d.outputs.first)
+        #expect(d.outputs.count == 1)
+        #expect(request.output == "thumbnails.requests" && request.keyString == "hangout-h-91")
+        let decoded = try ThumbnailRequest.decode(request.value ?? [])
+        #expect(decoded.owner == .hangout && decoded.ownerId == "h-91" && decoded.imageIndex == 0)
+        #expect(decoded.sourceURL.hasPrefix("https://api.example/static-file/") && decoded.sourceURL.hasSuffix(".jpg"))
+        // A second read of the same hangout asks for the same thumbnails; a user event for none.
+        let again = d.send(key: "h-91", value: AppFixtures.hangout(), timestamp: 2)
+        #expect(again.records.map(\.dedupeKey) == [request.dedupeKey])
+        #expect(d.send(key: "u1", value: #"{"method":"PUT","path":"hangout/h-91","userId":"u1","form":{"action":"join"}}"#, timestamp: 3).records.isEmpty)
+    }
 }
