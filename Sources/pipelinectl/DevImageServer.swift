@@ -2,6 +2,7 @@ import Foundation
 import NIOCore
 import NIOHTTP1
 import NIOPosix
+import Thumbnails
 
 /// Serves the images the samples reference (`http://127.0.0.1:8089/images/<name>`,
 /// names in `samples/images.txt`) for `pipelinectl dev`, so the thumbnail worker
@@ -58,7 +59,7 @@ final class DevImageServer: Sendable {
     }
 }
 
-/// A generated PNG: stored (uncompressed) deflate blocks, which every decoder accepts.
+/// A generated sample image: a gradient tinted by the name.
 enum SampleImage {
     static func png(named name: String, width: Int = 480, height: Int = 360) -> [UInt8] {
         var hash: UInt32 = 2_166_136_261
@@ -74,49 +75,6 @@ enum SampleImage {
                 raw.append(UInt8(truncatingIfNeeded: Int(tint.2) / 2 + (x + y) * 127 / (width + height)))
             }
         }
-        var out: [UInt8] = [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A]
-        out += chunk("IHDR", be32(width) + be32(height) + [8, 2, 0, 0, 0])
-        out += chunk("IDAT", zlibStored(raw))
-        out += chunk("IEND", [])
-        return out
-    }
-
-    private static func chunk(_ type: String, _ body: [UInt8]) -> [UInt8] {
-        let typed = Array(type.utf8) + body
-        return be32(body.count) + typed + be32(Int(crc32(typed)))
-    }
-
-    private static func zlibStored(_ data: [UInt8]) -> [UInt8] {
-        var out: [UInt8] = [0x78, 0x01]
-        var offset = 0
-        repeat {
-            let n = min(65_535, data.count - offset)
-            out.append(offset + n == data.count ? 1 : 0)
-            out += [UInt8(n & 0xff), UInt8(n >> 8), UInt8(~n & 0xff), UInt8((~n >> 8) & 0xff)]
-            out += data[offset..<offset + n]
-            offset += n
-        } while offset < data.count
-        var a: UInt32 = 1, b: UInt32 = 0
-        for byte in data {
-            a = (a + UInt32(byte)) % 65_521
-            b = (b + a) % 65_521
-        }
-        return out + be32(Int(b << 16 | a))
-    }
-
-    private static let crcTable: [UInt32] = (0..<256).map { n in
-        var c = UInt32(n)
-        for _ in 0..<8 { c = c & 1 != 0 ? 0xEDB8_8320 ^ (c >> 1) : c >> 1 }
-        return c
-    }
-
-    private static func crc32(_ data: [UInt8]) -> UInt32 {
-        var c: UInt32 = 0xFFFF_FFFF
-        for b in data { c = crcTable[Int((c ^ UInt32(b)) & 0xff)] ^ (c >> 8) }
-        return c ^ 0xFFFF_FFFF
-    }
-
-    private static func be32(_ v: Int) -> [UInt8] {
-        [UInt8((v >> 24) & 0xff), UInt8((v >> 16) & 0xff), UInt8((v >> 8) & 0xff), UInt8(v & 0xff)]
+        return StoredPNG.encode(width: width, height: height, raw: raw)
     }
 }

@@ -1,4 +1,4 @@
-// Test images made by the tests themselves: a tiny PNG writer in Swift, JPEG and WebP made
+// Test images made by the tests themselves: PNGs (Thumbnails.StoredPNG), JPEG and WebP made
 // from those PNGs by libvips (through the renderer, with a large box so nothing shrinks),
 // and EXIF segments (orientation, GPS) spliced into JPEGs by hand.
 import Thumbnails
@@ -21,7 +21,7 @@ enum Fixtures {
                 if alpha { raw.append(UInt8(truncatingIfNeeded: 255 - x * 255 / max(1, width - 1))) }
             }
         }
-        return pngContainer(width: width, height: height, colourType: alpha ? 6 : 2, idat: zlibStored(raw))
+        return StoredPNG.container(width: width, height: height, colourType: alpha ? 6 : 2, idat: StoredPNG.zlibStored(raw))
     }
 
     /// A PNG of one colour: RGBA if `pixel` has 4 values, RGB if 3.
@@ -31,61 +31,14 @@ enum Fixtures {
             raw.append(0)
             for _ in 0..<width { raw += pixel }
         }
-        return pngContainer(width: width, height: height, colourType: pixel.count == 4 ? 6 : 2, idat: zlibStored(raw))
+        return StoredPNG.container(width: width, height: height, colourType: pixel.count == 4 ? 6 : 2, idat: StoredPNG.zlibStored(raw))
     }
 
     /// A decompression bomb: the header declares `width` x `height` RGB pixels, the data is a
     /// few bytes. A decoder that trusts the header would allocate width*height*3 bytes.
     static func pngBomb(width: Int = 50_000, height: Int = 50_000) -> [UInt8] {
         // A valid zlib stream of one (all zero, filter none) scanline; the rest is missing.
-        pngContainer(width: width, height: height, colourType: 2, idat: zlibStored([UInt8](repeating: 0, count: 1024)))
-    }
-
-    private static func pngContainer(width: Int, height: Int, colourType: UInt8, idat: [UInt8]) -> [UInt8] {
-        var out: [UInt8] = [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A]
-        var ihdr = be32(width) + be32(height)
-        ihdr += [8, colourType, 0, 0, 0]  // depth 8, RGB (2) or RGBA (6), deflate, adaptive, no interlace
-        out += chunk("IHDR", ihdr)
-        out += chunk("IDAT", idat)
-        out += chunk("IEND", [])
-        return out
-    }
-
-    private static func chunk(_ type: String, _ body: [UInt8]) -> [UInt8] {
-        let typeBytes = Array(type.utf8)
-        return be32(body.count) + typeBytes + body + be32(Int(crc32(typeBytes + body)))
-    }
-
-    private static func zlibStored(_ data: [UInt8]) -> [UInt8] {
-        var out: [UInt8] = [0x78, 0x01]
-        var offset = 0
-        repeat {
-            let count = min(65_535, data.count - offset)
-            let last: UInt8 = offset + count == data.count ? 1 : 0
-            out.append(last)
-            out += [UInt8(count & 0xff), UInt8(count >> 8), UInt8(~count & 0xff), UInt8((~count >> 8) & 0xff)]
-            out += data[offset..<offset + count]
-            offset += count
-        } while offset < data.count
-        var a: UInt32 = 1
-        var b: UInt32 = 0
-        for byte in data {
-            a = (a + UInt32(byte)) % 65_521
-            b = (b + a) % 65_521
-        }
-        return out + be32(Int(b << 16 | a))
-    }
-
-    private static let crcTable: [UInt32] = (0..<256).map { n in
-        var c = UInt32(n)
-        for _ in 0..<8 { c = c & 1 != 0 ? 0xEDB8_8320 ^ (c >> 1) : c >> 1 }
-        return c
-    }
-
-    private static func crc32(_ data: [UInt8]) -> UInt32 {
-        var c: UInt32 = 0xFFFF_FFFF
-        for byte in data { c = crcTable[Int((c ^ UInt32(byte)) & 0xff)] ^ (c >> 8) }
-        return c ^ 0xFFFF_FFFF
+        StoredPNG.container(width: width, height: height, colourType: 2, idat: StoredPNG.zlibStored([UInt8](repeating: 0, count: 1024)))
     }
 
     static func be32(_ v: Int) -> [UInt8] {
