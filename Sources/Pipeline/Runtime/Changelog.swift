@@ -12,6 +12,9 @@ import Workers
 /// one partition.
 struct Changelog: Sendable {
     static let offsetsHeader = "checkpoint.offsets"
+    /// Before joins: the one input partition's offset (`key` is that partition). Still read, so
+    /// an upgrade keeps the states checkpointed before it.
+    static let legacyOffsetHeader = "checkpoint.offset"
 
     let topic: String
     let partitions: Int
@@ -71,10 +74,15 @@ struct Changelog: Sendable {
         }
         var out: [TopicPartition: Checkpoint] = [:]
         for (lane, record) in latest {
-            guard let value = record.value,
-                let header = record.header(Self.offsetsHeader).map({ String(decoding: $0, as: UTF8.self) }),
-                let offsets = Self.offsets(header)
-            else { continue }
+            let offsets: [TopicPartition: Int64]
+            if let header = record.header(Self.offsetsHeader).map({ String(decoding: $0, as: UTF8.self) }), let parsed = Self.offsets(header) {
+                offsets = parsed
+            } else if let legacy = record.header(Self.legacyOffsetHeader).flatMap({ Int64(String(decoding: $0, as: UTF8.self)) }) {
+                offsets = [lane: legacy]
+            } else {
+                continue
+            }
+            guard let value = record.value else { continue }
             let state = try JSONDecoder().decode(stateType, from: Data(value))
             out[lane] = Checkpoint(state: state, offsets: offsets)
         }
