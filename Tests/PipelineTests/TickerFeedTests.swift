@@ -103,17 +103,19 @@ import Testing
             try await peer.waitForClose()
         }
         var configuration = try Self.configuration(server)
-        configuration.pingInterval = .milliseconds(100)
-        configuration.idleTimeout = .milliseconds(500)
+        configuration.pingInterval = .milliseconds(200)
+        configuration.idleTimeout = .milliseconds(1000)
         let seen = try await Self.collect(WebSocketFeed(configuration: configuration), messages: 1)
         await server.close()
 
         #expect(seen.messages.map(\.text) == [Self.ticker(0)])
-        #expect(seen.connected.count == 2, "one reconnect: \(seen.connected)")
-        #expect(seen.disconnects.count == 1)
+        // The silent connection is replaced; on a loaded machine a slow answer on the next one
+        // may be taken for silence too, so more than one reconnect is allowed, never fewer.
+        #expect(seen.connected.count >= 2, "at least one reconnect: \(seen.connected)")
+        #expect(seen.disconnects.count == seen.connected.count - 1)
         #expect(seen.disconnects.first?.contains("nothing received for") == true, "\(seen.disconnects)")
         let pings = clientPings.withLock { $0 }
-        #expect(pings.count >= 2, "a ping every 100 ms of not writing, before the 500 ms idle timeout")
+        #expect(pings.count >= 2, "a ping every 200 ms of not writing, before the 1 s idle timeout")
         #expect(pings.allSatisfy { $0.masked }, "client frames are masked (RFC 6455 5.3)")
     }
 
