@@ -67,8 +67,11 @@ import Workers
     }
 
     /// Waits until every worker's `/readyz` says "ok" without "(joining)" twice in a row: all of
-    /// them are in a steady group.
-    static func awaitSettledGroup(_ workers: [ManagedProcess.Handle], within limit: Duration = .seconds(60)) async throws {
+    /// them are in a steady group; with `holding`, they also hold that many partitions between
+    /// them (a dead member's are reassigned: the broker has evicted it).
+    static func awaitSettledGroup(
+        _ workers: [ManagedProcess.Handle], holding partitions: Int? = nil, within limit: Duration = .seconds(60)
+    ) async throws {
         var ports: [Int] = []
         for w in workers {
             try await w.waitForLine(containing: "metrics and health endpoint listening", timeout: .seconds(30))
@@ -88,13 +91,18 @@ import Workers
                 throw LocalBrokerError.timedOut("the group did not settle within \(limit); /readyz: \(bodies)")
             }
             var all = true
+            var held = 0
             bodies = []
             for port in ports {
                 let (data, _) = try await URLSession.shared.data(from: URL(string: "http://127.0.0.1:\(port)/readyz")!)
                 let body = String(decoding: data, as: UTF8.self)
                 bodies.append(body)
                 if !body.hasPrefix("ok") || body.contains("joining") { all = false }
+                if let range = body.range(of: #"\((\d+) partitions\)"#, options: .regularExpression) {
+                    held += Int(body[range].dropFirst().prefix { $0.isNumber }) ?? 0
+                }
             }
+            if let partitions, held != partitions { all = false }
             settledChecks = all ? settledChecks + 1 : 0
             try await Task.sleep(for: .milliseconds(250))
         }
@@ -254,6 +262,11 @@ import Workers
                 w.kill()
                 let status = await w.waitForExit()
                 #expect(status == SIGKILL, "killed with SIGKILL")
+                // Its replacement starts only once the survivors hold every partition: tansu
+                // also waits without end for a dead member in a rebalance that a new member
+                // starts before the dead one's session expired.
+                let survivors = ([w1, w2] + (w3.map { [$0] } ?? [])).filter { $0.pid != w.pid }
+                try await Self.awaitSettledGroup(survivors, holding: 4)
             }
 
             try await w1.waitForLine(containing: "partitions assigned", timeout: .seconds(30))
