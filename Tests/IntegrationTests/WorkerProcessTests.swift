@@ -251,6 +251,9 @@ import Workers
             var w1 = try Self.startWorker("prices-candles", topology: path, bootstrap: bootstrap, extra: fast)
             var w2 = try Self.startWorker("prices-candles", topology: path, bootstrap: bootstrap, extra: fast)
             var w3: ManagedProcess.Handle?
+            // Whatever happens, no worker outlives the test.
+            var started = [w1, w2]
+            defer { for w in started { w.kill() } }
             func randomPause() async throws { try await Task.sleep(for: .milliseconds(Int(rng.next() % 1200) + 200)) }
             func kill(_ w: ManagedProcess.Handle) async throws {
                 // tansu wedges a group for good when its leader dies between JoinGroup and
@@ -273,16 +276,22 @@ import Workers
             try await randomPause()
             try await kill(w1)
             w1 = try Self.startWorker("prices-candles", topology: path, bootstrap: bootstrap, extra: fast)
+            started.append(w1)
 
             // A third worker joins; then one of the first two is killed.
             let third = try Self.startWorker("prices-candles", topology: path, bootstrap: bootstrap, extra: fast)
+            started.append(third)
             w3 = third
             try await third.waitForLine(containing: "partitions assigned", timeout: .seconds(30))
             try await randomPause()
             try await kill(w2)
             w2 = try Self.startWorker("prices-candles", topology: path, bootstrap: bootstrap, extra: fast)
+            started.append(w2)
 
-            // The third leaves gracefully; the first is killed once more.
+            // The third leaves gracefully (once the second's return is settled: tansu also wedges
+            // a group whose leader leaves between JoinGroup and SyncGroup); the first is killed
+            // once more.
+            try await Self.awaitSettledGroup([w1, w2, third], holding: 4)
             try await randomPause()
             third.terminate()
             let w3Status = await third.waitForExit()
@@ -291,6 +300,7 @@ import Workers
             try await randomPause()
             try await kill(w1)
             w1 = try Self.startWorker("prices-candles", topology: path, bootstrap: bootstrap, extra: fast)
+            started.append(w1)
 
             let inputs = try await feeding.value
             await producer.close()
