@@ -111,8 +111,12 @@ struct OptionalConnection: ParsableArguments {
     @Option(name: .customLong("bootstrap-server"), help: "Kafka bootstrap servers, host:port[,host:port] (default: $KAFKA_BOOTSTRAP_SERVERS).")
     var bootstrapServer: String?
 
+    /// SASL/SSL, the same flags as `pipelinectl worker` (the password from $KAFKA_SASL_PASSWORD or a file).
+    @OptionGroup var security: SecurityOptions
+
     func validate() throws {
         if let bootstrapServer { try validateServers(bootstrapServer) }
+        _ = try security.configuration()
     }
 
     func required() throws -> KafkaConfiguration {
@@ -120,6 +124,8 @@ struct OptionalConnection: ParsableArguments {
             throw ValidationError("--bootstrap-server is required: pass --bootstrap-server host:port or set KAFKA_BOOTSTRAP_SERVERS")
         }
         do { try validateServers(list) } catch { throw ValidationError("KAFKA_BOOTSTRAP_SERVERS: '\(list)' is not host:port[,host:port]") }
-        return KafkaConfiguration(bootstrapServers: parseServers(list))
+        var kafka = KafkaConfiguration(bootstrapServers: parseServers(list))
+        kafka.security = try security.configuration()
+        return kafka
     }
 }

@@ -11,6 +11,14 @@ import Testing
         }
     }
 
+    @Test func produceTakesTheWorkersSecurityFlags() {
+        #expect {
+            _ = try PipelineCtl.parseAsRoot(["produce", "prices", "--bootstrap-server", "h:9092", "--security-protocol", "sasl_ssl"])
+        } throws: { error in
+            PipelineCtl.message(for: error).contains("--sasl-username is required with --security-protocol sasl_ssl")
+        }
+    }
+
     @Test func badValuesAreExplained() {
         #expect {
             _ = try PipelineCtl.parseAsRoot(["demo", "--messages", "0"])
