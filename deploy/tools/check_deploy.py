@@ -116,7 +116,9 @@ def check_keda(rendered=None):
             if stage is None:
                 problem(where, f"scaleTargetRef '{name}' is not a stage of topology.yaml")
                 continue
-            parts = sum(topics[t] for t in stage["inputs"])
+            # A stateful stage with several inputs joins them per partition number: one topic's count.
+            joined = "changelog" in stage and len(stage["inputs"]) > 1
+            parts = max(topics[t] for t in stage["inputs"]) if joined else sum(topics[t] for t in stage["inputs"])
             if spec.get("maxReplicaCount") != parts:
                 problem(where, f"maxReplicaCount {spec.get('maxReplicaCount')} != input partitions {parts}")
             if not 0 <= spec.get("minReplicaCount", 0) <= parts:

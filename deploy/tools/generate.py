@@ -59,8 +59,10 @@ def stage_facts(topo):
             "name": s["name"],
             "group": s.get("group", s["name"]),
             "inputs": s["inputs"],
-            # The most workers that get a partition: the input partitions (all topics of the group).
-            "max": sum(partitions[t] for t in s["inputs"]),
+            # The most workers that get a partition: the input partitions (all topics of the group);
+            # a stateful stage with several inputs joins them per partition number, so one topic's.
+            "max": (max(partitions[t] for t in s["inputs"]) if stateful and len(s["inputs"]) > 1
+                    else sum(partitions[t] for t in s["inputs"])),
             # Stateful stages advance time windows on the wall clock (advance-interval), so they keep
             # one worker while idle; stateless ones scale to zero.
             "min": 1 if stateful else 0,
@@ -378,7 +380,7 @@ spec:
   cooldownPeriod: 300
   # {why_min}.
   minReplicaCount: {s['min']}
-  # The input partition count ({inputs}): a worker more would get no partition.
+  # The input partition count ({inputs}{' joined per partition number' if s['stateful'] and len(s['inputs']) > 1 else ''}): a worker more would get no partition.
   maxReplicaCount: {s['max']}
   advanced:
     horizontalPodAutoscalerConfig:
