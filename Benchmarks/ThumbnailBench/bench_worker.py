@@ -19,24 +19,11 @@ import sys
 import tempfile
 import shutil
 
-CTL = os.environ.get("PIPELINECTL", ".build/release/pipelinectl")
+# The helpers of the end-to-end benchmark: running, timing with peak RSS, logging.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "PipelineBench"))
+from bench_pipeline import CTL, log, run, timed_rss as timed  # noqa: E402
+
 BENCH = os.environ["THUMBNAIL_BENCH"]
-
-
-def log(*a):
-    print(*a, file=sys.stderr, flush=True)
-
-
-def run(cmd, **kw):
-    return subprocess.run(cmd, check=True, capture_output=True, text=True, **kw)
-
-
-def timed(cmd):
-    p = subprocess.run(["/usr/bin/time", "-v"] + cmd, capture_output=True, text=True)
-    if p.returncode != 0:
-        raise RuntimeError(f"{cmd[0]} failed: {p.stderr[-3000:]}")
-    rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", p.stderr).group(1)) / 1024
-    return p.stdout, p.stderr, rss
 
 
 def topology(path, src, store, requests, group):

@@ -5,6 +5,7 @@ import Foundation
 import FoundationNetworking
 #endif
 import Pipeline
+import Thumbnails
 import Workers
 
 /// `pipelinectl dev`: the whole pipeline on this machine in one command.
@@ -200,7 +201,7 @@ final class DevSession {
 
         // The sample product images are served from this machine; the thumbnail worker may
         // fetch from loopback for them (and only here).
-        let thumbnailStages = stages.filter { $0.chain == ["thumbnails.render"] }
+        let thumbnailStages = stages.filter { $0.rendersThumbnails }
         let imageList = samples + "/images.txt"
         if !thumbnailStages.isEmpty, FileManager.default.fileExists(atPath: imageList) {
             let server = try await DevImageServer(imageList: imageList)
@@ -209,7 +210,7 @@ final class DevSession {
         }
         let executable = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
         for stage in stages {
-            let fetchesImages = stage.chain == ["thumbnails.render"] && imageServer != nil
+            let fetchesImages = stage.rendersThumbnails && imageServer != nil
             let process = try ManagedProcess.launch(
                 executable,
                 arguments: [
@@ -407,9 +408,8 @@ final class DevSession {
         say("every worker stopped: " + workers.map { "\($0.stage.name)=\($0.exitStatus.map(String.init) ?? "?")" }.joined(separator: " "))
         if !silent.isEmpty { say("no output from: \(silent.joined(separator: ", "))") }
         if let last = lastNotification.get() { say("last notification: \(last)") }
-        for stage in stages where stage.chain == ["thumbnails.render"] {
-            guard let directory = stage.options.thumbnails.storeDirectory else { continue }
-            let root = directory.hasPrefix("/") ? directory : FileManager.default.currentDirectoryPath + "/" + directory
+        for stage in stages where stage.rendersThumbnails {
+            guard let root = ThumbnailStage.storeRoot(stage.options.thumbnails) else { continue }
             let files = FileManager.default.enumerator(atPath: root)?.compactMap { $0 as? String }.filter { $0.contains(".") } ?? []
             say("thumbnails: \(files.count) files in \(root)")
         }

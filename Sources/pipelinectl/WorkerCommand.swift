@@ -86,7 +86,7 @@ struct Worker: AsyncParsableCommand {
             throw ValidationError(error.description)
         }
         if !allowNetworks.isEmpty {
-            guard definition.chain == ["thumbnails.render"] else {
+            guard definition.rendersThumbnails else {
                 throw ValidationError("--allow-network: stage \(stage) fetches nothing (only a thumbnails.render stage does)")
             }
             definition.options.thumbnails.allowNetworks += allowNetworks
@@ -113,7 +113,7 @@ struct Worker: AsyncParsableCommand {
         settings.stopAfterInputs = stopAfter
         // A stage that does I/O is built here, where its module is linked.
         var concurrent: (stage: any ConcurrentStage, pool: RenderPool)?
-        if definition.chain == ["thumbnails.render"] {
+        if definition.rendersThumbnails {
             do {
                 let made = try ThumbnailStage.make(options: definition.options.thumbnails, logger: logger)
                 concurrent = (made.stage, made.pool)
@@ -138,6 +138,12 @@ struct Worker: AsyncParsableCommand {
                 gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
         try await group.run()
     }
+}
+
+extension Topology.Stage {
+    /// Whether this stage is the thumbnail worker (its I/O stage is built here, where the
+    /// Thumbnails module is linked).
+    var rendersThumbnails: Bool { chain == [ThumbnailStage.stageName] }
 }
 
 /// After the first SIGTERM/SIGINT (which the service group turns into a graceful shutdown): a

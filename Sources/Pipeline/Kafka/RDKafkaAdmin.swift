@@ -5,8 +5,8 @@ import CKafka
 struct RDKafkaAdmin {
     let client: RDKafkaClient
 
-    /// Runs one admin request and hands its result event to `read`.
-    private func request<T>(
+    /// Runs one admin request and hands its result event to `read` (also for `RDKafkaGroupAdmin`).
+    func request<T>(
         _ op: rd_kafka_admin_op_t,
         timeoutMilliseconds: Int32,
         what: String,

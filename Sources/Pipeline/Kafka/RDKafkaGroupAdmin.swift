@@ -5,28 +5,8 @@ import CKafka
 struct RDKafkaGroupAdmin {
     let client: RDKafkaClient
 
-    private func request<T>(
-        _ op: rd_kafka_admin_op_t, timeoutMilliseconds: Int32, what: String,
-        start: (OpaquePointer /* options */, OpaquePointer /* queue */) -> Void,
-        read: (OpaquePointer /* event */) throws(KafkaError) -> T
-    ) throws(KafkaError) -> T {
-        let queue = rd_kafka_queue_new(client.handle)!
-        defer { rd_kafka_queue_destroy(queue) }
-        let options = rd_kafka_AdminOptions_new(client.handle, op)!
-        defer { rd_kafka_AdminOptions_destroy(options) }
-        var errstr = [CChar](repeating: 0, count: 256)
-        _ = rd_kafka_AdminOptions_set_request_timeout(options, timeoutMilliseconds, &errstr, errstr.count)
-        start(options, queue)
-        guard let event = rd_kafka_queue_poll(queue, timeoutMilliseconds + 1000) else { throw KafkaError.timedOut(what) }
-        defer { rd_kafka_event_destroy(event) }
-        let err = rd_kafka_event_error(event)
-        guard err == RD_KAFKA_RESP_ERR_NO_ERROR else {
-            var error = RDKafkaError.make(err, code: .admin, context: what)
-            if let s = rd_kafka_event_error_string(event) { error.message = "\(what): \(String(cString: s))" }
-            throw error
-        }
-        return try read(event)
-    }
+    /// The one admin request runner (options, private queue, timeout, event error).
+    private var admin: RDKafkaAdmin { RDKafkaAdmin(client: client) }
 
     /// The error a result object carries (owned by the result: read, never destroyed).
     private func check(_ error: OpaquePointer?, _ what: String) throws(KafkaError) {
@@ -37,7 +17,7 @@ struct RDKafkaGroupAdmin {
     }
 
     func listGroups(timeoutMilliseconds: Int32) throws(KafkaError) -> [ConsumerGroupListing] {
-        try request(RD_KAFKA_ADMIN_OP_LISTCONSUMERGROUPS, timeoutMilliseconds: timeoutMilliseconds, what: "list groups") { options, queue in
+        try admin.request(RD_KAFKA_ADMIN_OP_LISTCONSUMERGROUPS, timeoutMilliseconds: timeoutMilliseconds, what: "list groups") { options, queue in
             rd_kafka_ListConsumerGroups(client.handle, options, queue)
         } read: { (event) throws(KafkaError) in
             let result = rd_kafka_event_ListConsumerGroups_result(event)
@@ -61,7 +41,7 @@ struct RDKafkaGroupAdmin {
     }
 
     func describeGroup(_ group: String, timeoutMilliseconds: Int32) throws(KafkaError) -> ConsumerGroupDescription {
-        try request(RD_KAFKA_ADMIN_OP_DESCRIBECONSUMERGROUPS, timeoutMilliseconds: timeoutMilliseconds, what: "describe group \(group)") { options, queue in
+        try admin.request(RD_KAFKA_ADMIN_OP_DESCRIBECONSUMERGROUPS, timeoutMilliseconds: timeoutMilliseconds, what: "describe group \(group)") { options, queue in
             group.withCString { name in
                 var names: [UnsafePointer<CChar>?] = [name]
                 rd_kafka_DescribeConsumerGroups(client.handle, &names, 1, options, queue)
@@ -98,7 +78,7 @@ struct RDKafkaGroupAdmin {
         // _new copies the list; ours is destroyed by its owner.
         let alter = rd_kafka_AlterConsumerGroupOffsets_new(group, list.pointer)!
         defer { rd_kafka_AlterConsumerGroupOffsets_destroy(alter) }
-        try request(RD_KAFKA_ADMIN_OP_ALTERCONSUMERGROUPOFFSETS, timeoutMilliseconds: timeoutMilliseconds, what: "alter offsets of group \(group)") { options, queue in
+        try admin.request(RD_KAFKA_ADMIN_OP_ALTERCONSUMERGROUPOFFSETS, timeoutMilliseconds: timeoutMilliseconds, what: "alter offsets of group \(group)") { options, queue in
             var alters: [OpaquePointer?] = [alter]
             rd_kafka_AlterConsumerGroupOffsets(client.handle, &alters, 1, options, queue)
         } read: { (event) throws(KafkaError) in

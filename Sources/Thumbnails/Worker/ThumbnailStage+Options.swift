@@ -40,10 +40,9 @@ extension ThumbnailStage {
             fetch.maxBytes = bytes
         }
         if let pixels = options.maxPixels { limits.maxPixels = pixels }
-        guard let directory = options.storeDirectory, !directory.isEmpty else {
+        guard let root = storeRoot(options) else {
             throw OptionError("store-directory: missing; name the directory thumbnails are written to")
         }
-        let root = directory.hasPrefix("/") ? directory : FileManager.default.currentDirectoryPath + "/" + directory
         let pool = RenderPool(threads: options.renderThreads ?? ProcessInfo.processInfo.activeProcessorCount)
         do {
             let service = try ThumbnailService(
@@ -54,6 +53,13 @@ extension ThumbnailStage {
             pool.shutdown()
             throw OptionError("thumbnail-sizes: \(error)")
         }
+    }
+
+    /// The absolute directory thumbnails are stored in (`store-directory`, relative to the
+    /// working directory), or nil when none is configured.
+    public static func storeRoot(_ options: ThumbnailOptions) -> String? {
+        guard let directory = options.storeDirectory, !directory.isEmpty else { return nil }
+        return directory.hasPrefix("/") ? directory : FileManager.default.currentDirectoryPath + "/" + directory
     }
 
     /// A thumbnail option the worker cannot use.

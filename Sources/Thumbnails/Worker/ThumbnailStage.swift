@@ -21,7 +21,9 @@ public struct ThumbnailStage: ConcurrentStage {
         self.limits = limits
     }
 
-    public var name: String { "thumbnails.render" }
+    /// The stage's name in a topology's `chain`.
+    public static let stageName = "thumbnails.render"
+    public var name: String { Self.stageName }
 
     public func process(_ record: InputRecord) async -> StageOutput {
         guard let value = record.value else { return .empty }
