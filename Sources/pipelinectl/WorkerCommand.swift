@@ -61,9 +61,19 @@ struct Worker: AsyncParsableCommand {
     @Option(name: .customShort("X"), parsing: .singleValue, help: "Raw librdkafka property key=value for the worker's clients (repeatable).")
     var properties: [String] = []
     @Option(name: .customLong("allow-network"), help: """
-        A thumbnails stage may also fetch from this private network (CIDR, e.g. 10.1.0.0/16 for an internal CDN;         repeatable). Private, loopback and metadata addresses are refused otherwise.
+        A thumbnails stage may also fetch from this private network (CIDR, e.g. 10.1.0.0/16 for an internal CDN; repeatable). Private, loopback and metadata addresses are refused otherwise.
         """)
     var allowNetworks: [String] = []
+    @Option(help: """
+        Exactly-once stages: the producer's transactional.id. Keep it across restarts of one worker (a StatefulSet pod \
+        name): a restart then aborts what its predecessor left open. Default: <group>-<host name>-<pid>.
+        """)
+    var transactionalId: String?
+    @Option(help: "Exactly-once stages: how long a transaction may stay open before the broker aborts it.", transform: { text in
+        guard let d = parseDuration(text) else { throw ValidationError("--transaction-timeout: '\(text)' is not a duration such as 60s") }
+        return d
+    })
+    var transactionTimeout: Duration = .seconds(60)
     @OptionGroup var logging: LoggingOptions
 
     func bootstrapServers() throws -> [String] {
@@ -111,6 +121,8 @@ struct Worker: AsyncParsableCommand {
         settings.sessionTimeout = sessionTimeout
         settings.heartbeatInterval = sessionTimeout.map { $0 / 6 }
         settings.stopAfterInputs = stopAfter
+        settings.transactionalID = transactionalId
+        settings.transactionTimeout = transactionTimeout
         // A stage that does I/O is built here, where its module is linked.
         var concurrent: (stage: any ConcurrentStage, pool: RenderPool)?
         if definition.rendersThumbnails {

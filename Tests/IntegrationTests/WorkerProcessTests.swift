@@ -117,11 +117,12 @@ import Workers
     /// Reads partitions of a topic from the beginning, without a group, until every partition is
     /// at its end and `done` holds for what was read (so it also reads past the expected count).
     static func readAll(
-        _ topic: String, partitions: Int, bootstrap: String, within limit: Duration = .seconds(150), until done: ([ConsumerRecord]) -> Bool
+        _ topic: String, partitions: Int, bootstrap: String, within limit: Duration = .seconds(150), config: ConsumerConfiguration? = nil,
+        until done: ([ConsumerRecord]) -> Bool
     ) async throws -> [ConsumerRecord] {
         let clock = ContinuousClock()
         let deadline = clock.now + limit
-        var config = ConsumerConfiguration(bootstrapServers: [bootstrap], groupID: "checker-\(UUID().uuidString)")
+        var config = config ?? ConsumerConfiguration(bootstrapServers: [bootstrap], groupID: "checker-\(UUID().uuidString)")
         config.reportEndOfPartition = true
         config.autoCommit = false
         let reader = try KafkaConsumer(configuration: config)

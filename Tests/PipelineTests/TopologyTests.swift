@@ -151,10 +151,14 @@ import Workers
         }
     }
 
-    @Test func exactlyOnceIsRefusedWithAReason() throws {
-        let e = try #require(Self.error(Self.valid.replacingOccurrences(of: "    changelog:", with: "    delivery: exactly-once\n    changelog:")))
+    @Test func exactlyOnceAndItsCommitInterval() throws {
+        let t = try Topology.parse(Self.valid.replacingOccurrences(of: "    changelog:", with: "    delivery: exactly-once\n    commit-interval: 250ms\n    changelog:"))
+        let stage = try t.stage(named: "prices-candles")
+        #expect(stage.delivery == .exactlyOnce)
+        #expect(stage.commitInterval == .milliseconds(250))
+        let e = try #require(Self.error(Self.valid.replacingOccurrences(of: "    changelog:", with: "    delivery: exactly-twice\n    changelog:")))
         #expect(e.path == "stages[0].delivery")
-        #expect(e.message.contains("not available yet"))
+        #expect(e.message.contains("expected at-least-once or exactly-once, found 'exactly-twice'"))
     }
 
     @Test func notYAMLAtAll() throws {

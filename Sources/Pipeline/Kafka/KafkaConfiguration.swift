@@ -136,6 +136,13 @@ public struct ProducerConfiguration: Sendable {
     public var partitioner: Partitioner?
     /// How often librdkafka reports ``KafkaProducer/statistics`` (`statistics.interval.ms`; nil: never).
     public var statisticsInterval: Duration?
+    /// Makes the producer transactional (`transactional.id`): call
+    /// ``KafkaProducer/initTransactions(timeout:)`` once, then send only inside transactions.
+    /// A new producer with the same id fences the old one and aborts its open transaction.
+    public var transactionalID: String?
+    /// How long the coordinator lets a transaction stay open before aborting it
+    /// (`transaction.timeout.ms`); also bounds `message.timeout.ms`.
+    public var transactionTimeout: Duration?
 
     public init(kafka: KafkaConfiguration) { self.kafka = kafka }
     public init(bootstrapServers: [String]) { self.kafka = KafkaConfiguration(bootstrapServers: bootstrapServers) }
@@ -159,6 +166,8 @@ public struct ProducerConfiguration: Sendable {
         p["compression.codec"] = compression?.rawValue
         p["partitioner"] = partitioner?.rawValue
         p["statistics.interval.ms"] = statisticsInterval.map(milliseconds)
+        p["transactional.id"] = transactionalID
+        p["transaction.timeout.ms"] = transactionTimeout.map(milliseconds)
         for (key, value) in kafka.raw { p[key] = value }
         return p
     }

@@ -132,6 +132,17 @@ public final class KafkaConsumer: AsyncSequence, Sendable {
     }
 
     /// Stops fetching from these partitions (the assignment is kept).
+    /// The group membership to send with a transaction's offsets (``KafkaProducer/sendOffsetsToTransaction(_:group:timeout:)``).
+    public func groupMetadata() throws(KafkaError) -> ConsumerGroupMetadata {
+        try core.consumer.client.using { () throws(KafkaError) in try core.consumer.groupMetadata() }
+    }
+
+    /// Moves the read position of assigned partitions (e.g. back to the first input of an aborted
+    /// transaction). Records fetched before may still arrive once, from batches already handed out.
+    public func seek(_ offsets: [TopicPartitionOffset]) throws(KafkaError) {
+        try core.consumer.client.using { () throws(KafkaError) in try core.consumer.seek(offsets) }
+    }
+
     public func pause(_ partitions: [TopicPartition]) throws(KafkaError) {
         try core.consumer.client.using { () throws(KafkaError) in try core.consumer.pause(partitions) }
     }

@@ -30,8 +30,12 @@ public struct KafkaError: Error, Sendable, Hashable, CustomStringConvertible {
     public var rdKafkaCode: Int32?
     /// Retrying the operation may succeed.
     public var isRetriable: Bool
-    /// The client cannot be used any more (e.g. a fatal idempotent-producer error).
+    /// The client cannot be used any more (e.g. a fatal idempotent-producer error, or a
+    /// transactional producer fenced by a newer instance).
     public var isFatal: Bool
+    /// The open transaction cannot commit any more and must be aborted
+    /// (`rd_kafka_error_txn_requires_abort`); the producer itself stays usable.
+    public var requiresAbort: Bool = false
     /// The configuration key the error is about, if any.
     public var key: String?
     /// What happened, in words. Never contains secret configuration values.
@@ -56,7 +60,7 @@ public struct KafkaError: Error, Sendable, Hashable, CustomStringConvertible {
     public var description: String {
         var text = "KafkaError.\(code.rawValue): \(message)"
         if let rdKafkaCode { text += " (librdkafka code \(rdKafkaCode))" }
-        if isFatal { text += " [fatal]" } else if isRetriable { text += " [retriable]" }
+        if isFatal { text += " [fatal]" } else if requiresAbort { text += " [abort the transaction]" } else if isRetriable { text += " [retriable]" }
         return text
     }
 

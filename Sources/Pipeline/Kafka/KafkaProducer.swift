@@ -87,6 +87,46 @@ public final class KafkaProducer: Sendable {
         return id & ~ProducerCore.fireAndForgetFlag
     }
 
+    // MARK: Transactions (``ProducerConfiguration/transactionalID``)
+
+    /// Registers the transactional id with the coordinator, fencing an older producer with the
+    /// same id and aborting its open transaction. Call once before the first transaction.
+    public func initTransactions(timeout: Duration = .seconds(30)) async throws(KafkaError) {
+        let client = core.client, ms = timeout.timeoutMilliseconds
+        try await BlockingExecutor.run { () throws(KafkaError) in try client.using { () throws(KafkaError) in try client.initTransactions(timeoutMilliseconds: ms) } }
+    }
+
+    /// Opens a transaction: every record sent until it commits or aborts belongs to it. Local; does not wait.
+    public func beginTransaction() throws(KafkaError) {
+        try core.client.using { () throws(KafkaError) in try core.client.beginTransaction() }
+    }
+
+    /// Adds consumed input offsets (the next to read) to the open transaction: they are committed
+    /// for the consumer's group if and only if the transaction commits.
+    public func sendOffsetsToTransaction(
+        _ offsets: [TopicPartitionOffset], group: ConsumerGroupMetadata, timeout: Duration = .seconds(30)
+    ) async throws(KafkaError) {
+        guard !offsets.isEmpty else { return }
+        let client = core.client, ms = timeout.timeoutMilliseconds
+        try await BlockingExecutor.run { () throws(KafkaError) in
+            try client.using { () throws(KafkaError) in try client.sendOffsetsToTransaction(offsets, group: group, timeoutMilliseconds: ms) }
+        }
+    }
+
+    /// Delivers everything sent in the transaction, then commits it. A ``KafkaError/requiresAbort``
+    /// error means the transaction must be aborted; ``KafkaError/isRetriable``, that the call may be repeated.
+    public func commitTransaction(timeout: Duration = .seconds(30)) async throws(KafkaError) {
+        let client = core.client, ms = timeout.timeoutMilliseconds
+        try await BlockingExecutor.run { () throws(KafkaError) in try client.using { () throws(KafkaError) in try client.commitTransaction(timeoutMilliseconds: ms) } }
+    }
+
+    /// Aborts the open transaction: nothing sent in it becomes visible to `read_committed`
+    /// readers, and its offsets are not committed. Undelivered records fail with a purge error.
+    public func abortTransaction(timeout: Duration = .seconds(30)) async throws(KafkaError) {
+        let client = core.client, ms = timeout.timeoutMilliseconds
+        try await BlockingExecutor.run { () throws(KafkaError) in try client.using { () throws(KafkaError) in try client.abortTransaction(timeoutMilliseconds: ms) } }
+    }
+
     /// librdkafka's latest statistics, when ``ProducerConfiguration/statisticsInterval`` is set.
     public var statistics: KafkaStatistics? { core.statistics.withLock { $0 } }
 

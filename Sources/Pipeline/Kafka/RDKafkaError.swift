@@ -28,6 +28,7 @@ package enum RDKafkaError {
         if let s = rd_kafka_error_string(error) { result.message = [context, String(cString: s)].compactMap { $0 }.joined(separator: ": ") }
         result.isRetriable = rd_kafka_error_is_retriable(error) != 0 || isRetriable(err)
         result.isFatal = rd_kafka_error_is_fatal(error) != 0
+        result.requiresAbort = rd_kafka_error_txn_requires_abort(error) != 0
         return result
     }
 

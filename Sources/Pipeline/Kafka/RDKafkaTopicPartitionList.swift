@@ -49,11 +49,11 @@ final class RDKafkaTopicPartitionList {
         }
     }
 
-    /// The first per-partition error in the list, if any.
-    func firstError(context: String) -> KafkaError? {
+    /// The first per-partition error in the list, if any (`ignoring` one that is not an error here).
+    func firstError(context: String, ignoring: rd_kafka_resp_err_t = RD_KAFKA_RESP_ERR_NO_ERROR) -> KafkaError? {
         for i in 0..<count {
             let e = pointer.pointee.elems[i]
-            if e.err != RD_KAFKA_RESP_ERR_NO_ERROR {
+            if e.err != RD_KAFKA_RESP_ERR_NO_ERROR && e.err != ignoring {
                 return RDKafkaError.make(e.err, code: .broker, context: "\(context) \(String(cString: e.topic))[\(e.partition)]")
             }
         }

@@ -32,6 +32,7 @@ public enum MetricName {
     public static let producerQueue = "pipeline_producer_queue_messages"
     public static let inFlightRecords = "pipeline_in_flight_records"
     public static let checkpoints = "pipeline_checkpoints_total"
+    public static let transactions = "pipeline_transactions_total"
     public static let groupLag = "kafka_consumergroup_group_lag"
     public static let groupOffset = "kafka_consumergroup_group_offset"
     public static let latestOffset = "kafka_partition_latest_offset"
@@ -41,7 +42,7 @@ public enum MetricName {
     public static let all = [
         recordsIn, recordsOut, deadLetters, batchProcessing, endToEndLatency, lagRecords, lagSeconds, rebalances,
         commitFailures, retries, deliveryErrors, pausedPartitions, assignedPartitions, producerQueue, inFlightRecords,
-        checkpoints, groupLag, groupOffset, latestOffset, brokerRTT,
+        checkpoints, transactions, groupLag, groupOffset, latestOffset, brokerRTT,
     ]
 }
 
@@ -77,6 +78,11 @@ struct StageMetrics: Sendable {
         assignedPartitions = Gauge(label: MetricName.assignedPartitions, dimensions: d)
         producerQueue = Gauge(label: MetricName.producerQueue, dimensions: d)
         inFlightRecords = Gauge(label: MetricName.inFlightRecords, dimensions: d)
+    }
+
+    /// Exactly-once transactions by outcome (`committed`, `aborted`).
+    func transactions(_ outcome: String) -> Counter {
+        Counter(label: MetricName.transactions, dimensions: [("stage", stage), ("outcome", outcome)])
     }
 
     func recordsOut(topic: String) -> Counter {

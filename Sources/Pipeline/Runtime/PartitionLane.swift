@@ -67,6 +67,11 @@ final class PartitionLane {
     /// The state changed since the last checkpoint.
     var dirty = false
     var lastCheckpoint = ContinuousClock.now
+    /// Exactly-once: per input partition, the offsets committed with the last transaction.
+    var committedNext: [TopicPartition: Int64] = [:]
+    /// Exactly-once, after an abort rewound a partition: records above this offset were fetched
+    /// before the seek and are dropped until the re-read reaches the partition again.
+    var staleAbove: [TopicPartition: Int64] = [:]
     /// Timestamp of the last input processed (for the lag in seconds).
     var lastTimestamp: Int64 = 0
     var lagGauges: [TopicPartition: (records: Gauge, seconds: Gauge)] = [:]
@@ -84,6 +89,8 @@ final class PartitionLane {
         case submitted(Pending)
         /// A concurrent stage's record: its task submits the outputs (nil if the producer closed).
         case running(Task<Pending?, Never>)
+        /// Resumed once everything enqueued before it is settled.
+        case barrier(CheckedContinuation<Void, Never>)
     }
 
     init(id: TopicPartition, runner: StageRunner?, settle: @escaping @Sendable (Pending) async -> Void) {
@@ -108,6 +115,9 @@ final class PartitionLane {
                     } else {
                         broken = true
                     }
+                case .barrier(let continuation):
+                    continuation.resume()
+                    continue
                 }
                 settled.value.add(1, ordering: .releasing)
             }
@@ -132,6 +142,22 @@ final class PartitionLane {
         queue.yield(.running(task))
     }
 
+    /// Waits until everything enqueued so far is settled; the lane goes on taking work.
+    func settled() async {
+        await withCheckedContinuation { continuation in
+            if case .terminated = queue.yield(.barrier(continuation)) { continuation.resume() }
+        }
+    }
+
+    /// Drops the records of a rewound partition that were fetched before the rewind (see
+    /// ``staleAbove``): they follow what was processed, the re-read starts at or before it.
+    func droppingStale(_ records: ArraySlice<ConsumerRecord>) -> ArraySlice<ConsumerRecord> {
+        guard let tp = records.first?.topicPartition, let limit = staleAbove[tp] else { return records }
+        guard let resumed = records.firstIndex(where: { $0.offset <= limit }) else { return records[records.endIndex...] }
+        staleAbove[tp] = nil
+        return records[resumed...]
+    }
+
     /// Waits until everything enqueued is settled; the lane takes nothing more.
     func finish() async {
         queue.finish()
@@ -154,6 +180,9 @@ struct Settler: Sendable {
     let metrics: StageMetrics
     let logLimiter: LogRateLimiter
     let logger: Logger
+    /// Exactly-once: a failed delivery is not retried here; it dooms the open transaction,
+    /// which the loop aborts and re-runs from its first input.
+    let transaction: TransactionFailures?
 
     /// Outputs per topic, dead letters per reason, and the end-to-end latency of the newest input.
     private func observeDelivered(_ records: [ProducerRecord], sources: [Int32], inputs: [InputRecord]) {
@@ -196,6 +225,11 @@ struct Settler: Sendable {
             }
             if failed.isEmpty { break }
             let error = reports[failed[0]].error!
+            if let transaction {
+                transaction.record(error)
+                metrics.deliveryErrors.increment(by: Int64(failed.count))
+                break
+            }
             firstFailure = firstFailure ?? Int64(Date().timeIntervalSince1970 * 1000)
             counters.retries.add(1)
             metrics.retries.increment()

@@ -16,6 +16,12 @@ public final class StageCounters: Sendable {
     /// Partitions whose state was restored from the changelog.
     public let restoredPartitions = Atomic<Int>(0)
     public let pausedPartitions = Atomic<Int>(0)
+    /// Exactly-once: transactions committed and aborted, and the outputs and dead letters that
+    /// were written in aborted ones (hidden from `read_committed` readers, then written again).
+    public let transactionsCommitted = Atomic<Int>(0)
+    public let transactionsAborted = Atomic<Int>(0)
+    public let abortedOutputs = Atomic<Int>(0)
+    public let abortedDeadLetters = Atomic<Int>(0)
     /// When the first input was processed and the last output settled (benchmarks count from
     /// the first record to the last acknowledged output, so start-up and group join do not count).
     let firstProcessed = Mutex<ContinuousClock.Instant?>(nil)

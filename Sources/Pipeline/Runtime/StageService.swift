@@ -22,6 +22,15 @@ public struct WorkerSettings: Sendable {
     public var stopAfterInputs: Int?
     /// Static group membership (`group.instance.id`).
     public var instanceID: String?
+    /// Exactly-once: the producer's `transactional.id`. A restarted worker that keeps its id
+    /// fences its predecessor and aborts the transaction it left open (otherwise that waits for
+    /// `transactionTimeout`). Nil: the group, then the instance id or host name and process id.
+    public var transactionalID: String?
+    /// Exactly-once: how long the coordinator lets a transaction stay open (`transaction.timeout.ms`).
+    public var transactionTimeout: Duration = .seconds(60)
+    /// Fault injection (tests): asked before each transaction that carries input offsets
+    /// commits; an error makes that commit fail as a broker refusal would (the transaction aborts).
+    var transactionFault: (@Sendable () -> KafkaError?)?
     /// How often librdkafka statistics refresh the `kafka_*` metrics and the group state (nil: never).
     public var statisticsInterval: Duration? = .seconds(5)
     /// Longest time the broker may hold a fetch waiting for data (`fetch.wait.max.ms`; librdkafka's
@@ -141,13 +150,34 @@ public final class StageService: Service, Sendable {
         // Commits are made by the loop (every tick, on revocation and on close), so that a
         // failing commit is seen: it turns the worker not-ready.
         consumerConfig.autoCommit = false
+        // Inputs written by an exactly-once stage are read once committed, never from an
+        // aborted transaction (librdkafka's default, made explicit).
+        consumerConfig.isolationLevel = .readCommitted
         var producerConfig = ProducerConfiguration(kafka: settings.kafka)
         producerConfig.messageTimeout = settings.messageTimeout
         producerConfig.statisticsInterval = settings.statisticsInterval
         producerConfig.linger = .milliseconds(5)
+        let exactlyOnce = definition.delivery == .exactlyOnce
+        if exactlyOnce {
+            producerConfig.transactionalID = settings.transactionalID ?? Self.defaultTransactionalID(group: definition.group, instance: settings.instanceID)
+            producerConfig.transactionTimeout = settings.transactionTimeout
+            if let timeout = settings.messageTimeout, timeout > settings.transactionTimeout {
+                producerConfig.messageTimeout = settings.transactionTimeout
+            }
+        }
 
         let consumer = try KafkaConsumer(configuration: consumerConfig, logger: logger)
         let producer = try KafkaProducer(configuration: producerConfig, logger: logger)
+        if exactlyOnce {
+            do {
+                try await producer.initTransactions(timeout: settings.shutdownDeadline)
+            } catch {
+                try? await consumer.close(deadline: .seconds(5))
+                await producer.close(deadline: .seconds(5))
+                throw error
+            }
+            logger.info("exactly-once: transactional producer ready", metadata: ["transactional-id": "\(producerConfig.transactionalID ?? "")"])
+        }
         var reader: KafkaConsumer?
         if changelog != nil {
             var readerConfig = ConsumerConfiguration(kafka: settings.kafka, groupID: "\(definition.group).restore")
@@ -161,7 +191,7 @@ public final class StageService: Service, Sendable {
         let settler = Settler(
             stageName: stageName, deadLetterTopic: definition.deadLetterTopic, retry: definition.retry,
             consumer: consumer, producer: producer, backpressure: backpressure, counters: counters, metrics: metrics,
-            logLimiter: logLimiter, logger: logger)
+            logLimiter: logLimiter, logger: logger, transaction: exactlyOnce ? TransactionFailures() : nil)
         let loop = StageLoop(service: self, consumer: consumer, producer: producer, reader: reader, settler: settler, backpressure: backpressure)
 
         let (inputs, feed) = AsyncStream<LoopInput>.makeStream()
@@ -231,6 +261,13 @@ public final class StageService: Service, Sendable {
             ])
         if let failure { throw failure }
     }
+
+    /// `<group>-<instance id>`, or `<group>-<host>-<pid>`: unique among the running workers of a
+    /// group, and stable across restarts where the instance id or host name is (a StatefulSet pod).
+    static func defaultTransactionalID(group: String, instance: String?) -> String {
+        if let instance { return "\(group)-\(instance)" }
+        return "\(group)-\(ProcessInfo.processInfo.hostName)-\(ProcessInfo.processInfo.processIdentifier)"
+    }
 }
 
 /// What the loop reacts to: a consumer event (acknowledged when handled), a timer tick, or the
@@ -251,6 +288,8 @@ final class StageLoop {
     let settler: Settler
     let backpressure: Backpressure
     private var lanes: [TopicPartition: PartitionLane] = [:]
+    /// Exactly-once: the open transaction; nil for at-least-once.
+    private var transaction: OpenTransaction?
     private var definition: Topology.Stage { service.definition }
     private var logger: Logger { service.logger }
     private var counters: StageCounters { service.counters }
@@ -262,6 +301,7 @@ final class StageLoop {
         self.reader = reader
         self.settler = settler
         self.backpressure = backpressure
+        transaction = service.definition.delivery == .exactlyOnce ? OpenTransaction() : nil
     }
 
     static func wallClock() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
@@ -281,7 +321,7 @@ final class StageLoop {
                 if let limit = service.settings.stopAfterInputs, counters.processed.value >= limit { service.requestStop() }
             case .tick:
                 try await advance(now: Self.wallClock())
-                await commit("tick")
+                if transaction != nil { try await commitTransaction("tick") } else { await commit("tick") }
                 observe()
             case .failed(let error):
                 throw error
@@ -293,6 +333,9 @@ final class StageLoop {
         switch event {
         case .records(let batch):
             try await process(batch)
+            if let opened = transaction?.openedAt, ContinuousClock.now - opened >= definition.commitInterval {
+                try await commitTransaction("interval")
+            }
         case .assigned(let partitions):
             counters.rebalances.add(1)
             service.metrics.rebalances.increment()
@@ -306,18 +349,21 @@ final class StageLoop {
             service.metrics.rebalances.increment()
             logger.info("partitions revoked", metadata: ["partitions": "\(partitions)"])
             service.health.revoked(total: max(0, assignedCount - partitions.count))
+            // Exactly-once: what was done for the partitions commits before they go (on a lost
+            // assignment the coordinator refuses the offsets, and the transaction aborts).
+            if transaction != nil { try await commitTransaction("revocation") }
             for tp in partitions {
                 // A joined lane goes with the first of its partitions (they are assigned and
                 // revoked together; one left behind gets a lane again, restored, at its next record).
                 guard let lane = lanes.removeValue(forKey: laneID(tp)) else { continue }
-                await checkpoint(lane)
+                if transaction == nil { await checkpoint(lane) }
                 await lane.finish()
                 for gauges in lane.lagGauges.values {
                     gauges.records.record(0)
                     gauges.seconds.record(0)
                 }
             }
-            await commit("revocation")
+            if transaction == nil { await commit("revocation") }
             service.metrics.assignedPartitions.record(assignedCount)
         case .endOfPartition:
             break
@@ -390,14 +436,17 @@ final class StageLoop {
     }
 
     private func process(_ records: ArraySlice<ConsumerRecord>, lane: PartitionLane) async throws {
+        let records = transaction == nil ? records : lane.droppingStale(records)
+        guard let tp = records.first?.topicPartition else { return }
         if let stage = service.concurrent {
+            try enterTransaction(lane, first: [tp: records[records.startIndex].offset])
             start(records, lane: lane, stage: stage)
             return
         }
         try await storeRestoredOffsets(lane)
         let now = Self.wallClock()
-        guard let tp = records.first?.topicPartition else { return }
         let skipBelow = lane.skipBelow[tp] ?? -1
+        if let first = records.first(where: { $0.offset >= skipBelow }) { try enterTransaction(lane, first: [tp: first.offset]) }
         var last: Int64?
         let started = ContinuousClock.now
         var outgoing: [ProducerRecord] = []
@@ -443,7 +492,7 @@ final class StageLoop {
         try await submit(
             outgoing, sources: sources, inputs: inputs, to: lane,
             storeOffsets: stateful ? [] : [TopicPartitionOffset(tp.topic, tp.partition, offset: last + 1)])
-        if stateful, ContinuousClock.now - lane.lastCheckpoint >= definition.checkpointInterval { await checkpoint(lane) }
+        if stateful, transaction == nil, ContinuousClock.now - lane.lastCheckpoint >= definition.checkpointInterval { await checkpoint(lane) }
     }
 
     /// A concurrent stage: each record becomes a task (bounded by the stage's concurrency) that
@@ -514,8 +563,9 @@ final class StageLoop {
     ) async throws {
         let bytes = records.reduce(0) { $0 + RecordMapping.size($1) }
         let ticket = try await producer.submit(records)
+        // Exactly-once: offsets go with the transaction, never through the consumer.
         lane.enqueue(Pending(
-            records: records, sources: sources, inputs: inputs, ticket: ticket, storeOffsets: storeOffsets,
+            records: records, sources: sources, inputs: inputs, ticket: ticket, storeOffsets: transaction == nil ? storeOffsets : [],
             inputCount: inputs.count, bytes: bytes))
         let consumer = self.consumer, partitions = Array(lanes.keys)
         if backpressure.add(records: records.count, bytes: bytes, pause: { try? consumer.pause(partitions) }) == .pause {
@@ -529,8 +579,9 @@ final class StageLoop {
     /// assignment; during the assignment event librdkafka refuses it), through the lane, so that
     /// it is stored before any later one. Otherwise a worker that only re-reads skipped inputs
     /// never commits past them.
+    /// (Exactly-once commits them with the next transaction: see ``commitTransaction(_:)``.)
     private func storeRestoredOffsets(_ lane: PartitionLane) async throws {
-        guard !lane.restoredOffsets.isEmpty else { return }
+        guard transaction == nil, !lane.restoredOffsets.isEmpty else { return }
         let offsets = lane.restoredOffsets
         lane.restoredOffsets = []
         try await submit([], sources: [], inputs: [], to: lane, storeOffsets: offsets)
@@ -538,19 +589,23 @@ final class StageLoop {
 
     /// Writes the lane's state to the changelog; its offset is stored once that is delivered.
     private func checkpoint(_ lane: PartitionLane) async {
-        guard let changelog = service.changelog, lane.dirty, !lane.next.isEmpty else { return }
         do {
-            let offsets = lane.next.map { TopicPartitionOffset($0.key.topic, $0.key.partition, offset: $0.value) }
-                .sorted { ($0.topic, $0.partition) < ($1.topic, $1.partition) }
-            let record = try changelog.record(state: lane.runner!.state, offsets: offsets, for: lane.id)
-            try await submit([record], sources: [Pending.checkpointRecord], inputs: [], to: lane, storeOffsets: offsets)
-            lane.dirty = false
-            lane.lastCheckpoint = .now
-            counters.checkpoints.add(1)
-            service.metrics.checkpoints.increment()
+            try await writeCheckpoint(lane)
         } catch {
             logger.error("checkpoint failed: \(error)", metadata: ["partition": "\(lane.id)"])
         }
+    }
+
+    private func writeCheckpoint(_ lane: PartitionLane) async throws {
+        guard let changelog = service.changelog, lane.dirty, !lane.next.isEmpty else { return }
+        let offsets = lane.next.map { TopicPartitionOffset($0.key.topic, $0.key.partition, offset: $0.value) }
+            .sorted { ($0.topic, $0.partition) < ($1.topic, $1.partition) }
+        let record = try changelog.record(state: lane.runner!.state, offsets: offsets, for: lane.id)
+        try await submit([record], sources: [Pending.checkpointRecord], inputs: [], to: lane, storeOffsets: offsets)
+        lane.dirty = false
+        lane.lastCheckpoint = .now
+        counters.checkpoints.add(1)
+        service.metrics.checkpoints.increment()
     }
 
     /// Lets time pass for every partition's state (closes windows on an idle stream), then
@@ -558,6 +613,7 @@ final class StageLoop {
     private func advance(now: Int64) async throws {
         for lane in lanes.values {
             try await storeRestoredOffsets(lane)
+            if lane.runner != nil { try enterTransaction(lane, first: [:]) }
             guard let out = lane.runner?.advance(context: StageContext(now: now)) else { continue }
             if !out.records.isEmpty || !out.failures.isEmpty {
                 var outgoing: [ProducerRecord] = []
@@ -574,8 +630,125 @@ final class StageLoop {
                 if service.changelog != nil { lane.dirty = true }
                 try await submit(outgoing, sources: sources, inputs: [], to: lane, storeOffsets: [])
             }
-            if ContinuousClock.now - lane.lastCheckpoint >= definition.checkpointInterval { await checkpoint(lane) }
+            if transaction == nil, ContinuousClock.now - lane.lastCheckpoint >= definition.checkpointInterval { await checkpoint(lane) }
         }
+    }
+
+    // MARK: Exactly-once
+
+    /// Opens a transaction if none is, and remembers how the lane looked before it (once per
+    /// transaction) and where its inputs begin, to abort to. Called before the lane's state changes.
+    private func enterTransaction(_ lane: PartitionLane, first: [TopicPartition: Int64]) throws {
+        guard transaction != nil else { return }
+        if transaction!.openedAt == nil {
+            try producer.beginTransaction()
+            transaction!.openedAt = .now
+            transaction!.producedBefore = counters.produced.value
+            transaction!.deadLetteredBefore = counters.deadLettered.value
+        }
+        if transaction!.undo[lane.id] == nil {
+            transaction!.undo[lane.id] = OpenTransaction.Undo(runner: lane.runner, next: lane.next, dirty: lane.dirty)
+        }
+        for (tp, offset) in first where transaction!.undo[lane.id]!.first[tp] == nil {
+            transaction!.undo[lane.id]!.first[tp] = offset
+        }
+    }
+
+    /// Commits the open transaction: the states it changed go to the changelog, every output is
+    /// delivered, and the input offsets are committed with it. If it cannot commit, it is aborted
+    /// and its inputs are processed again (``abortTransaction(after:)``). Throws only when the
+    /// producer was fenced (a newer instance owns the work: this one must stop) or aborts keep failing.
+    private func commitTransaction(_ reason: String) async throws {
+        guard transaction?.isOpen == true else { return }
+        do {
+            for lane in lanes.values { try await writeCheckpoint(lane) }
+            for lane in lanes.values { await lane.settled() }
+            if let failed = settler.transaction?.take() { throw failed }
+            var offsets: [TopicPartitionOffset] = []
+            for lane in lanes.values {
+                for (tp, next) in lane.next where lane.committedNext[tp] != next {
+                    offsets.append(TopicPartitionOffset(tp.topic, tp.partition, offset: next))
+                }
+            }
+            let timeout = service.settings.transactionTimeout
+            if !offsets.isEmpty, let fault = service.settings.transactionFault?() { throw fault }
+            if !offsets.isEmpty {
+                try await producer.sendOffsetsToTransaction(offsets, group: consumer.groupMetadata(), timeout: timeout)
+            }
+            try await commitRetrying(timeout: timeout)
+            for lane in lanes.values { lane.committedNext = lane.next }
+            counters.transactionsCommitted.add(1)
+            service.metrics.transactions("committed").increment()
+            transaction!.closed()
+            transaction!.abortsInARow = 0
+            service.health.committed(ok: true)
+        } catch {
+            if let kafka = error as? KafkaError, kafka.isFatal {
+                logger.error("exactly-once: the producer was fenced or failed for good; stopping (\(reason)): \(kafka)")
+                throw kafka
+            }
+            try await abortTransaction(after: error, reason: reason)
+        }
+    }
+
+    /// `commit_transaction`, repeated while librdkafka says a retry may succeed.
+    private func commitRetrying(timeout: Duration) async throws(KafkaError) {
+        var attempt = 1
+        while true {
+            do {
+                try await producer.commitTransaction(timeout: timeout)
+                return
+            } catch {
+                guard error.isRetriable, !error.requiresAbort, !error.isFatal, attempt < definition.retry.attempts else { throw error }
+                attempt += 1
+                try? await Task.sleep(for: definition.retry.backoff(beforeAttempt: attempt))
+            }
+        }
+    }
+
+    /// Aborts the open transaction (nothing of it becomes visible, its offsets are not committed)
+    /// and rewinds: each lane it touched gets back its state and offsets, and each partition is
+    /// read again from the transaction's first input. Backs off before going on; throws after
+    /// the retry policy's attempts of aborts in a row, or when the abort itself fails for good.
+    private func abortTransaction(after error: any Error, reason: String) async throws {
+        guard var open = transaction else { return }
+        counters.commitFailures.add(1)
+        service.metrics.commitFailures.increment()
+        service.health.committed(ok: false)
+        logger.warning("exactly-once: transaction aborted (\(reason)): \(error)")
+        try await producer.abortTransaction(timeout: service.settings.transactionTimeout)
+        for lane in lanes.values { await lane.settled() }
+        _ = settler.transaction?.take()
+        counters.abortedOutputs.add(counters.produced.value - open.producedBefore)
+        counters.abortedDeadLetters.add(counters.deadLettered.value - open.deadLetteredBefore)
+        counters.transactionsAborted.add(1)
+        service.metrics.transactions("aborted").increment()
+        var seeks: [TopicPartitionOffset] = []
+        for (id, undo) in open.undo {
+            guard let lane = lanes[id] else { continue }
+            for (tp, first) in undo.first {
+                if let reached = lane.next[tp], reached > first { lane.staleAbove[tp] = reached - 1 }
+                seeks.append(TopicPartitionOffset(tp.topic, tp.partition, offset: first))
+            }
+            lane.runner = undo.runner
+            lane.next = undo.next
+            lane.dirty = undo.dirty
+        }
+        open.closed()
+        open.abortsInARow += 1
+        transaction = open
+        if !seeks.isEmpty {
+            do {
+                try consumer.seek(seeks)
+            } catch {
+                // A partition that is no longer assigned: its next owner starts from the commit.
+                logger.info("exactly-once: rewinding after the abort: \(error)")
+            }
+        }
+        if open.abortsInARow >= definition.retry.attempts {
+            throw KafkaError(code: .broker, message: "exactly-once: \(open.abortsInARow) transactions in a row aborted; last: \(error)")
+        }
+        try? await Task.sleep(for: definition.retry.backoff(beforeAttempt: open.abortsInARow + 1))
     }
 
     private func commit(_ reason: String) async {
@@ -621,10 +794,20 @@ final class StageLoop {
     }
 
     /// Settles every lane after a final checkpoint (the consumer's close then commits).
+    /// Exactly-once: commits the open transaction (or aborts it: the next owner redoes its inputs).
     func shutdown() async {
-        for lane in lanes.values {
-            try? await storeRestoredOffsets(lane)
-            await checkpoint(lane)
+        if transaction != nil {
+            do {
+                try await commitTransaction("shutdown")
+            } catch {
+                logger.warning("the last transaction did not commit: \(error)")
+            }
+        }
+        if transaction == nil {
+            for lane in lanes.values {
+                try? await storeRestoredOffsets(lane)
+                await checkpoint(lane)
+            }
         }
         for lane in lanes.values { await lane.finish() }
         lanes.removeAll()

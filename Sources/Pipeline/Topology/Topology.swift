@@ -53,6 +53,9 @@ public struct Topology: Sendable {
         public var advanceInterval: Duration
         /// How often a changed state is checkpointed (and the offsets after it committed).
         public var checkpointInterval: Duration
+        /// Exactly-once: how long a transaction stays open at most; outputs become visible to
+        /// `read_committed` readers when it commits (every state is checkpointed in each one).
+        public var commitInterval: Duration = .milliseconds(100)
         /// Bounds on work in flight; partitions pause above them.
         public var maxInFlightRecords: Int
         public var maxInFlightBytes: Int
@@ -227,13 +230,13 @@ private struct TopologyReader {
     func stage(_ node: Node, _ path: String, topics: [String: Topology.Topic]) throws(TopologyError) -> Topology.Stage {
         let allowed = [
             "name", "chain", "inputs", "outputs", "dead-letter-topic", "group", "delivery", "changelog", "retry",
-            "advance-interval", "checkpoint-interval", "max-in-flight-records", "max-in-flight-bytes", "concurrency", "options",
+            "advance-interval", "checkpoint-interval", "commit-interval", "max-in-flight-records", "max-in-flight-bytes", "concurrency", "options",
         ]
         var name: String?, chain: [String]?, inputs: [String]?, deadLetter: String?, group: String?, changelog: String?
         var outputs: [String: String] = [:]
         var delivery = Topology.Delivery.atLeastOnce
         var retry = Topology.RetryPolicy()
-        var advance = Duration.seconds(1), checkpoint = Duration.seconds(1)
+        var advance = Duration.seconds(1), checkpoint = Duration.seconds(1), commit = Duration.milliseconds(100)
         var maxRecords = 10_000, maxBytes = 64 << 20, concurrency = 16
         var options = StageCatalog.Options()
         func topicName(_ value: Node, _ p: String) throws(TopologyError) -> String {
@@ -290,6 +293,7 @@ private struct TopologyReader {
                 }
             case "advance-interval": advance = try duration(value, p)
             case "checkpoint-interval": checkpoint = try duration(value, p)
+            case "commit-interval": commit = try duration(value, p)
             case "max-in-flight-records": maxRecords = try int(value, p)
             case "max-in-flight-bytes": maxBytes = try int(value, p)
             case "concurrency": concurrency = try int(value, p)
@@ -386,13 +390,10 @@ private struct TopologyReader {
                     + inputs.map { "\($0) has \(topics[$0]?.partitions ?? 0)" }.joined(separator: ", "))
             }
         }
-        if delivery == .exactlyOnce {
-            throw fail(node, "\(path).delivery", "exactly-once is not available yet (see README: Delivery guarantees); use at-least-once")
-        }
         return Topology.Stage(
             name: name, chain: chain, inputs: inputs, outputs: outputs, deadLetterTopic: deadLetter, group: group ?? name,
             delivery: delivery, changelog: changelog, retry: retry, advanceInterval: advance, checkpointInterval: checkpoint,
-            maxInFlightRecords: maxRecords, maxInFlightBytes: maxBytes, concurrency: concurrency, options: options)
+            commitInterval: commit, maxInFlightRecords: maxRecords, maxInFlightBytes: maxBytes, concurrency: concurrency, options: options)
     }
 }
 
