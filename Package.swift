@@ -25,6 +25,9 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
         .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
+        // pipelinectl's terminal output: progress (ConsoleKitTerminal only) and tables.
+        .package(url: "https://github.com/vapor/console-kit", from: "4.16.2"),
+        .package(url: "https://github.com/ordo-one/TextTable", .upToNextMinor(from: "0.0.2")),
     ],
     targets: [
         // C modules: the only doors into C libraries.
@@ -104,6 +107,9 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "ConsoleKitTerminal", package: "console-kit"),
+                .product(name: "TextTable", package: "TextTable"),
             ]
         ),
 
@@ -141,7 +147,8 @@ let package = Package(
                 .product(name: "NIOHTTP1", package: "swift-nio"),
             ]
         ),
-        .testTarget(name: "PipelinectlTests", dependencies: ["pipelinectl"], exclude: ["Golden"]),
+        .testTarget(
+            name: "PipelinectlTests", dependencies: ["pipelinectl", .product(name: "TextTable", package: "TextTable")], exclude: ["Golden"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Pipeline
+import TextTable
 import Workers
 
 /// `pipelinectl dlq list|show|redrive`.
@@ -113,7 +114,8 @@ struct DLQ: AsyncParsableCommand {
             var entries: [DeadLetterEntry] = []
             var foreign = 0
             var seen = Set<String>()
-            let progress = ProgressLine("reading \(topic)")
+            let progress = ProgressIndicator("reading \(topic)")
+            defer { progress.finish() }
             var read = 0
             try await TopicReader(kafka: kafka).read(from: start, until: stop) { batch in
                 for r in batch {
@@ -163,17 +165,19 @@ struct DLQ: AsyncParsableCommand {
         }
     }
 
-    static func table(_ entries: [DeadLetterEntry]) -> TextTable {
-        var t = TextTable([("PARTITION", .right), ("OFFSET", .right), ("STAGE", .left), ("REASON", .left), ("FIELD", .left),
-                           ("ORIGIN", .left), ("ATTEMPTS", .right), ("REDRIVEN", .right), ("DETAIL", .left)])
-        for e in entries {
+    /// One line per dead letter (the detail cut to 60 characters); nil without any.
+    static func table(_ entries: [DeadLetterEntry]) -> String? {
+        TextTable<DeadLetterEntry> { e in
             let detail = e.letter.failure.detail
-            t.append([String(e.record.partition), String(e.record.offset), e.letter.stage, e.letter.failure.reason.rawValue,
-                      e.letter.failure.field.isEmpty ? "-" : e.letter.failure.field,
-                      "\(e.letter.origin.topic)[\(e.letter.origin.partition)]@\(e.letter.origin.offset)",
-                      String(e.letter.attempts), String(e.redriveCount), detail.count > 60 ? String(detail.prefix(57)) + "..." : detail])
-        }
-        return t
+            return [
+                Column("PARTITION" <- e.record.partition, align: .right), Column("OFFSET" <- e.record.offset, align: .right),
+                Column("STAGE" <- e.letter.stage), Column("REASON" <- e.letter.failure.reason.rawValue),
+                Column("FIELD" <- (e.letter.failure.field.isEmpty ? "-" : e.letter.failure.field)),
+                Column("ORIGIN" <- "\(e.letter.origin.topic)[\(e.letter.origin.partition)]@\(e.letter.origin.offset)"),
+                Column("ATTEMPTS" <- e.letter.attempts, align: .right), Column("REDRIVEN" <- e.redriveCount, align: .right),
+                Column("DETAIL" <- (detail.count > 60 ? String(detail.prefix(57)) + "..." : detail)),
+            ]
+        }.render(entries)
     }
 
     struct List: AsyncParsableCommand {
@@ -207,7 +211,7 @@ struct DLQ: AsyncParsableCommand {
             if entries.isEmpty {
                 print(selection.nothingMatched(stages: seen))
             } else {
-                print(DLQ.table(entries).render())
+                print(DLQ.table(entries) ?? "")
                 print("")
                 for (k, n) in counts.sorted(by: { $0.key < $1.key }) { print("\(n)\t\(k)") }
             }
@@ -318,7 +322,7 @@ struct DLQ: AsyncParsableCommand {
                 if entries.isEmpty { print(selection.nothingMatched(stages: seen)) }
                 if !exhausted.isEmpty {
                     print("left \(exhausted.count) dead letters redriven \(maxRedrives) times already:")
-                    print(DLQ.table(exhausted).render())
+                    print(DLQ.table(exhausted) ?? "")
                 }
                 if !execute, !sends.isEmpty { print("dry run: add --execute to send") }
                 if execute, !next.isEmpty {

@@ -5,6 +5,7 @@ import Foundation
 import FoundationNetworking
 #endif
 import Pipeline
+import TextTable
 import Thumbnails
 import Workers
 
@@ -350,17 +351,14 @@ final class DevSession {
         fflush(nil)
     }
 
+    /// One line per stage, each ending in a newline ("" without stages).
     func table() -> String {
-        let header = ["stage", "in", "out", "dead", "lag", "rate/s"]
-        var rows = workers.map { w in
-            [w.stage.name, Self.n(w.metrics.recordsIn), Self.n(w.metrics.recordsOut), Self.n(w.metrics.deadLetters), Self.n(w.metrics.lag), Self.n(w.rate)]
+        let table = TextTable<DevWorker> { w in
+            [Column("stage" <- w.stage.name), Column("in" <- Self.n(w.metrics.recordsIn), align: .right),
+             Column("out" <- Self.n(w.metrics.recordsOut), align: .right), Column("dead" <- Self.n(w.metrics.deadLetters), align: .right),
+             Column("lag" <- Self.n(w.metrics.lag), align: .right), Column("rate/s" <- Self.n(w.rate), align: .right)]
         }
-        rows.insert(header, at: 0)
-        let widths = header.indices.map { c in rows.map { $0[c].count }.max() ?? 0 }
-        return rows.map { row in
-            row.enumerated().map { c, cell in c == 0 ? cell.padding(toLength: widths[c], withPad: " ", startingAt: 0) : String(repeating: " ", count: widths[c] - cell.count) + cell }
-                .joined(separator: "  ")
-        }.joined(separator: "\n") + "\n"
+        return table.render(workers).map { $0 + "\n" } ?? ""
     }
 
     static func n(_ v: Double) -> String { String(Int(v)) }

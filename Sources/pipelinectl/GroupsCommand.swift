@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Pipeline
+import TextTable
 
 /// `pipelinectl groups list|describe|reset-offsets`.
 struct Groups: AsyncParsableCommand {
@@ -31,9 +32,10 @@ struct Groups: AsyncParsableCommand {
             }
             await admin.close()
             if json { return try printJSON(groups) }
-            var t = TextTable([("GROUP", .left), ("STATE", .left), ("TYPE", .left)])
-            for g in groups { t.append([g.group, g.state, g.isSimple ? "simple" : "consumer"]) }
-            print(groups.isEmpty ? "no consumer groups" : t.render())
+            let table = TextTable<ConsumerGroupListing> { g in
+                [Column("GROUP" <- g.group), Column("STATE" <- g.state), Column("TYPE" <- (g.isSimple ? "simple" : "consumer"))]
+            }
+            print(table.render(groups) ?? "no consumer groups")
         }
     }
 
@@ -58,16 +60,16 @@ struct Groups: AsyncParsableCommand {
             await admin.close()
             if json { return try printJSON(lag) }
             print("group \(group)  state \(lag.state ?? "unknown")  \(lag.members.count) members  status \(Terminal.status(lag.status.rawValue))")
-            if !lag.members.isEmpty {
-                var t = TextTable([("MEMBER", .left), ("CLIENT", .left), ("HOST", .left), ("ASSIGNMENT", .left)])
-                for m in lag.members {
-                    t.append([m.memberID, m.clientID, m.host, m.assignment.map(\.description).joined(separator: " ")])
-                }
+            let members = TextTable<ConsumerGroupMember> { m in
+                [Column("MEMBER" <- m.memberID), Column("CLIENT" <- m.clientID), Column("HOST" <- m.host),
+                 Column("ASSIGNMENT" <- m.assignment.map(\.description).joined(separator: " "))]
+            }
+            if let members = members.render(lag.members) {
                 print("")
-                print(t.render())
+                print(members)
             }
             print("")
-            print(lag.partitions.isEmpty ? "no committed offsets" : Lag.table([lag]).render())
+            print(Lag.table([lag]) ?? "no committed offsets")
         }
     }
 
@@ -171,17 +173,17 @@ struct Groups: AsyncParsableCommand {
                 }
             }
             if json { return try printJSON(Output(group: group, executed: execute, plan: plan)) }
-            print(Groups.planTable(plan).render())
+            print(Groups.planTable(plan) ?? "no partitions selected")
             print(execute ? "committed new offsets for group \(group)" : "dry run: add --execute to commit these offsets for group \(group)")
         }
     }
 
-    static func planTable(_ plan: [OffsetResetPlan]) -> TextTable {
-        var t = TextTable([("TOPIC", .left), ("PARTITION", .right), ("CURRENT", .right), ("NEW", .right), ("MOVE", .right)])
-        for p in plan {
-            t.append([p.topic, String(p.partition), p.current.map(String.init) ?? "-", String(p.target),
-                      p.current.map { String(format: "%+lld", p.target - $0) } ?? "-"])
-        }
-        return t
+    /// One line per partition; nil for an empty plan.
+    static func planTable(_ plan: [OffsetResetPlan]) -> String? {
+        TextTable<OffsetResetPlan> { p in
+            [Column("TOPIC" <- p.topic), Column("PARTITION" <- p.partition, align: .right),
+             Column("CURRENT" <- (p.current.map(String.init) ?? "-"), align: .right), Column("NEW" <- p.target, align: .right),
+             Column("MOVE" <- (p.current.map { String(format: "%+lld", p.target - $0) } ?? "-"), align: .right)]
+        }.render(plan)
     }
 }

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Pipeline
+import TextTable
 
 /// `pipelinectl lag`: per group, topic and partition the committed offset, log end, lag and status.
 struct Lag: AsyncParsableCommand {
@@ -129,8 +130,10 @@ struct Lag: AsyncParsableCommand {
             return
         }
         if clear { print("\u{1B}[H\u{1B}[2J", terminator: "") }
-        print(Lag.table(outputs.map(\.group)).render { row, column, text in column == 8 && row >= 0 ? Terminal.status(text) : nil })
-        print("")
+        if let table = Lag.table(outputs.map(\.group), paint: StatusPaint.self) {
+            print(table)
+            print("")
+        }
         for o in outputs {
             var line = "\(o.group.group): \(Terminal.status(o.group.status.rawValue))  \(o.group.members.count) members  lag \(o.totalLag) records, \(String(format: "%.1f", o.maxLagSeconds)) s"
             if let t = o.trend {
@@ -143,16 +146,18 @@ struct Lag: AsyncParsableCommand {
         fflush(nil)  // --watch into a pipe: each round as it happens (nil: every stream; `stdout` is not concurrency-safe)
     }
 
-    static func table(_ groups: [GroupLag]) -> TextTable {
-        var t = TextTable([("GROUP", .left), ("TOPIC", .left), ("PARTITION", .right), ("COMMITTED", .right), ("LOG-END", .right),
-                           ("LAG", .right), ("LAG-S", .right), ("OWNER", .left), ("STATUS", .left)])
-        for g in groups {
-            for p in g.partitions {
-                t.append([g.group, p.topic, String(p.partition), String(p.committed), p.logEnd.map(String.init) ?? "?",
-                          p.lagRecords.map(String.init) ?? "?", p.lagSeconds.map { String(format: "%.1f", $0) } ?? "?",
-                          p.owner ?? "-", p.status.rawValue])
-            }
-        }
-        return t
+    /// One line per partition of these groups; nil when none has a committed offset.
+    static func table<Paint: CellPaint>(_ groups: [GroupLag], paint: Paint.Type = NoPaint.self) -> String? {
+        let rows = groups.flatMap { g in g.partitions.map { (group: g.group, partition: $0) } }
+        return TextTable<(group: String, partition: PartitionLag)> { row in
+            let p = row.partition
+            return [
+                Column("GROUP" <- row.group), Column("TOPIC" <- p.topic), Column("PARTITION" <- p.partition, align: .right),
+                Column("COMMITTED" <- p.committed, align: .right), Column("LOG-END" <- (p.logEnd.map(String.init) ?? "?"), align: .right),
+                Column("LAG" <- (p.lagRecords.map(String.init) ?? "?"), align: .right),
+                Column("LAG-S" <- (p.lagSeconds.map { String(format: "%.1f", $0) } ?? "?"), align: .right),
+                Column("OWNER" <- (p.owner ?? "-")), Column("STATUS" <- p.status.rawValue),
+            ]
+        }.render(rows, paint: paint)
     }
 }

@@ -55,49 +55,6 @@ struct Terminal {
     }
 }
 
-/// One progress line on standard error, redrawn at most ten times a second, only on a terminal.
-final class ProgressLine: @unchecked Sendable {  // used from one task at a time
-    private let label: String
-    private var total: Int?
-    private let start = ContinuousClock.now
-    private var lastDraw = ContinuousClock.now - .seconds(1)
-    private var drawn = false
-    let enabled: Bool
-
-    init(_ label: String, total: Int? = nil, enabled: Bool = Terminal.stderrIsTTY) {
-        self.label = label
-        self.total = total
-        self.enabled = enabled
-    }
-
-    func update(_ done: Int, total: Int? = nil, extra: String = "") {
-        guard enabled else { return }
-        if let total { self.total = total }
-        let now = ContinuousClock.now
-        guard now - lastDraw >= .milliseconds(100) else { return }
-        lastDraw = now
-        drawn = true
-        let seconds = max(0.001, (now - start).seconds)
-        let rate = Double(done) / seconds
-        var text = "\(label) \(done)"
-        if let total = self.total, total > 0 {
-            let fraction = min(1, Double(done) / Double(total))
-            let width = 24
-            let filled = Int(fraction * Double(width))
-            text = "\(label) [\(String(repeating: "#", count: filled))\(String(repeating: ".", count: width - filled))] \(done)/\(total)"
-            if rate > 0, done < total { text += " ETA \(formatSeconds(Double(total - done) / rate))" }
-        }
-        text += String(format: " %.0f/s", rate)
-        if !extra.isEmpty { text += " " + extra }
-        FileHandle.standardError.write(Data("\r\u{1B}[2K\(text)".utf8))
-    }
-
-    func finish() {
-        guard enabled, drawn else { return }
-        FileHandle.standardError.write(Data("\r\u{1B}[2K".utf8))
-    }
-}
-
 extension Duration {
     var seconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
 }

@@ -74,7 +74,8 @@ struct Produce: AsyncParsableCommand {
         if !dryRun, !lines.isEmpty {
             try Preflight.checkRuntime()
             let producer = try KafkaProducer(configuration: ProducerConfiguration(kafka: try connection.required()))
-            let progress = ProgressLine("producing to \(parser.topic)", total: lines.count)
+            let progress = ProgressIndicator("producing to \(parser.topic)", total: lines.count)
+            defer { progress.finish() }
             var sent = 0
             for chunk in stride(from: 0, to: lines.count, by: 10_000) {
                 let slice = lines[chunk..<min(chunk + 10_000, lines.count)]

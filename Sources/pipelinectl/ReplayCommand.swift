@@ -121,7 +121,8 @@ struct Replay: AsyncParsableCommand {
         }
         let producer = toTopic != nil && execute ? try KafkaProducer(configuration: ProducerConfiguration(kafka: kafka)) : nil
         var pacer = Pacer(rate.map { .perSecond($0) } ?? (originalPacing ? .original : .unlimited))
-        let progress = ProgressLine("replaying \(topic)", total: estimate > 0 ? estimate : nil)
+        let progress = ProgressIndicator("replaying \(topic)", total: estimate > 0 ? estimate : nil)
+        defer { progress.finish() }
         var read = 0, matched = 0, written = 0, failed = 0
         var preview: [String] = []
         let reader = TopicReader(kafka: kafka)

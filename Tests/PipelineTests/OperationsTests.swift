@@ -237,17 +237,3 @@ import Workers
         #expect(OffsetReset.plan(target: .earliest, partitions: [tp0], committed: [:], watermarks: marks)[0].current == nil)
     }
 }
-
-@Suite struct TextTableTests {
-    @Test func goldenTable() {
-        var t = TextTable([("GROUP", .left), ("PARTITION", .right), ("STATUS", .left)])
-        t.append(["prices-candles", "0", "OK"])
-        t.append(["feed", "12", "STALL"])
-        #expect(t.render() == """
-            GROUP           PARTITION  STATUS
-            prices-candles          0  OK
-            feed                   12  STALL
-            """)
-        #expect(t.render { row, col, text in row == 1 && col == 2 ? "<\(text)>" : nil }.hasSuffix("12  <STALL>"))
-    }
-}

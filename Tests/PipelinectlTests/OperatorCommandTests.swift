@@ -46,11 +46,20 @@ import Testing
         p1.owner = "worker-2"
         let p2 = PartitionLag(topic: "prices.raw", partition: 2, committed: 7, logEnd: nil, firstUnconsumedTimestamp: nil, now: now)
         let group = GroupLag(group: "prices-candles", state: "Stable", members: [], partitions: [p0, p1, p2], status: .warn)
-        try Self.check("table-lag", Lag.table([group]).render())
-        try Self.check("table-reset-plan", Groups.planTable([
+        try Self.check("table-lag", try #require(Lag.table([group])))
+        try Self.check("table-reset-plan", try #require(Groups.planTable([
             OffsetResetPlan(topic: "campaigns.raw", partition: 0, current: 40, target: 10),
             OffsetResetPlan(topic: "campaigns.raw", partition: 1, current: nil, target: 0),
-        ]).render())
+        ])))
+        // In colour the STATUS cells are painted after padding: the same table once the codes are gone.
+        let coloured = try #require(Lag.table([group], paint: Red.self))
+        #expect(coloured.contains("\u{1B}[31mWARN\u{1B}[0m"))
+        #expect(coloured.replacingOccurrences(of: "\u{1B}[31m", with: "").replacingOccurrences(of: "\u{1B}[0m", with: "") == Lag.table([group]))
+        #expect(Lag.table([]) == nil && Groups.planTable([]) == nil, "no rows, no table")
+    }
+
+    enum Red: CellPaint {
+        static func paint(_ text: String, column: String) -> String? { column == "STATUS" ? "\u{1B}[31m\(text)\u{1B}[0m" : nil }
     }
 
     @Test func operatorErrorsNameTheFlagAndTheFix() {
