@@ -171,6 +171,75 @@ import Workers
         try await running.value
     }
 
+    /// Worker processes on the local broker in exactly-once mode while input flows: a second
+    /// worker joins (the first commits its transaction before giving partitions up), then the
+    /// first is stopped with SIGTERM (it commits and leaves; the second restores the state from
+    /// the changelog, read committed). No transaction aborts on these paths, so even on tansu
+    /// every candle and dead letter is there exactly once, and the offsets reach the end.
+    @Test func workersHandOverWithoutDuplicates() async throws {
+        try await LocalBroker.with { broker in
+            let bootstrap = broker.bootstrapServers
+            let yaml = WorkerProcessTests.topologyYAML.replacingOccurrences(
+                of: "    checkpoint-interval: 200ms\n", with: "    checkpoint-interval: 200ms\n    delivery: exactly-once\n    commit-interval: 50ms\n")
+            #expect(yaml.contains("exactly-once"))
+            let path = FileManager.default.temporaryDirectory.appendingPathComponent("topology-\(UUID().uuidString).yaml").path
+            try yaml.write(toFile: path, atomically: true, encoding: .utf8)
+            defer { try? FileManager.default.removeItem(atPath: path) }
+            let topology = try Topology.load(path: path)
+            let admin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: [bootstrap]))
+            _ = try await topology.apply(using: admin)
+
+            // 20,000 inputs (5 % garbage), sent at about 2,500 a second while the workers move.
+            let count = 20_000
+            let records = (0..<count).map { i -> ProducerRecord in
+                var r = WorkerProcessTests.tick(i)
+                if i % 20 == 7 { r.value = Array("{\"code\":\"KRW-C1\",\"trade_price\":\"garbage \(i)\"".utf8) }
+                return r
+            }
+            let feeding = Task { () throws -> [DeliveryReport] in
+                let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [bootstrap]))
+                var reports: [DeliveryReport] = []
+                for start in stride(from: 0, to: count, by: 250) {
+                    reports += try await producer.send(Array(records[start..<start + 250]))
+                    try await Task.sleep(for: .milliseconds(100))
+                }
+                await producer.close()
+                return reports
+            }
+            var workers: [ManagedProcess.Handle] = []
+            defer { for w in workers { w.kill() } }
+            let first = try WorkerProcessTests.startWorker("prices-candles", topology: path, bootstrap: bootstrap, extra: ["--statistics-interval", "200ms"])
+            workers.append(first)
+            try await first.waitForLine(containing: "partitions assigned", timeout: .seconds(30))
+            let second = try WorkerProcessTests.startWorker("prices-candles", topology: path, bootstrap: bootstrap, extra: ["--statistics-interval", "200ms"])
+            workers.append(second)
+            try await WorkerProcessTests.awaitSettledGroup([first, second], holding: 4)
+            first.terminate()
+            let status = await first.waitForExit()
+            #expect(status == 0, "\(first.recentOutput())")
+            let reports = try await feeding.value
+            #expect(reports.allSatisfy { $0.error == nil })
+            #expect(!first.output().contains("transaction aborted"), "\(first.recentOutput())")
+
+            let inputs = Array(zip(records, reports))
+            let reference = try WorkerProcessTests.reference(
+                inputs: inputs.map { (record: $0.0, report: $0.1) }, stages: ["prices.candles"], options: try topology.stage(named: "prices-candles").options)
+            let garbage = (0..<count).filter { $0 % 20 == 7 }.count
+            let candles = try await WorkerProcessTests.readAll("prices.candles", partitions: 4, bootstrap: bootstrap) { outputs in
+                Set(outputs.compactMap { $0.header(OutputRecord.dedupeKeyHeader) }).count >= reference.count
+            }
+            let letters = try await WorkerProcessTests.readAll("dead-letters", partitions: 1, bootstrap: bootstrap) { $0.count >= garbage }
+            try await Self.awaitCommitted(count, bootstrap: bootstrap)
+            second.terminate()
+            #expect(await second.waitForExit() == 0)
+            #expect(!second.output().contains("transaction aborted"), "\(second.recentOutput())")
+            let report = WorkerProcessTests.check(candles, against: reference)
+            #expect(report.lost.isEmpty && report.wrong.isEmpty && report.unexpected.isEmpty && report.outOfOrder.isEmpty, "\(report)")
+            #expect(report.duplicates == 0, "exactly once: \(report)")
+            #expect(letters.count == garbage, "each bad input dead-lettered once")
+        }
+    }
+
     /// A transactional producer fenced by a newer one with the same id (INVALID_PRODUCER_EPOCH,
     /// which librdkafka makes fatal) must not go on: the worker stops with the error, and nothing
     /// of its open transaction becomes visible.

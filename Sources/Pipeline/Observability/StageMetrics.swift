@@ -58,6 +58,9 @@ struct StageMetrics: Sendable {
     let retries: Counter
     let deliveryErrors: Counter
     let checkpoints: Counter
+    /// Exactly-once transactions by outcome (0 for an at-least-once stage).
+    let transactionsCommitted: Counter
+    let transactionsAborted: Counter
     let pausedPartitions: Gauge
     let assignedPartitions: Gauge
     let producerQueue: Gauge
@@ -74,15 +77,12 @@ struct StageMetrics: Sendable {
         retries = Counter(label: MetricName.retries, dimensions: d)
         deliveryErrors = Counter(label: MetricName.deliveryErrors, dimensions: d)
         checkpoints = Counter(label: MetricName.checkpoints, dimensions: d)
+        transactionsCommitted = Counter(label: MetricName.transactions, dimensions: d + [("outcome", "committed")])
+        transactionsAborted = Counter(label: MetricName.transactions, dimensions: d + [("outcome", "aborted")])
         pausedPartitions = Gauge(label: MetricName.pausedPartitions, dimensions: d)
         assignedPartitions = Gauge(label: MetricName.assignedPartitions, dimensions: d)
         producerQueue = Gauge(label: MetricName.producerQueue, dimensions: d)
         inFlightRecords = Gauge(label: MetricName.inFlightRecords, dimensions: d)
-    }
-
-    /// Exactly-once transactions by outcome (`committed`, `aborted`).
-    func transactions(_ outcome: String) -> Counter {
-        Counter(label: MetricName.transactions, dimensions: [("stage", stage), ("outcome", outcome)])
     }
 
     func recordsOut(topic: String) -> Counter {

@@ -678,7 +678,7 @@ final class StageLoop {
             try await commitRetrying(timeout: timeout)
             for lane in lanes.values { lane.committedNext = lane.next }
             counters.transactionsCommitted.add(1)
-            service.metrics.transactions("committed").increment()
+            service.metrics.transactionsCommitted.increment()
             transaction!.closed()
             transaction!.abortsInARow = 0
             service.health.committed(ok: true)
@@ -722,7 +722,7 @@ final class StageLoop {
         counters.abortedOutputs.add(counters.produced.value - open.producedBefore)
         counters.abortedDeadLetters.add(counters.deadLettered.value - open.deadLetteredBefore)
         counters.transactionsAborted.add(1)
-        service.metrics.transactions("aborted").increment()
+        service.metrics.transactionsAborted.increment()
         var seeks: [TopicPartitionOffset] = []
         for (id, undo) in open.undo {
             guard let lane = lanes[id] else { continue }
