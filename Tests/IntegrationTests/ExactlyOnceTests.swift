@@ -10,26 +10,19 @@ import Workers
 /// checked on the local broker, which hides aborted records from `read_committed` readers;
 /// broker-side refusals (a zombie's generation, a fenced producer) on librdkafka's mock cluster.
 @Suite(.serialized, .timeLimit(.minutes(5))) struct ExactlyOnceTests {
-    static func topology(retryAttempts: Int = 10) throws -> Topology {
-        try Topology.parse("""
-            topics:
-              - {name: prices.raw, partitions: 4}
-              - {name: prices.candles, partitions: 4}
-              - {name: prices-candles.changelog, partitions: 4, config: {cleanup.policy: compact}}
-              - {name: dead-letters, partitions: 1}
-            stages:
-              - name: prices-candles
-                chain: [prices.candles]
-                inputs: [prices.raw]
-                outputs: {prices.candles.1m: prices.candles}
-                dead-letter-topic: dead-letters
-                changelog: prices-candles.changelog
-                delivery: exactly-once
-                commit-interval: 50ms
+    /// The worker-process tests' topology, its candle stage made exactly-once.
+    static func yaml(extra: String = "") -> String {
+        WorkerProcessTests.topologyYAML.replacingOccurrences(
+            of: "    checkpoint-interval: 200ms\n",
+            with: "    checkpoint-interval: 200ms\n    delivery: exactly-once\n    commit-interval: 50ms\n" + extra)
+    }
+
+    static func topology() throws -> Topology {
+        try Topology.parse(Self.yaml(extra: """
                 advance-interval: 100ms
-                retry: {attempts: \(retryAttempts), initial-backoff: 20ms, max-backoff: 100ms}
-                options: {candle-lateness: 5s}
-            """)
+                retry: {attempts: 10, initial-backoff: 20ms, max-backoff: 100ms}
+
+            """))
     }
 
     static func settings(_ bootstrap: String) -> WorkerSettings {
@@ -179,23 +172,16 @@ import Workers
     @Test func workersHandOverWithoutDuplicates() async throws {
         try await LocalBroker.with { broker in
             let bootstrap = broker.bootstrapServers
-            let yaml = WorkerProcessTests.topologyYAML.replacingOccurrences(
-                of: "    checkpoint-interval: 200ms\n", with: "    checkpoint-interval: 200ms\n    delivery: exactly-once\n    commit-interval: 50ms\n")
-            #expect(yaml.contains("exactly-once"))
-            let path = FileManager.default.temporaryDirectory.appendingPathComponent("topology-\(UUID().uuidString).yaml").path
-            try yaml.write(toFile: path, atomically: true, encoding: .utf8)
+            let path = try WorkerProcessTests.writeTopology(Self.yaml())
             defer { try? FileManager.default.removeItem(atPath: path) }
             let topology = try Topology.load(path: path)
+            #expect(try topology.stage(named: "prices-candles").delivery == .exactlyOnce)
             let admin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: [bootstrap]))
             _ = try await topology.apply(using: admin)
 
             // 20,000 inputs (5 % garbage), sent at about 2,500 a second while the workers move.
             let count = 20_000
-            let records = (0..<count).map { i -> ProducerRecord in
-                var r = WorkerProcessTests.tick(i)
-                if i % 20 == 7 { r.value = Array("{\"code\":\"KRW-C1\",\"trade_price\":\"garbage \(i)\"".utf8) }
-                return r
-            }
+            let records = WorkerProcessTests.ticksWithGarbage(count)
             let feeding = Task { () throws -> [DeliveryReport] in
                 let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [bootstrap]))
                 var reports: [DeliveryReport] = []

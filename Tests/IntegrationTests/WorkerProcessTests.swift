@@ -108,10 +108,20 @@ import Workers
         }
     }
 
-    static func writeTopology() throws -> String {
+    static func writeTopology(_ yaml: String = topologyYAML) throws -> String {
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("topology-\(UUID().uuidString).yaml").path
-        try topologyYAML.write(toFile: path, atomically: true, encoding: .utf8)
+        try yaml.write(toFile: path, atomically: true, encoding: .utf8)
         return path
+    }
+
+    /// Ticks with every 20th one garbage (5 %), each with an `input-id` header.
+    static func ticksWithGarbage(_ count: Int) -> [ProducerRecord] {
+        (0..<count).map { i -> ProducerRecord in
+            var r = Self.tick(i)
+            if i % 20 == 7 { r.value = Array("{\"code\":\"KRW-C1\",\"trade_price\":\"garbage \(i)\"".utf8) }
+            r.headers = [KafkaHeader(key: "input-id", string: String(i))]
+            return r
+        }
     }
 
     /// Reads partitions of a topic from the beginning, without a group, until every partition is
@@ -370,12 +380,7 @@ import Workers
 
             // 20,000 records, every 20th one garbage (5 %).
             let count = 20_000
-            let records = (0..<count).map { i -> ProducerRecord in
-                var r = Self.tick(i)
-                if i % 20 == 7 { r.value = Array("{\"code\":\"KRW-C1\",\"trade_price\":\"garbage \(i)\"".utf8) }
-                r.headers = [KafkaHeader(key: "input-id", string: String(i))]
-                return r
-            }
+            let records = Self.ticksWithGarbage(count)
             let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [bootstrap]))
             var reports: [DeliveryReport] = []
             for start in stride(from: 0, to: count, by: 2000) {
