@@ -3,8 +3,9 @@
 One worker decoding and filtering Upbit tickers and producing the typed ticks, against
 (a) a kcat consume-to-produce pipe over the same topic (moving bytes without work: the floor) and
 (b) a Python worker with confluent-kafka and msgspec doing the same decode and filter.
-Throughput counts from the first record to the last acknowledged output. Then the latency of
-one worker at a steady 10,000 msg/s, and two workers sharing 4 partitions.
+Throughput counts from the first record to the last acknowledged output. Then, per round, the
+latency at a steady 10,000 msg/s through the broker alone (the floor) and through one worker, and
+two workers sharing 4 partitions.
 """
 import json
 import os
@@ -159,34 +160,51 @@ def main():
                 log(f"round {r} {side}: {messages / secs:,.0f} msg/s")
                 run([CTL, "topics", "delete", "--bootstrap-server", bootstrap, target])
 
-        # Latency at a steady 10,000 msg/s through one Swift worker.
-        run([CTL, "topics", "create", "--bootstrap-server", bootstrap, "bench.lat", "--partitions", str(partitions)])
-        run([CTL, "topics", "create", "--bootstrap-server", bootstrap, "bench.lat.out", "--partitions", str(partitions)])
-        topo = os.path.join(work, "lat.yaml")
-        topology(topo, "bench-lat", "bench.lat", "bench.lat.out", partitions)
-        wlog = open(os.path.join(work, "lat.log"), "w")
-        worker = subprocess.Popen(swift_worker(bootstrap, topo), stderr=wlog, stdout=wlog)
-        metrics_port(wlog.name)
-        lat = subprocess.run([sys.executable, os.path.join(HERE, "latency.py"), bootstrap, "bench.lat", "bench.lat.out",
-                              os.environ.get("RATE", "10000"), os.environ.get("SECONDS", "20")], capture_output=True, text=True, check=True)
-        worker.terminate(); worker.wait()
-        latency = json.loads(lat.stdout.strip().splitlines()[-1])
+        # Latency at a steady rate, per round: first through the broker alone (the producer's
+        # topic read back directly: the floor no worker can beat), then through one Swift worker.
+        rate, seconds = os.environ.get("RATE", "10000"), os.environ.get("SECONDS", "20")
+        floor, through = [], []
+        for r in range(rounds):
+            direct = f"bench.direct.{r}"
+            run([CTL, "topics", "create", "--bootstrap-server", bootstrap, direct, "--partitions", str(partitions)])
+            out = subprocess.run([sys.executable, os.path.join(HERE, "latency.py"), bootstrap, direct, direct, rate, seconds],
+                                 capture_output=True, text=True, check=True)
+            floor.append(json.loads(out.stdout.strip().splitlines()[-1]))
+            source, target = f"bench.lat.{r}", f"bench.lat.out.{r}"
+            run([CTL, "topics", "create", "--bootstrap-server", bootstrap, source, "--partitions", str(partitions)])
+            run([CTL, "topics", "create", "--bootstrap-server", bootstrap, target, "--partitions", str(partitions)])
+            topo = os.path.join(work, f"lat{r}.yaml")
+            topology(topo, f"bench-lat-{r}", source, target, partitions)
+            wlog = open(os.path.join(work, f"lat{r}.log"), "w")
+            worker = subprocess.Popen(swift_worker(bootstrap, topo), stderr=wlog, stdout=wlog)
+            metrics_port(wlog.name)
+            out = subprocess.run([sys.executable, os.path.join(HERE, "latency.py"), bootstrap, source, target, rate, seconds],
+                                 capture_output=True, text=True, check=True)
+            worker.terminate(); worker.wait()
+            through.append(json.loads(out.stdout.strip().splitlines()[-1]))
+            log(f"round {r} latency p50/p99 ms: broker alone {floor[-1]['p50_ms']:.0f}/{floor[-1]['p99_ms']:.0f}, "
+                f"through the worker {through[-1]['p50_ms']:.0f}/{through[-1]['p99_ms']:.0f}")
 
-        # Two workers sharing the partitions.
-        topo = os.path.join(work, "two.yaml")
-        run([CTL, "topics", "create", "--bootstrap-server", bootstrap, "bench.two.out", "--partitions", str(partitions)])
-        topology(topo, "bench-two", "bench.raw", "bench.two.out", partitions)
-        logs = [open(os.path.join(work, f"two{i}.log"), "w") for i in range(2)]
-        workers = [subprocess.Popen(swift_worker(bootstrap, topo), stderr=l, stdout=l) for l in logs]
-        ports = [metrics_port(l.name) for l in logs]
-        while sum(scrape_in(p) for p in ports) < messages:
-            time.sleep(0.2)
-        for w in workers:
-            w.terminate()
-        for w in workers:
-            w.wait()
-        actives = [active_seconds(open(l.name).read()) for l in logs]
-        two = messages / max(actives)
+        # Two workers sharing the partitions, per round, against one worker's best.
+        two = []
+        for r in range(rounds):
+            topo = os.path.join(work, f"two{r}.yaml")
+            target = f"bench.two.out.{r}"
+            run([CTL, "topics", "create", "--bootstrap-server", bootstrap, target, "--partitions", str(partitions)])
+            topology(topo, f"bench-two-{r}", "bench.raw", target, partitions)
+            logs = [open(os.path.join(work, f"two{r}-{i}.log"), "w") for i in range(2)]
+            workers = [subprocess.Popen(swift_worker(bootstrap, topo), stderr=l, stdout=l) for l in logs]
+            ports = [metrics_port(l.name) for l in logs]
+            while sum(scrape_in(p) for p in ports) < messages:
+                time.sleep(0.2)
+            for w in workers:
+                w.terminate()
+            for w in workers:
+                w.wait()
+            actives = [active_seconds(open(l.name).read()) for l in logs]
+            two.append(messages / max(actives))
+            log(f"round {r} two workers: {two[-1]:,.0f} msg/s")
+            run([CTL, "topics", "delete", "--bootstrap-server", bootstrap, target])
     finally:
         broker.terminate()
         broker.wait()
@@ -199,9 +217,14 @@ def main():
         print(f"{side:14} {fmt(v):>32}" + (f"   peak RSS {max(rss[side]):.0f} MiB" if side in rss else ""))
     s, k, p = max(results["swift worker"]), max(results["kcat pipe"]), max(results["python worker"])
     print(f"swift / kcat pipe {s / k:.2f}x   swift / python {s / p:.2f}x   (valid inputs {valid:,}, the rest dead-lettered / dropped)")
-    print(f"latency at {latency['rate']} msg/s for {latency['seconds']} s through one worker: p50 {latency['p50_ms']:.1f} ms, p99 {latency['p99_ms']:.1f} ms ({latency['samples']} samples)")
-    print(f"two workers on {partitions} partitions: {two:,.0f} msg/s ({two / s:.2f}x one worker)")
+    def spread(rows, key):
+        v = [row[key] for row in rows]
+        return f"{min(v):.0f}-{max(v):.0f}"
 
+    print(f"latency at {rate} msg/s for {seconds} s, p50 and p99 in ms (min-max over {rounds} rounds): "
+          f"broker alone p50 {spread(floor, 'p50_ms')}, p99 {spread(floor, 'p99_ms')}; "
+          f"through one worker p50 {spread(through, 'p50_ms')}, p99 {spread(through, 'p99_ms')}")
+    print(f"two workers on {partitions} partitions: {fmt(two)} msg/s ({max(two) / s:.2f}x one worker's best)")
 
 if __name__ == "__main__":
     main()
