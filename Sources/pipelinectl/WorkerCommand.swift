@@ -66,7 +66,7 @@ struct Worker: AsyncParsableCommand {
     var allowNetworks: [String] = []
     @Option(help: """
         Exactly-once stages: the producer's transactional.id. Keep it across restarts of one worker (a StatefulSet pod \
-        name): a restart then aborts what its predecessor left open. Default: <group>-<host name>-<pid>.
+        name): a restart then aborts what its predecessor left open. Default: <group>-<host name>-<pid>-1.
         """)
     var transactionalId: String?
     @Option(help: "Exactly-once stages: how long a transaction may stay open before the broker aborts it.", transform: { text in

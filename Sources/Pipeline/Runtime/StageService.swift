@@ -24,7 +24,8 @@ public struct WorkerSettings: Sendable {
     public var instanceID: String?
     /// Exactly-once: the producer's `transactional.id`. A restarted worker that keeps its id
     /// fences its predecessor and aborts the transaction it left open (otherwise that waits for
-    /// `transactionTimeout`). Nil: the group, then the instance id or host name and process id.
+    /// `transactionTimeout`). Nil: the group, then the instance id, or the host name, process id
+    /// and the service's number in the process.
     public var transactionalID: String?
     /// Exactly-once: how long the coordinator lets a transaction stay open (`transaction.timeout.ms`).
     public var transactionTimeout: Duration = .seconds(60)
@@ -262,12 +263,16 @@ public final class StageService: Service, Sendable {
         if let failure { throw failure }
     }
 
-    /// `<group>-<instance id>`, or `<group>-<host>-<pid>`: unique among the running workers of a
-    /// group, and stable across restarts where the instance id or host name is (a StatefulSet pod).
+    /// `<group>-<instance id>`, or `<group>-<host>-<pid>-<n>` (the n-th exactly-once service of
+    /// the process): unique among the running workers of a group, and stable across restarts
+    /// where the instance id, or the host name and pid, are (a StatefulSet pod runs as pid 1).
     static func defaultTransactionalID(group: String, instance: String?) -> String {
         if let instance { return "\(group)-\(instance)" }
-        return "\(group)-\(ProcessInfo.processInfo.hostName)-\(ProcessInfo.processInfo.processIdentifier)"
+        let n = transactionalServices.add(1, ordering: .relaxed).newValue
+        return "\(group)-\(ProcessInfo.processInfo.hostName)-\(ProcessInfo.processInfo.processIdentifier)-\(n)"
     }
+
+    private static let transactionalServices = Atomic<Int>(0)
 }
 
 /// What the loop reacts to: a consumer event (acknowledged when handled), a timer tick, or the
