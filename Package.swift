@@ -125,13 +125,13 @@ let package = Package(
         .testTarget(
             name: "PipelineTests",
             dependencies: [
-                "Pipeline", "PipelineTesting", "Workers",
+                "Pipeline", "PipelineTesting", "Workers", "WorkersTesting",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOWebSocket", package: "swift-nio"),
             ]),
         .testTarget(
             name: "IntegrationTests",
-            dependencies: ["Pipeline", "PipelineTesting", "Workers", .product(name: "NIOWebSocket", package: "swift-nio")]),
+            dependencies: ["Pipeline", "PipelineTesting", "Workers", "WorkersTesting", .product(name: "NIOWebSocket", package: "swift-nio")]),
         .testTarget(
             name: "WorkersTests",
             dependencies: ["Workers", "WorkersTesting", .product(name: "PropertyBased", package: "swift-property-based")]

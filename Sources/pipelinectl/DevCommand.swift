@@ -56,7 +56,7 @@ struct Dev: AsyncParsableCommand {
             selected = topology.stages.filter { names.contains($0.name) }
         }
         let session = DevSession(topologyPath: self.topology, topology: topology, stages: selected, samples: samples)
-        let stop = StopSignal()
+        let stop = StopSignal(secondSignal: "killing the workers and the broker", onSecond: DevSession.killAll)
         stop.install()
         do {
             try await session.start(bootstrap: bootstrapServer.map(parseServers))
@@ -68,45 +68,6 @@ struct Dev: AsyncParsableCommand {
         }
         await session.shutdown()
         session.printSummary()
-    }
-}
-
-/// SIGINT/SIGTERM as an awaitable event (the first one; the workers get their own SIGTERM from us).
-final class StopSignal: @unchecked Sendable {  // `sources` immutable; `fired` behind the queue
-    private let queue = DispatchQueue(label: "dev-signals")
-    private var sources: [DispatchSourceSignal] = []
-    private var fired = false
-    private var waiters: [CheckedContinuation<Void, Never>] = []
-
-    func install() {
-        for sig in [SIGINT, SIGTERM] {
-            signal(sig, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: sig, queue: queue)
-            source.setEventHandler { [self] in
-                if fired {
-                    // A second signal: do not wait for graceful stops any more.
-                    FileHandle.standardError.write(Data("second signal: killing the workers and the broker\n".utf8))
-                    DevSession.killAll()
-                    exit(130)
-                }
-                fired = true
-                let w = waiters
-                waiters = []
-                for c in w { c.resume() }
-            }
-            source.resume()
-            sources.append(source)
-        }
-    }
-
-    var isSet: Bool { queue.sync { fired } }
-
-    func wait() async {
-        await withCheckedContinuation { c in
-            queue.async { [self] in
-                if fired { c.resume() } else { waiters.append(c) }
-            }
-        }
     }
 }
 

@@ -103,10 +103,10 @@ struct Ingest: AsyncParsableCommand {
             let logger = logging.bootstrap(label: "pipelinectl.ingest")
             let feed = WebSocketFeed(configuration: try feedConfiguration())
             let producer = try KafkaProducer(configuration: ProducerConfiguration(kafka: connection.kafka), logger: logger)
-            let signals = StopOnSignal { sig in
+            let signals = StopSignal(secondSignal: "exiting now", onFirst: { sig in
                 logger.info("signal \(sig): closing the connection, producing what was received (a second signal exits at once)")
                 feed.stop()
-            }
+            })
             signals.install()
             let ingest = TickerIngest(feed: feed, messages: TickerMessages(topic: topic), maxRecords: maxMessages, logger: logger)
             let duration = self.duration
@@ -141,29 +141,3 @@ struct Ingest: AsyncParsableCommand {
     }
 }
 
-/// The first SIGINT/SIGTERM calls `onFirst` (a graceful stop); a second one exits at once.
-final class StopOnSignal: @unchecked Sendable {  // `fired` only touched on `queue`; `sources` set once in install()
-    private let queue = DispatchQueue(label: "ingest-signals")
-    private let onFirst: @Sendable (Int32) -> Void
-    private var sources: [DispatchSourceSignal] = []
-    private var fired = false
-
-    init(onFirst: @escaping @Sendable (Int32) -> Void) { self.onFirst = onFirst }
-
-    func install() {
-        for sig in [SIGINT, SIGTERM] {
-            signal(sig, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: sig, queue: queue)
-            source.setEventHandler { [self] in
-                if fired {
-                    FileHandle.standardError.write(Data("second signal: exiting now\n".utf8))
-                    exit(130)
-                }
-                fired = true
-                onFirst(sig)
-            }
-            source.resume()
-            sources.append(source)
-        }
-    }
-}

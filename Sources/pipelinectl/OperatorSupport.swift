@@ -92,3 +92,52 @@ func topicPartitions(of topic: String, admin: KafkaAdmin, flag: String) async th
         throw ValidationError("\(flag): topic '\(topic)' not found (\(error.message)); see `pipelinectl topics list`")
     }
 }
+
+/// SIGINT/SIGTERM for a command that stops gracefully: the first signal calls `onFirst` and
+/// wakes ``wait()``; a second one says `secondSignal` on stderr, runs `onSecond` and exits 130.
+final class StopSignal: @unchecked Sendable {  // `sources` set once in install(); `fired` and `waiters` behind the queue
+    private let queue = DispatchQueue(label: "stop-signals")
+    private let secondSignal: String
+    private let onSecond: @Sendable () -> Void
+    private let onFirst: @Sendable (Int32) -> Void
+    private var sources: [DispatchSourceSignal] = []
+    private var fired = false
+    private var waiters: [CheckedContinuation<Void, Never>] = []
+
+    init(secondSignal: String, onSecond: @escaping @Sendable () -> Void = {}, onFirst: @escaping @Sendable (Int32) -> Void = { _ in }) {
+        self.secondSignal = secondSignal
+        self.onSecond = onSecond
+        self.onFirst = onFirst
+    }
+
+    func install() {
+        for sig in [SIGINT, SIGTERM] {
+            signal(sig, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: sig, queue: queue)
+            source.setEventHandler { [self] in
+                if fired {
+                    FileHandle.standardError.write(Data("second signal: \(secondSignal)\n".utf8))
+                    onSecond()
+                    exit(130)
+                }
+                fired = true
+                onFirst(sig)
+                let w = waiters
+                waiters = []
+                for c in w { c.resume() }
+            }
+            source.resume()
+            sources.append(source)
+        }
+    }
+
+    var isSet: Bool { queue.sync { fired } }
+
+    func wait() async {
+        await withCheckedContinuation { c in
+            queue.async { [self] in
+                if fired { c.resume() } else { waiters.append(c) }
+            }
+        }
+    }
+}

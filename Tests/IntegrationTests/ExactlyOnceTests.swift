@@ -33,15 +33,6 @@ import Workers
         return settings
     }
 
-    static func eventually(_ what: String, within limit: Duration = .seconds(30), _ condition: () async -> Bool) async throws {
-        let clock = ContinuousClock()
-        let deadline = clock.now + limit
-        while !(await condition()) {
-            guard clock.now < deadline else { throw LocalBrokerError.timedOut("\(what) did not happen within \(limit)") }
-            try await Task.sleep(for: .milliseconds(20))
-        }
-    }
-
 
     /// Feeds three waves of ticks (5 % garbage) to an exactly-once candle worker; before each
     /// wave `arm` makes the next transaction that carries offsets fail; each wave waits for its
@@ -69,7 +60,7 @@ import Workers
                 #expect(report.error == nil)
                 inputs.append((r, report))
             }
-            try await Self.eventually("abort \(wave + 1)", within: .seconds(60)) { service.counters.transactionsAborted.value >= wave + 1 }
+            try await eventually("abort \(wave + 1)", within: .seconds(60)) { service.counters.transactionsAborted.value >= wave + 1 }
         }
         await producer.close()
         return (inputs, garbage)
@@ -108,7 +99,7 @@ import Workers
     /// Waits until the group's committed offsets cover every input.
     static func awaitCommitted(_ count: Int, bootstrap: String) async throws {
         let admin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: [bootstrap]))
-        try await Self.eventually("offsets committed to the end", within: .seconds(30)) {
+        try await eventually("offsets committed to the end", within: .seconds(30)) {
             let offsets = (try? await admin.committedOffsets(group: "prices-candles", partitions: (0..<4).map { TopicPartition("prices.raw", $0) })) ?? []
             return offsets.reduce(0) { $0 + max(0, $1.offset) } == Int64(count)
         }

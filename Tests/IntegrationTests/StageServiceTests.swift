@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import Pipeline
+import PipelineTesting
 import Workers
 
 /// A real stage on the real local broker: good records come out decoded, bad ones go to the
@@ -137,13 +138,10 @@ import Workers
             settings.stopAfterInputs = nil
             let second = try StageService(definition: definition, topology: topology, settings: settings)
             let running = Task { try await second.run() }
-            let clock = ContinuousClock()
-            let deadline = clock.now + .seconds(30)
             var committed: Int64 = -1
-            while clock.now < deadline {
+            try? await eventually("the restored offset committed") {
                 committed = try await admin.committedOffsets(group: "candles", partitions: [tp]).first?.offset ?? -1
-                if committed == 10 { break }
-                try await Task.sleep(for: .milliseconds(200))
+                return committed == 10
             }
             second.requestStop()
             try await running.value
@@ -234,11 +232,9 @@ import Workers
             try await admin.alterCommittedOffsets(group: "news", offsets: committed.map { TopicPartitionOffset($0.topic, $0.partition, offset: 0) })
             let second = try StageService(definition: definition, topology: topology, settings: settings)
             let again = Task { try await second.run() }
-            let restoreDeadline = clock.now + .seconds(30)
-            while clock.now < restoreDeadline {
+            try? await eventually("the restored offsets committed") {
                 committed = try await admin.committedOffsets(group: "news")
-                if committed.reduce(0, { $0 + $1.offset }) == Int64(2 * ids.count) { break }
-                try await Task.sleep(for: .milliseconds(200))
+                return committed.reduce(0, { $0 + $1.offset }) == Int64(2 * ids.count)
             }
             second.requestStop()
             try await again.value

@@ -4,7 +4,9 @@ import FoundationNetworking
 #endif
 import Testing
 @testable import Pipeline
+import PipelineTesting
 import Workers
+import WorkersTesting
 
 /// `pipelinectl worker` processes on the real local broker, killed and stopped with real
 /// signals while traffic flows, and a checker that compares every output with what a single
@@ -335,12 +337,10 @@ import Workers
             let checkAdmin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: [bootstrap]))
             let allPartitions = (0..<4).map { TopicPartition("prices.raw", $0) }
             let clock = ContinuousClock()
-            let commitDeadline = clock.now + .seconds(60)
             var committed: [TopicPartitionOffset] = []
-            while clock.now < commitDeadline {
+            try? await eventually("every offset committed to the end", within: .seconds(60)) {
                 committed = try await checkAdmin.committedOffsets(group: "prices-candles", partitions: allPartitions)
-                if committed.count == 4, committed.allSatisfy({ $0.offset == ends[$0.partition] }) { break }
-                try await Task.sleep(for: .milliseconds(250))
+                return committed.count == 4 && committed.allSatisfy({ $0.offset == ends[$0.partition] })
             }
             for c in committed { #expect(c.offset == ends[c.partition], "committed \(c), end \(ends[c.partition] ?? -1)") }
             if committed.count != 4 || committed.contains(where: { $0.offset != ends[$0.partition] }) {
@@ -476,15 +476,3 @@ import Workers
     }
 }
 
-/// A small seeded generator, so a failing chaos run can be repeated (the seed is printed).
-struct SplitMix64: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE5_E4B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}

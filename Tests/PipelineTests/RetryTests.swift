@@ -24,16 +24,6 @@ import Workers
             """)
     }
 
-    /// Waits (bounded) until `condition` holds; the counters are plain atomics, not events.
-    static func eventually(_ what: String, within: Duration = .seconds(30), _ condition: () -> Bool) async throws {
-        let clock = ContinuousClock()
-        let deadline = clock.now + within
-        while !condition() {
-            guard clock.now < deadline else { throw KafkaError.timedOut(what) }
-            try await Task.sleep(for: .milliseconds(20))
-        }
-    }
-
     static func run(attempts: Int, slowFor condition: @escaping @Sendable (StageCounters) -> Bool) async throws
         -> (counters: StageCounters, outputs: [ConsumerRecord], deadLetters: [ConsumerRecord], committed: Int64)
     {

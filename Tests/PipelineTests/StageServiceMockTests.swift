@@ -95,8 +95,8 @@ import Workers
         let service = try StageService(
             definition: try topology.stage(named: "relay"), topology: topology, settings: Self.settings(mock), health: health)
         let running = Task { try await service.run() }
-        try await RetryTests.eventually("a commit failure") { service.counters.commitFailures.value >= 2 }
-        try await RetryTests.eventually("not ready while commits fail") { !health.readiness().ok }
+        try await eventually("a commit failure") { service.counters.commitFailures.value >= 2 }
+        try await eventually("not ready while commits fail") { !health.readiness().ok }
         // (ILLEGAL_GENERATION also makes librdkafka rejoin: the assignment is lost and the
         // worker rejoins instead of exiting.)
         let reason = health.readiness().reason
@@ -104,18 +104,15 @@ import Workers
         // The worker keeps going: more input is processed, and commits recover.
         _ = try await producer.send((100..<200).map { ProducerRecord(topic: "in", partition: Int32($0 % 2), value: Array("\($0)".utf8)) })
         await producer.close()
-        try await RetryTests.eventually("every input settled") { service.counters.inputsDone.value >= 200 }
-        try await RetryTests.eventually("ready again") { health.readiness().ok }
+        try await eventually("every input settled") { service.counters.inputsDone.value >= 200 }
+        try await eventually("ready again") { health.readiness().ok }
         // Once the injected errors are used up, the tick commits carry everything.
         let admin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: [mock.bootstrapServers]))
-        let clock = ContinuousClock()
-        let deadline = clock.now + .seconds(60)
         var total: Int64 = 0
-        while clock.now < deadline {
+        try? await eventually("everything committed", within: .seconds(60)) {  // by the next ticks' commits
             let committed = try await admin.committedOffsets(group: "relay", partitions: [TopicPartition("in", 0), TopicPartition("in", 1)])
             total = committed.reduce(0) { $0 + max(0, $1.offset) }
-            if total == 200 { break }
-            try await Task.sleep(for: .milliseconds(100))  // the next tick's commit
+            return total == 200
         }
         await admin.close()
         #expect(total == 200, "everything committed while the worker runs")

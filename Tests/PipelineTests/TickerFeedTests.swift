@@ -4,6 +4,7 @@ import NIOWebSocket
 import PipelineTesting
 import Synchronization
 import Testing
+import WorkersTesting
 @testable import Pipeline
 
 /// The WebSocket feed against a local NIO WebSocket server on a free port: subscription, text,
@@ -189,21 +190,11 @@ import Testing
 
     // MARK: Pure parts
 
-    struct SplitMix: RandomNumberGenerator {
-        var state: UInt64
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-    }
 
     @Test func backoffDoublesUpToTheMaximumWithinTheJitter() {
         var policy = ReconnectPolicy()
         policy.jitter = 0
-        var random = SplitMix(state: 1)
+        var random = SplitMix64(seed: 1)
         #expect((1...9).map { policy.delay(failures: $0, using: &random) }
                 == [.milliseconds(500), .seconds(1), .seconds(2), .seconds(4), .seconds(8), .seconds(16), .seconds(30), .seconds(30), .seconds(30)])
         policy.jitter = 0.25

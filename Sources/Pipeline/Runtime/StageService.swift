@@ -263,6 +263,29 @@ public final class StageService: Service, Sendable {
         if let failure { throw failure }
     }
 
+    /// A stage's outputs and dead letters for one input (or an `advance`), as records to produce
+    /// with the input's timestamp. Each output is tagged `source` in `sources` (its input's index in
+    /// a ``Pending``), each dead letter ``Pending/noInput``; dead letters are logged, rate-limited.
+    func append(_ out: StageOutput, of input: InputRecord, source: Int32, to outgoing: inout [ProducerRecord], sources: inout [Int32]) {
+        for o in out.records {
+            outgoing.append(RecordMapping.output(o, topic: definition.topic(forOutput: o.output), timestamp: input.timestamp))
+            sources.append(source)
+        }
+        for f in out.failures {
+            outgoing.append(RecordMapping.deadLetter(DeadLetter(stage: stageName, input: input, failure: f), topic: definition.deadLetterTopic))
+            sources.append(Pending.noInput)
+            if let suppressed = logLimiter.admit("dead-letter") {
+                logger.warning(
+                    "dead letter",
+                    metadata: [
+                        "origin": "\(input.origin.topic)[\(input.origin.partition)]@\(input.origin.offset)",
+                        "reason": "\(f.reason.rawValue)", "field": "\(f.field)", "detail": "\(f.detail)",
+                        "suppressed-before": "\(suppressed)",
+                    ])
+            }
+        }
+    }
+
     /// `<group>-<instance id>`, or `<group>-<host>-<pid>-<n>` (the n-th exactly-once service of
     /// the process): unique among the running workers of a group, and stable across restarts
     /// where the instance id, or the host name and pid, are (a StatefulSet pod runs as pid 1).
@@ -465,23 +488,7 @@ final class StageLoop {
             let out = lane.runner!.process(input, context: StageContext(now: input.timestamp))
             let index = Int32(inputs.count)
             inputs.append(input)
-            for o in out.records {
-                outgoing.append(RecordMapping.output(o, topic: definition.topic(forOutput: o.output), timestamp: input.timestamp))
-                sources.append(index)
-            }
-            for f in out.failures {
-                outgoing.append(RecordMapping.deadLetter(DeadLetter(stage: service.stageName, input: input, failure: f), topic: definition.deadLetterTopic))
-                sources.append(Pending.noInput)
-                if let suppressed = service.logLimiter.admit("dead-letter") {
-                    logger.warning(
-                        "dead letter",
-                        metadata: [
-                            "origin": "\(input.origin.topic)[\(input.origin.partition)]@\(input.origin.offset)",
-                            "reason": "\(f.reason.rawValue)", "field": "\(f.field)", "detail": "\(f.detail)",
-                            "suppressed-before": "\(suppressed)",
-                        ])
-                }
-            }
+            service.append(out, of: input, source: index, to: &outgoing, sources: &sources)
             last = record.offset
             lane.lastTimestamp = input.timestamp
         }
@@ -506,8 +513,7 @@ final class StageLoop {
     /// when it and every earlier input of the partition are done.
     private func start(_ records: ArraySlice<ConsumerRecord>, lane: PartitionLane, stage: any ConcurrentStage) {
         let now = Self.wallClock()
-        let producer = self.producer, metrics = service.metrics, logger = self.logger, limiter = service.logLimiter
-        let gate = service.gate, definition = self.definition, stageName = service.stageName
+        let producer = self.producer, service = self.service, metrics = service.metrics, gate = service.gate
         var started = 0
         var heldBytes = 0
         for record in records {
@@ -522,22 +528,7 @@ final class StageLoop {
                 metrics.batchProcessing.record(duration: ContinuousClock.now - began)
                 var outgoing: [ProducerRecord] = []
                 var sources: [Int32] = []
-                for o in out.records {
-                    outgoing.append(RecordMapping.output(o, topic: definition.topic(forOutput: o.output), timestamp: input.timestamp))
-                    sources.append(0)
-                }
-                for f in out.failures {
-                    outgoing.append(RecordMapping.deadLetter(DeadLetter(stage: stageName, input: input, failure: f), topic: definition.deadLetterTopic))
-                    sources.append(Pending.noInput)
-                    if let suppressed = limiter.admit("dead-letter") {
-                        logger.warning(
-                            "dead letter",
-                            metadata: [
-                                "origin": "\(input.origin.topic)[\(input.origin.partition)]@\(input.origin.offset)",
-                                "reason": "\(f.reason.rawValue)", "detail": "\(f.detail)", "suppressed-before": "\(suppressed)",
-                            ])
-                    }
-                }
+                service.append(out, of: input, source: 0, to: &outgoing, sources: &sources)
                 // Same key, input order: submit after the earlier record of the key submitted.
                 _ = await earlier?.value
                 guard let ticket = try? await producer.submit(outgoing) else { return nil }
@@ -623,15 +614,7 @@ final class StageLoop {
             if !out.records.isEmpty || !out.failures.isEmpty {
                 var outgoing: [ProducerRecord] = []
                 var sources: [Int32] = []
-                for o in out.records {
-                    outgoing.append(RecordMapping.output(o, topic: definition.topic(forOutput: o.output), timestamp: now))
-                    sources.append(Pending.noInput)
-                }
-                for f in out.failures {
-                    let letter = DeadLetter(stage: service.stageName, input: .advance(at: now), failure: f)
-                    outgoing.append(RecordMapping.deadLetter(letter, topic: definition.deadLetterTopic))
-                    sources.append(Pending.noInput)
-                }
+                service.append(out, of: .advance(at: now), source: Pending.noInput, to: &outgoing, sources: &sources)
                 if service.changelog != nil { lane.dirty = true }
                 try await submit(outgoing, sources: sources, inputs: [], to: lane, storeOffsets: [])
             }

@@ -25,7 +25,7 @@ import WorkersTesting
     }
 
     @Test func mutatedSamplesNeverCrash() {
-        var rng = SplitMix(seed: 0xBA99)
+        var rng = SplitMix64(seed: 0xBA99)
         let alphabet = Array(#"{}[]":,.-+eE0123456789 \nulltruefalse"\u00/"#.utf8) + [0x00, 0xFF, 0xC3, 0x80]
         var decoded = 0
         var failed = 0
@@ -54,7 +54,7 @@ import WorkersTesting
     }
 
     @Test func randomBytesAndPathologicalShapesNeverCrash() {
-        var rng = SplitMix(seed: 11)
+        var rng = SplitMix64(seed: 11)
         for _ in 0..<3_000 {
             let n = Int(rng.next() % 200)
             let bytes = (0..<n).map { _ in UInt8(truncatingIfNeeded: rng.next()) }
@@ -76,7 +76,7 @@ import WorkersTesting
 
     /// The stages too (state, time arithmetic), on garbage and on extreme clocks.
     @Test func stagesSurviveMutatedStreams() throws {
-        var rng = SplitMix(seed: 99)
+        var rng = SplitMix64(seed: 99)
         for name in ["hangouts.decode", "hangouts.notifications", "challenges.decode", "challenges.standings",
                      "challenges.notifications", "challenges.thumbnails"] {
             let stage = try StageCatalog().stage(named: name)
@@ -84,7 +84,7 @@ import WorkersTesting
         }
     }
 
-    private func run<S: Stage>(_ stage: S, _ rng: inout SplitMix) throws {
+    private func run<S: Stage>(_ stage: S, _ rng: inout SplitMix64) throws {
         var driver = TestDriver(stage, partitions: 2)
         for round in 0..<600 {
             var bytes = Array(Self.seeds[round % Self.seeds.count].utf8)

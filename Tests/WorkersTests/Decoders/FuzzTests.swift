@@ -1,4 +1,5 @@
 import Testing
+import WorkersTesting
 import Workers
 
 /// Garbage at every decoder: mutated real samples (byte flips, truncations, splices, deep
@@ -21,7 +22,7 @@ import Workers
     }
 
     @Test func mutatedSamplesNeverCrash() {
-        var rng = SplitMix(seed: 0xC0FFEE)
+        var rng = SplitMix64(seed: 0xC0FFEE)
         let alphabet = Array(#"{}[]":,.-+eE0123456789 \nulltruefalse"\u00"#.utf8) + [0x00, 0xFF, 0xC3, 0x80]
         var decodedSomething = 0
         var failed = 0
@@ -51,7 +52,7 @@ import Workers
     }
 
     @Test func randomBytesAndPathologicalShapesNeverCrash() {
-        var rng = SplitMix(seed: 7)
+        var rng = SplitMix64(seed: 7)
         for _ in 0..<3_000 {
             let n = Int(rng.next() % 200)
             let bytes = (0..<n).map { _ in UInt8(truncatingIfNeeded: rng.next()) }

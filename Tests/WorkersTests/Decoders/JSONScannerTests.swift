@@ -1,4 +1,5 @@
 import Testing
+import WorkersTesting
 @testable import Workers
 
 /// The number parser against the standard library's correctly rounded parser, and the
@@ -21,7 +22,7 @@ import Testing
     }
 
     @Test func randomDecimalsMatchStandardLibrary() throws {
-        var rng = SplitMix(seed: 42)
+        var rng = SplitMix64(seed: 42)
         for _ in 0..<20_000 {
             let digits = Int(rng.next() % 20) + 1
             var text = rng.next() % 2 == 0 ? "-" : ""
@@ -107,15 +108,3 @@ import Testing
     }
 }
 
-/// Small deterministic generator so randomised tests reproduce.
-struct SplitMix {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
