@@ -20,9 +20,10 @@ public enum ConsumerEvent: Sendable, Hashable {
 
 /// A consumer-group member. Iterate it for ``ConsumerEvent``s.
 ///
-/// The sequence is pulled: a dedicated thread polls librdkafka only while the application waits
-/// for the next event, so a slow application is never buried in buffered records, and rebalance
-/// events reach the application before the rebalance completes. One iteration at a time.
+/// The sequence is pulled: a dedicated thread polls librdkafka for at most one batch ahead of
+/// the application (copied while the application works on the previous one), so a slow
+/// application is never buried in buffered records, and rebalance events reach the application
+/// before the rebalance completes. One iteration at a time.
 ///
 /// Offsets are never committed behind the application's back: ``store(_:)`` marks records as
 /// processed; stored offsets are committed in the background (``ConsumerConfiguration/autoCommit``),
@@ -224,11 +225,17 @@ final class ConsumerCore: @unchecked Sendable {
                 return
             }
             outbox.append(assigned ? .assigned(partitions) : .revoked(partitions))
-            while !outbox.isEmpty, deliverNext() {}
+            // The callback may come while the next batch is being fetched ahead, with nobody
+            // waiting: everything goes out in order, each event when the application asks.
+            var open = true
+            while open, !outbox.isEmpty {
+                open = waitForDemand()
+                if open { deliverNext() }
+            }
             // The application has the event; wait until it asks for the next one (its
             // acknowledgement), or closes instead: then what it stored meanwhile is committed
             // here, while the partitions are still ours.
-            if !waitForDemand() {
+            if !open || !waitForDemand() {
                 if !assigned { commitOnClose() }
             } else if !assigned {
                 commitRevoked(partitions)
@@ -316,13 +323,15 @@ final class ConsumerCore: @unchecked Sendable {
     // MARK: poll thread
 
     private func run() {
-        while waitForDemand() {
-            if !outbox.isEmpty {
-                _ = deliverNext()
-                continue
+        // One batch ahead: the next one is fetched and copied while the application works on
+        // the last, so that it never waits for the copy (nor for this thread to be scheduled).
+        while !isClosing {
+            if outbox.isEmpty {
+                fill()
+                consumer.client.drainLogs()
             }
-            fill()
-            consumer.client.drainLogs()
+            guard waitForDemand() else { break }
+            if !outbox.isEmpty { deliverNext() }
         }
         condition.lock()
         finishing = true
@@ -338,22 +347,22 @@ final class ConsumerCore: @unchecked Sendable {
         return !closing
     }
 
-    /// Hands the first outbox event to the waiting application. False if nobody is waiting.
-    private func deliverNext() -> Bool {
+    /// Hands the first outbox event to the waiting application (after ``waitForDemand()`` said
+    /// it waits; only `next()` sets a demand and only this thread takes it).
+    private func deliverNext() {
         condition.lock()
         guard let continuation = demand else {
             condition.unlock()
-            return false
+            return
         }
         demand = nil
         condition.unlock()
         continuation.resume(returning: outbox.removeFirst())
-        if !outbox.isEmpty { _ = waitForDemand() }
-        return true
     }
 
-    /// Polls until there is something to deliver (or the consumer closes): waits for the first
-    /// message, then takes whatever else is already fetched, up to the batch size.
+    /// Polls until there is something to deliver (or the consumer closes or fails): waits for
+    /// the first message, then takes whatever else is already fetched, up to the batch size.
+    /// Puts it in the outbox; does not deliver.
     private func fill() {
         pendingBatch.reserveCapacity(min(maxBatchSize, 1024))
         while outbox.isEmpty, pendingBatch.isEmpty {
@@ -374,7 +383,6 @@ final class ConsumerCore: @unchecked Sendable {
             outbox.insert(.records(pendingBatch), at: 0)
             pendingBatch = []
         }
-        if !outbox.isEmpty { _ = deliverNext() }
     }
 
     /// Takes what is already fetched, appending records to `pendingBatch`. The rebalance

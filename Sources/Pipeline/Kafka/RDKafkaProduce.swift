@@ -37,10 +37,15 @@ extension RDKafkaClient {
         if !record.headers.isEmpty {
             let list = rd_kafka_headers_new(record.headers.count)!
             for header in record.headers {
-                if let value = header.value {
-                    _ = value.withUnsafeBytes { rd_kafka_header_add(list, header.key, -1, $0.baseAddress, $0.count) }
-                } else {
-                    _ = rd_kafka_header_add(list, header.key, -1, nil, 0)
+                // The name with its length: passing a String as `const char *` copies a small
+                // string into a new C string, once per record.
+                var name = header.key
+                name.withUTF8 { name in
+                    if let value = header.value {
+                        _ = value.withUnsafeBytes { rd_kafka_header_add(list, name.baseAddress, name.count, $0.baseAddress, $0.count) }
+                    } else {
+                        _ = rd_kafka_header_add(list, name.baseAddress, name.count, nil, 0)
+                    }
                 }
             }
             headers = list

@@ -186,16 +186,20 @@ struct Settler: Sendable {
 
     /// Outputs per topic, dead letters per reason, and the end-to-end latency of the newest input.
     private func observeDelivered(_ records: [ProducerRecord], sources: [Int32], inputs: [InputRecord]) {
-        var perTopic: [String: Int64] = [:]
+        // Outputs come in runs of one topic: counted per run, not looked up per record.
+        var run: (topic: String, count: Int64)?
         for (record, source) in zip(records, sources) where source != Pending.checkpointRecord {
             if record.topic == deadLetterTopic {
                 let reason = record.headers.last { $0.key == DeadLetterHeader.reason }?.value.map { String(decoding: $0, as: UTF8.self) } ?? "unknown"
                 metrics.deadLetters(reason: reason).increment()
+            } else if run?.topic == record.topic {
+                run!.count += 1
             } else {
-                perTopic[record.topic, default: 0] += 1
+                if let run { metrics.recordsOut(topic: run.topic).increment(by: run.count) }
+                run = (record.topic, 1)
             }
         }
-        for (topic, n) in perTopic { metrics.recordsOut(topic: topic).increment(by: n) }
+        if let run { metrics.recordsOut(topic: run.topic).increment(by: run.count) }
         if let newest = inputs.last?.timestamp, newest > 0 {
             let ms = Int64(Date().timeIntervalSince1970 * 1000) - newest
             if ms >= 0 { metrics.endToEndLatency.recordMilliseconds(ms) }

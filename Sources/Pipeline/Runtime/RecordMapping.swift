@@ -13,7 +13,9 @@ enum RecordMapping {
 
     /// A stage output as a record to produce, with its dedupe key as a header and the input's time.
     static func output(_ o: OutputRecord, topic: String, timestamp: Int64) -> ProducerRecord {
-        var headers = o.headers.map { KafkaHeader(key: $0.name, value: $0.value) }
+        var headers: [KafkaHeader] = []
+        headers.reserveCapacity(o.headers.count + 1)
+        for h in o.headers { headers.append(KafkaHeader(key: h.name, value: h.value)) }
         headers.append(KafkaHeader(key: OutputRecord.dedupeKeyHeader, string: o.dedupeKey))
         return ProducerRecord(topic: topic, key: o.key, value: o.value, headers: headers, timestamp: timestamp)
     }

@@ -267,8 +267,11 @@ public final class StageService: Service, Sendable {
     /// with the input's timestamp. Each output is tagged `source` in `sources` (its input's index in
     /// a ``Pending``), each dead letter ``Pending/noInput``; dead letters are logged, rate-limited.
     func append(_ out: StageOutput, of input: InputRecord, source: Int32, to outgoing: inout [ProducerRecord], sources: inout [Int32]) {
+        var route: (output: String, topic: String)?
         for o in out.records {
-            outgoing.append(RecordMapping.output(o, topic: definition.topic(forOutput: o.output), timestamp: input.timestamp))
+            // Looked up once per output name in a row, not hashed per record.
+            if route?.output != o.output { route = (o.output, definition.topic(forOutput: o.output)) }
+            outgoing.append(RecordMapping.output(o, topic: route!.topic, timestamp: input.timestamp))
             sources.append(source)
         }
         for f in out.failures {

@@ -3,8 +3,23 @@ extension InputRecord {
     /// (records produced by a stage, or forwarded inside a ``Chain``), else `topic/partition/offset`.
     /// Stages derive their outputs' dedupe keys from it, so a redelivered record yields the same keys.
     public var identity: String {
-        if let key = headers.string(named: OutputRecord.dedupeKeyHeader) { return key }
-        return "\(origin.topic)/\(origin.partition)/\(origin.offset)"
+        var identity = ""
+        appendIdentity(to: &identity)
+        return identity
+    }
+
+    /// Appends ``identity`` to `key` without building it apart: stages that derive a dedupe key
+    /// per output build it in one string (the per-record hot path).
+    public func appendIdentity(to key: inout String) {
+        if let upstream = headers.string(named: OutputRecord.dedupeKeyHeader) {
+            key += upstream
+            return
+        }
+        key += origin.topic
+        key += "/"
+        key += String(origin.partition)
+        key += "/"
+        key += String(origin.offset)
     }
 
     /// The value, or a failure saying the record is a tombstone.
