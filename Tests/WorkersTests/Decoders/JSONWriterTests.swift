@@ -1,0 +1,67 @@
+import Testing
+import Workers
+import WorkersTesting
+
+/// The writer's number and key fast paths write exactly what the plain forms did:
+/// `String(Int64)` for integers and whole doubles, `Double.description` for the rest (outputs
+/// are compared byte for byte by consumers' dedupe and by the golden tests).
+@Suite struct JSONWriterTests {
+    private func written(_ body: (inout JSONWriter) -> Void) -> String {
+        var w = JSONWriter()
+        body(&w)
+        return String(decoding: w.bytes, as: UTF8.self)
+    }
+
+    private func reference(_ v: Double) -> String {
+        guard v.isFinite else { return "null" }
+        if abs(v) < 1e15, v == Double(Int64(v)) { return String(Int64(v)) }
+        return v.description
+    }
+
+    @Test func doublesAreWrittenAsDescriptionWritesThem() {
+        var rng = SplitMix64(seed: 8)
+        var values: [Double] = [
+            0.1 + 0.2, 0.001, 0.0009999, 0.0001, 0.00123, 9_999_999.5, 10_000_000.5, 1234.5, 0.0123, 12345.678,
+            2.675, 1.005, 100.25, 4_503_599_627_370_495.5, 5e-324, .greatestFiniteMagnitude, .infinity, .nan, 1e15, 1e16,
+        ]
+        // Prices and volumes: integers with up to 9 decimals, across magnitudes.
+        for k in 0...9 {
+            let scale = (0..<k).reduce(1.0) { r, _ in r * 10 }
+            for _ in 0..<20_000 {
+                let n = Double(rng.next() >> (11 + rng.next() % 50))
+                values.append(n / scale)
+            }
+        }
+        // Arbitrary doubles around the fast path's range, and their neighbours.
+        for _ in 0..<50_000 {
+            let v = Double(bitPattern: 0x3F40_0000_0000_0000 + rng.next() % 0x0130_0000_0000_0000)
+            values += [v, v.nextUp, v.nextDown]
+        }
+        var mismatches: [String] = []
+        for v in values + values.map({ -$0 }) {
+            let got = written { $0.double(v) }
+            if got != reference(v), mismatches.count < 10 { mismatches.append("\(v): wrote \(got), expected \(reference(v))") }
+        }
+        #expect(mismatches.isEmpty, "\(mismatches)")
+    }
+
+    @Test func integersAtTheExtremes() {
+        for v: Int64 in [0, 7, -7, 10, -10, 1_700_000_000_123, .max, .min, .min + 1] {
+            #expect(written { $0.int(v) } == String(v))
+        }
+    }
+
+    @Test func keysAreQuotedAndEscapedInEveryShape() {
+        let long = String(repeating: "k", count: 80)
+        let json = written { w in
+            w.beginObject()
+            w.key("a"); w.int(1)
+            w.key(""); w.int(2)
+            w.key("quote\"back\\slash\nline"); w.int(3)
+            w.key(long); w.string("v\u{1}")
+            w.key("ünï"); w.bool(true)
+            w.endObject()
+        }
+        #expect(json == #"{"a":1,"":2,"quote\"back\\slash\nline":3,"\#(long)":"v\u0001","ünï":true}"#)
+    }
+}
