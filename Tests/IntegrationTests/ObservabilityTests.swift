@@ -107,6 +107,7 @@ import Testing
         #expect(try await Self.query(promPort, #"sum(pipeline_consumer_lag_records{stage="prices-decode"})"#) { $0 == 0 } == 0)
         #expect(try await Self.query(promPort, #"count(pipeline_batch_processing_seconds_bucket{stage="prices-decode"})"#) { $0 > 0 } > 0)
         #expect(try await Self.query(promPort, #"count(pipeline_end_to_end_latency_seconds_count{stage="prices-decode"})"#) { $0 > 0 } > 0)
+        #expect(try await Self.query(promPort, #"sum(pipeline_loop_busy_seconds_total{stage="prices-decode"})"#) { $0 > 0 } > 0)
         #expect(try await Self.query(promPort, #"count(kafka_consumergroup_group_lag{group="prices-decode"})"#) { $0 >= 4 } >= 4)
         #expect(try await Self.query(promPort, #"count(kafka_partition_latest_offset{topic="prices.raw"})"#) { $0 >= 4 } >= 4)
         #expect(try await Self.get("http://127.0.0.1:\(port)/readyz").status == 200)

@@ -26,7 +26,15 @@ public final class StageCounters: Sendable {
     /// the first record to the last acknowledged output, so start-up and group join do not count).
     let firstProcessed = Mutex<ContinuousClock.Instant?>(nil)
     let lastSettled = Mutex<ContinuousClock.Instant?>(nil)
+    /// Time the event loop spent handling events and ticks (the rest it waited for them).
+    let loopBusy = Mutex<Duration>(.zero)
     public init() {}
+
+    /// Seconds the event loop was busy.
+    public var loopBusySeconds: Double {
+        let d = loopBusy.withLock { $0 }
+        return Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18
+    }
 
     /// Seconds from the first processed input to the last settled output (0 before both).
     public var activeSeconds: Double {

@@ -258,7 +258,7 @@ public final class StageService: Service, Sendable {
             metadata: [
                 "processed": "\(counters.processed.value)", "produced": "\(counters.produced.value)",
                 "dead-lettered": "\(counters.deadLettered.value)",
-                "active-seconds": "\(counters.activeSeconds)",
+                "active-seconds": "\(counters.activeSeconds)", "loop-busy-seconds": "\(counters.loopBusySeconds)",
             ])
         if let failure { throw failure }
     }
@@ -340,6 +340,12 @@ final class StageLoop {
     func run(_ inputs: AsyncStream<LoopInput>) async throws {
         for await input in inputs {
             service.health.loopTurned()
+            let started = ContinuousClock.now
+            defer {
+                let busy = ContinuousClock.now - started
+                counters.loopBusy.withLock { $0 += busy }
+                service.metrics.loopBusy.increment(by: Double(busy.components.seconds) + Double(busy.components.attoseconds) / 1e18)
+            }
             switch input {
             case .event(let event, let ack):
                 do {
