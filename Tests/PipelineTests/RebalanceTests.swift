@@ -49,6 +49,62 @@ import PipelineTesting
         _ = try await (aTask.value, bTask.value)
     }
 
+    /// The poll thread fetches the next batch while the application works on the last one, so a
+    /// rebalance can call back with nobody waiting. The revocation must still reach the
+    /// application while the partitions are its own, and complete only once it moves on, with
+    /// what it stored meanwhile committed.
+    @Test func aRevocationDuringTheFetchAheadWaitsForTheApplication() async throws {
+        let mock = try KafkaMockCluster(brokers: 1)
+        try mock.createTopic("ahead", partitions: 2)
+        let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [mock.bootstrapServers]))
+        _ = try await producer.send((0..<20).map { ProducerRecord(topic: "ahead", partition: Int32($0 % 2), value: Array("r\($0)".utf8)) })
+        await producer.close()
+
+        var config = ConsumerConfiguration(bootstrapServers: [mock.bootstrapServers], groupID: "ahead")
+        config.sessionTimeout = .milliseconds(6000)
+        config.heartbeatInterval = .milliseconds(300)
+        config.autoCommit = false
+        let a = try KafkaConsumer(configuration: config)
+        try a.subscribe(["ahead"])
+        var events = a.makeAsyncIterator()
+        var seen: [ConsumerRecord] = []
+        while seen.count < 20 {
+            guard let event = try await events.next() else { Issue.record("the sequence ended"); return }
+            if case .records(let batch) = event { seen += batch }
+        }
+        #expect(seen.count == 20)
+        // The application is busy now (it does not ask for the next event); the poll thread is
+        // fetching ahead, and finds nothing. A second member joins meanwhile.
+        let b = try Self.consumer(mock.bootstrapServers, group: "ahead", topic: "ahead")
+        let callbacks = a.rebalanceCallbacks
+        let (bAssigned, bAssignedContinuation) = AsyncStream<[TopicPartition]>.makeStream()
+        let bTask = Task {
+            for try await event in b { if case .assigned(let p) = event, !p.isEmpty { bAssignedContinuation.yield(p) } }
+        }
+        // A's poll thread hears of the rebalance while A is still busy.
+        try await eventually("a rebalance callback while A works", within: .seconds(60)) { a.rebalanceCallbacks > callbacks }
+        var bIterator = bAssigned.makeAsyncIterator()
+        guard case .revoked(let revoked)? = try await events.next() else { Issue.record("expected a revocation"); return }
+        #expect(revoked.count == 1)
+        #expect(Set(try a.assignment()).isSuperset(of: revoked), "revoked partitions are still ours while we handle the event")
+
+        // Stored while handling the revocation: committed before the partition goes.
+        try a.store(seen.filter { revoked.contains($0.topicPartition) })
+        let aTask = Task { [events] in
+            var events = events
+            while let _ = try await events.next() {}
+        }
+        let gained = await bIterator.next()
+        #expect(gained == revoked)
+        let admin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: [mock.bootstrapServers]))
+        let committed = try await admin.committedOffsets(group: "ahead", partitions: revoked)
+        #expect(committed == revoked.map { TopicPartitionOffset($0.topic, $0.partition, offset: 10) })
+
+        try await b.close()
+        try await a.close()
+        _ = try await (aTask.value, bTask.value)
+    }
+
     @Test func pausedPartitionsDeliverNothingUntilResumed() async throws {
         let mock = try KafkaMockCluster(brokers: 1)
         try mock.createTopic("flow", partitions: 2)

@@ -157,6 +157,9 @@ public final class KafkaConsumer: AsyncSequence, Sendable {
         (try? core.consumer.client.using { core.consumer.cachedWatermarks(partition)?.high }) ?? nil
     }
 
+    /// Rebalance callbacks librdkafka has begun on the poll thread (tests).
+    var rebalanceCallbacks: Int { core.rebalanceCallbacks.value }
+
     /// librdkafka's latest statistics, when ``ConsumerConfiguration/statisticsInterval`` is set.
     public var statistics: KafkaStatistics? { core.consumer.rebalance.statistics.withLock { $0 } }
 
@@ -207,8 +210,12 @@ final class ConsumerCore: @unchecked Sendable {
         self.maxBatchSize = maxBatchSize
     }
 
+    /// Rebalance callbacks begun so far (tests wait for one while the application is busy).
+    let rebalanceCallbacks = Atomic<Int>(0)
+
     func start() {
         consumer.rebalance.handler = { [unowned self] assigned, partitions in
+            rebalanceCallbacks.add(1)
             // Everything polled before the rebalance goes out first, then the rebalance event;
             // the assignment changes only once the application asks for the next event.
             if !pendingBatch.isEmpty {
