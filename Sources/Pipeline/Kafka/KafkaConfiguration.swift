@@ -205,7 +205,8 @@ public struct ConsumerConfiguration: Sendable {
     public var fetchMaxWait: Duration?
     /// How long a partition's next fetch waits once the local queue is over `queued.min.messages`
     /// (`fetch.queue.backoff.ms`). librdkafka's default, 1 s, lets a consumer that drains its
-    /// queue faster than that sit idle for the rest of the second; 10 ms keeps it fed.
+    /// queue faster than that sit idle for the rest of the second; 10 ms keeps it fed. The key
+    /// exists from librdkafka 2.2.0; older runtimes keep their fixed 1 s.
     public var fetchQueueBackoff: Duration? = .milliseconds(10)
 
     public init(kafka: KafkaConfiguration, groupID: String) {
@@ -239,7 +240,7 @@ public struct ConsumerConfiguration: Sendable {
         p["group.instance.id"] = groupInstanceID
         p["statistics.interval.ms"] = statisticsInterval.map(milliseconds)
         p["fetch.wait.max.ms"] = fetchMaxWait.map(milliseconds)
-        p["fetch.queue.backoff.ms"] = fetchQueueBackoff.map(milliseconds)
+        if KafkaRuntime.version >= 0x0202_0000 { p["fetch.queue.backoff.ms"] = fetchQueueBackoff.map(milliseconds) }
         for (key, value) in kafka.raw { p[key] = value }
         return p
     }
