@@ -35,15 +35,22 @@ import PipelineTesting
         #expect(Set(try a.assignment()).isSuperset(of: revoked), "revoked partitions are still ours while we handle the event")
 
         // Moving on completes the revocation; only then can the other member get the partition.
+        try await Self.expectHandover(revoked, from: a, events: events, to: b, gained: bAssigned, bTask: bTask)
+    }
+
+    /// `a` moves on (asks for its next events in the background): the revocation completes and
+    /// `b` gains exactly the revoked partitions, which `a` no longer holds. Closes both.
+    static func expectHandover(
+        _ revoked: [TopicPartition], from a: KafkaConsumer, events: sending KafkaConsumer.AsyncIterator,
+        to b: KafkaConsumer, gained: AsyncStream<[TopicPartition]>, bTask: Task<Void, any Error>
+    ) async throws {
         let aTask = Task { [events] in
             var events = events
             while let _ = try await events.next() {}
         }
-        var bIterator = bAssigned.makeAsyncIterator()
-        let gained = await bIterator.next()
-        #expect(gained == revoked)
+        var gainedIterator = gained.makeAsyncIterator()
+        #expect(await gainedIterator.next() == revoked)
         #expect(Set(try a.assignment()).isDisjoint(with: revoked))
-
         try await b.close()
         try await a.close()
         _ = try await (aTask.value, bTask.value)
@@ -61,12 +68,7 @@ import PipelineTesting
         _ = try await producer.send((0..<20).map { ProducerRecord(topic: "ahead", partition: Int32($0 % 2), value: Array("r\($0)".utf8)) })
         await producer.close()
 
-        var config = ConsumerConfiguration(bootstrapServers: [mock.bootstrapServers], groupID: "ahead")
-        config.sessionTimeout = .milliseconds(6000)
-        config.heartbeatInterval = .milliseconds(300)
-        config.autoCommit = false
-        let a = try KafkaConsumer(configuration: config)
-        try a.subscribe(["ahead"])
+        let a = try Self.consumer(mock.bootstrapServers, group: "ahead", topic: "ahead")
         var events = a.makeAsyncIterator()
         var seen: [ConsumerRecord] = []
         while seen.count < 20 {
@@ -84,7 +86,6 @@ import PipelineTesting
         }
         // A's poll thread hears of the rebalance while A is still busy.
         try await eventually("a rebalance callback while A works", within: .seconds(60)) { a.rebalanceCallbacks > callbacks }
-        var bIterator = bAssigned.makeAsyncIterator()
         guard case .revoked(let revoked)? = try await events.next() else { Issue.record("expected a revocation"); return }
         #expect(revoked.count == 1)
         #expect(Set(try a.assignment()).isSuperset(of: revoked), "revoked partitions are still ours while we handle the event")
@@ -92,17 +93,7 @@ import PipelineTesting
         // Still ours: storing its offsets is accepted (librdkafka refuses it, `_STATE`, once the
         // partition is gone).
         try a.store(seen.filter { revoked.contains($0.topicPartition) })
-        let aTask = Task { [events] in
-            var events = events
-            while let _ = try await events.next() {}
-        }
-        let gained = await bIterator.next()
-        #expect(gained == revoked)
-        #expect(Set(try a.assignment()).isDisjoint(with: revoked))
-
-        try await b.close()
-        try await a.close()
-        _ = try await (aTask.value, bTask.value)
+        try await Self.expectHandover(revoked, from: a, events: events, to: b, gained: bAssigned, bTask: bTask)
     }
 
     @Test func pausedPartitionsDeliverNothingUntilResumed() async throws {

@@ -257,4 +257,7 @@ extension Duration {
 
     /// The same, clamped to a C `int` timeout argument.
     var timeoutMilliseconds: Int32 { Int32(clamping: wholeMilliseconds) }
+
+    /// Seconds, with the fraction (metrics, logs).
+    var asSeconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
 }

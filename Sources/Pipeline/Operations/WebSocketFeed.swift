@@ -271,7 +271,6 @@ public struct ReconnectPolicy: Sendable, Hashable {
 }
 
 extension Duration {
-    var asSeconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
     var asTimeAmount: TimeAmount { .nanoseconds(Int64(asSeconds * 1e9)) }
 }
 

@@ -31,16 +31,12 @@ public final class StageCounters: Sendable {
     public init() {}
 
     /// Seconds the event loop was busy.
-    public var loopBusySeconds: Double {
-        let d = loopBusy.withLock { $0 }
-        return Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18
-    }
+    public var loopBusySeconds: Double { loopBusy.withLock { $0 }.asSeconds }
 
     /// Seconds from the first processed input to the last settled output (0 before both).
     public var activeSeconds: Double {
         guard let first = firstProcessed.withLock({ $0 }), let last = lastSettled.withLock({ $0 }), last > first else { return 0 }
-        let d = last - first
-        return Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18
+        return (last - first).asSeconds
     }
 }
 

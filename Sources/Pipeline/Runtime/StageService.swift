@@ -344,7 +344,7 @@ final class StageLoop {
             defer {
                 let busy = ContinuousClock.now - started
                 counters.loopBusy.withLock { $0 += busy }
-                service.metrics.loopBusy.increment(by: Double(busy.components.seconds) + Double(busy.components.attoseconds) / 1e18)
+                service.metrics.loopBusy.increment(by: busy.asSeconds)
             }
             switch input {
             case .event(let event, let ack):
@@ -799,8 +799,7 @@ final class StageLoop {
             } catch {
                 logger.warning("the last transaction did not commit: \(error)")
             }
-        }
-        if transaction == nil {
+        } else {
             for lane in lanes.values {
                 try? await storeRestoredOffsets(lane)
                 await checkpoint(lane)

@@ -64,20 +64,8 @@ public struct JSONWriter: Sendable {
         }
     }
 
-    /// Decimal digits of `v`, written from a stack buffer in one append.
     private mutating func appendInteger(_ v: Int64) {
-        var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)  // 24 bytes: up to 19 digits and a sign
-        withUnsafeMutableBytes(of: &digits) { buffer in
-            var magnitude = v.magnitude
-            var i = buffer.count
-            repeat {
-                i -= 1
-                buffer[i] = UInt8(truncatingIfNeeded: magnitude % 10) &+ 0x30
-                magnitude /= 10
-            } while magnitude != 0
-            if v < 0 { i -= 1; buffer[i] = UInt8(ascii: "-") }
-            bytes.append(contentsOf: UnsafeRawBufferPointer(rebasing: buffer[i...]))
-        }
+        appendFixed(v.magnitude, fractionDigits: 0, negative: v < 0)
     }
 
     private static let powersOfTen: [Double] = [1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8]
@@ -107,15 +95,16 @@ public struct JSONWriter: Sendable {
         return false
     }
 
-    /// `whole / 10^fractionDigits` in fixed notation, with at least one digit before the point.
+    /// `whole / 10^fractionDigits` in fixed notation (an integer for 0), with at least one digit
+    /// before the point, written from a stack buffer in one append.
     private mutating func appendFixed(_ whole: UInt64, fractionDigits: Int, negative: Bool) {
-        var digits: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)  // 32 bytes
+        var digits: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)  // 32 bytes: 20 digits, point, sign
         withUnsafeMutableBytes(of: &digits) { buffer in
             var rest = whole
             var i = buffer.count
             var written = 0
             repeat {
-                if written == fractionDigits { i -= 1; buffer[i] = UInt8(ascii: ".") }
+                if written == fractionDigits, fractionDigits > 0 { i -= 1; buffer[i] = UInt8(ascii: ".") }
                 i -= 1
                 buffer[i] = UInt8(truncatingIfNeeded: rest % 10) &+ 0x30
                 rest /= 10
