@@ -3,7 +3,9 @@
 One worker decoding and filtering Upbit tickers and producing the typed ticks, against
 (a) a kcat consume-to-produce pipe over the same topic (moving bytes without work: the floor) and
 (b) a Python worker with confluent-kafka and msgspec doing the same decode and filter.
-Throughput counts from the first record to the last acknowledged output. Then, per round, the
+Throughput counts from the first record to the last acknowledged output; each side's CPU per
+record (its processes' user + system time) and the broker's during its rounds are printed too,
+since all share the machine's cores. Then, per round, the
 latency at a steady 10,000 msg/s through the broker alone (the floor) and through one worker, and
 two workers sharing 4 partitions.
 """
@@ -47,12 +49,33 @@ def run(cmd, **kw):
 
 
 def timed_rss(cmd):
-    """Runs cmd under /usr/bin/time -v: (stdout, stderr, peak RSS in MiB)."""
+    """Runs cmd under /usr/bin/time -v: (stdout, stderr, peak RSS in MiB, CPU seconds user + system)."""
     p = subprocess.run(["/usr/bin/time", "-v"] + cmd, capture_output=True, text=True)
     if p.returncode != 0:
         raise RuntimeError(f"{cmd[0]} failed: {p.stderr[-2000:]}")
     rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", p.stderr).group(1)) / 1024
-    return p.stdout, p.stderr, rss
+    cpu = sum(float(re.search(rf"{kind} time \(seconds\): ([0-9.]+)", p.stderr).group(1)) for kind in ("User", "System"))
+    return p.stdout, p.stderr, rss, cpu
+
+
+def child_pid(parent):
+    """The pid of `parent`'s one child process (the broker's tansu)."""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == parent:
+                        return int(entry)
+            except (FileNotFoundError, ProcessLookupError):
+                pass
+    raise RuntimeError(f"process {parent} has no child")
+
+
+def process_cpu(pid):
+    """CPU seconds (user + system) a running process has used so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def topology(path, group, source, target, partitions):
@@ -86,20 +109,25 @@ def active_seconds(log_text):
     raise RuntimeError("no 'worker stopped' line: " + log_text[-2000:])
 
 
-def kcat_seconds(bootstrap, source, target, count):
-    """First record to last acknowledged output of `kcat -C | kcat -P`: T(all) - T(first record)."""
+def kcat_seconds(bootstrap, source, target, count, work):
+    """First record to last acknowledged output of `kcat -C | kcat -P`: (T(all) - T(first record),
+    CPU seconds of both kcat processes)."""
+    times = [os.path.join(work, f"kcat-{side}.time") for side in ("C", "P")]
     t0 = time.monotonic()
-    c = subprocess.Popen(["kcat", "-C", "-b", bootstrap, "-t", source, "-o", "beginning", "-e", "-q", "-K", "\t"],
+    c = subprocess.Popen(["/usr/bin/time", "-f", "%U %S", "-o", times[0],
+                          "kcat", "-C", "-b", bootstrap, "-t", source, "-o", "beginning", "-e", "-q", "-K", "\t"],
                          stdout=subprocess.PIPE)
-    p = subprocess.Popen(["kcat", "-P", "-b", bootstrap, "-t", target, "-K", "\t", "-X", "linger.ms=5",
+    p = subprocess.Popen(["/usr/bin/time", "-f", "%U %S", "-o", times[1],
+                          "kcat", "-P", "-b", bootstrap, "-t", target, "-K", "\t", "-X", "linger.ms=5",
                           "-X", "enable.idempotence=true", "-X", "acks=all"], stdin=c.stdout)
     c.stdout.close()
     p.wait(); c.wait()
     total = time.monotonic() - t0
+    cpu = sum(float(x) for path in times for x in open(path).read().split()[-2:])
     t0 = time.monotonic()
     run(["kcat", "-C", "-b", bootstrap, "-t", source, "-o", "beginning", "-c", "1", "-q"])
     first = time.monotonic() - t0
-    return total - first
+    return total - first, cpu
 
 
 def metrics_port(proc_log_path):
@@ -124,9 +152,14 @@ def main():
     partitions = int(os.environ.get("PARTITIONS", "4"))
     broker = subprocess.Popen([CTL, "broker"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     bootstrap = broker.stdout.readline().strip().removeprefix("bootstrap server: ")
+    tansu = child_pid(broker.pid)
     work = tempfile.mkdtemp()
     results = {"kcat pipe": [], "swift worker": [], "python worker": []}
     rss = {"swift worker": [], "python worker": []}
+    # CPU per record (user + system, microseconds) of the side's processes and of the broker
+    # during that side's round: what each costs the 2 cores they share.
+    cpu = {side: [] for side in results}
+    broker_cpu = {side: [] for side in results}
     try:
         run([CTL, "topics", "create", "--bootstrap-server", bootstrap, "bench.raw", "--partitions", str(partitions)])
         run([CTL, "topics", "create", "--bootstrap-server", bootstrap, "bench.dead-letters", "--partitions", "1"])
@@ -144,20 +177,24 @@ def main():
             for side in order:
                 target = f"bench.out.{side.split()[0]}.{r}"
                 run([CTL, "topics", "create", "--bootstrap-server", bootstrap, target, "--partitions", str(partitions)])
+                broker_before = process_cpu(tansu)
                 if side == "kcat pipe":
-                    secs = kcat_seconds(bootstrap, "bench.raw", target, messages)
+                    secs, used = kcat_seconds(bootstrap, "bench.raw", target, messages, work)
                 elif side == "swift worker":
                     topo = os.path.join(work, f"t{r}.yaml")
                     topology(topo, f"bench-{r}", "bench.raw", target, partitions)
-                    _, err, mib = timed_rss(swift_worker(bootstrap, topo, stop_after=messages))
+                    _, err, mib, used = timed_rss(swift_worker(bootstrap, topo, stop_after=messages))
                     secs = active_seconds(err)
                     rss[side].append(mib)
                 else:
-                    out, _, mib = timed_rss([sys.executable, os.path.join(HERE, "python_worker.py"), bootstrap, "bench.raw", target, str(messages)])
+                    out, _, mib, used = timed_rss([sys.executable, os.path.join(HERE, "python_worker.py"), bootstrap, "bench.raw", target, str(messages)])
                     secs = float(re.search(r"active_seconds=([0-9.]+)", out).group(1))
                     rss[side].append(mib)
                 results[side].append(messages / secs)
-                log(f"round {r} {side}: {messages / secs:,.0f} msg/s")
+                cpu[side].append(used / messages * 1e6)
+                broker_cpu[side].append((process_cpu(tansu) - broker_before) / messages * 1e6)
+                log(f"round {r} {side}: {messages / secs:,.0f} msg/s, CPU per record {cpu[side][-1]:.2f} us, "
+                    f"broker {broker_cpu[side][-1]:.2f} us")
                 run([CTL, "topics", "delete", "--bootstrap-server", bootstrap, target])
 
         # Latency at a steady rate, per round: first through the broker alone (the producer's
@@ -215,6 +252,9 @@ def main():
     print(f"\n{messages:,} Upbit tickers, {partitions} partitions, {rounds} rounds; msg/s best (min-max), first record to last acknowledged output")
     for side, v in results.items():
         print(f"{side:14} {fmt(v):>32}" + (f"   peak RSS {max(rss[side]):.0f} MiB" if side in rss else ""))
+    print("CPU per record in microseconds, user + system, min-max over rounds (the side's processes; the broker in the same rounds):")
+    for side in results:
+        print(f"{side:14} {min(cpu[side]):.2f}-{max(cpu[side]):.2f}   broker {min(broker_cpu[side]):.2f}-{max(broker_cpu[side]):.2f}")
     s, k, p = max(results["swift worker"]), max(results["kcat pipe"]), max(results["python worker"])
     print(f"swift / kcat pipe {s / k:.2f}x   swift / python {s / p:.2f}x   (valid inputs {valid:,}, the rest dead-lettered / dropped)")
     def spread(rows, key):

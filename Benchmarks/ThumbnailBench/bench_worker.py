@@ -67,7 +67,7 @@ def main():
                 store = os.path.join(work, f"{side}-{r}")
                 os.makedirs(store)
                 if side == "stage":
-                    out, _, mib = timed([BENCH, "--input", src, "--output", store, "--in-flight", "2", "--vips-threads", "1"])
+                    out, _, mib, _ = timed([BENCH, "--input", src, "--output", store, "--in-flight", "2", "--vips-threads", "1"])
                     m = re.search(r"thumbnails=(\d+) failures=(\d+).*seconds=([0-9.]+)", out)
                     made, failures, secs = int(m.group(1)), int(m.group(2)), float(m.group(3))
                 else:
@@ -79,7 +79,7 @@ def main():
                     subprocess.run(["kcat", "-P", "-b", bootstrap, "-t", requests, "-K", "\t"], input=lines, text=True, check=True)
                     topo = os.path.join(work, f"t{r}.yaml")
                     topology(topo, src, store, requests, f"bench-thumbs-{r}")
-                    _, err, mib = timed([CTL, "worker", "thumbs", "--topology", topo, "--bootstrap-server", bootstrap,
+                    _, err, mib, _ = timed([CTL, "worker", "thumbs", "--topology", topo, "--bootstrap-server", bootstrap,
                                          "--session-timeout", "2s", "--metrics-address", "127.0.0.1:0", "--log-format", "json",
                                          "--stop-after", str(count)])
                     stopped = [json.loads(l) for l in err.splitlines() if '"worker stopped"' in l][-1]
