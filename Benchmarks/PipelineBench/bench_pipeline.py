@@ -2,7 +2,8 @@
 
 One worker decoding and filtering Upbit tickers and producing the typed ticks, against
 (a) a kcat consume-to-produce pipe over the same topic (moving bytes without work: the floor) and
-(b) a Python worker with confluent-kafka and msgspec doing the same decode and filter.
+(b) a Python worker with confluent-kafka and msgspec doing the same job (decode, validate, the
+same output JSON with a dedupe-key header, invalid input to the dead-letter topic).
 Throughput counts from the first record to the last acknowledged output; each side's CPU per
 record (its processes' user + system time) and the broker's during its rounds are printed too,
 since all share the machine's cores. Then, per round, the
@@ -256,7 +257,7 @@ def main():
     for side in results:
         print(f"{side:14} {min(cpu[side]):.2f}-{max(cpu[side]):.2f}   broker {min(broker_cpu[side]):.2f}-{max(broker_cpu[side]):.2f}")
     s, k, p = max(results["swift worker"]), max(results["kcat pipe"]), max(results["python worker"])
-    print(f"swift / kcat pipe {s / k:.2f}x   swift / python {s / p:.2f}x   (valid inputs {valid:,}, the rest dead-lettered / dropped)")
+    print(f"swift / kcat pipe {s / k:.2f}x   swift / python {s / p:.2f}x   (valid inputs {valid:,}, the rest dead-lettered by both workers)")
     def spread(rows, key):
         v = [row[key] for row in rows]
         return f"{min(v):.0f}-{max(v):.0f}"
