@@ -6,9 +6,9 @@ One worker decoding and filtering Upbit tickers and producing the typed ticks, a
 same output JSON with a dedupe-key header, invalid input to the dead-letter topic).
 Throughput counts from the first record to the last acknowledged output; each side's CPU per
 record (its processes' user + system time) and the broker's during its rounds are printed too,
-since all share the machine's cores. Then, per round, the
-latency at a steady 10,000 msg/s through the broker alone (the floor) and through one worker, and
-two workers sharing 4 partitions.
+since all share the machine's cores. Then two workers sharing 4
+partitions, and per round on a fresh broker, the latency at a steady 10,000 msg/s through the
+broker alone (the floor) and through one worker.
 """
 import json
 import os
@@ -57,6 +57,18 @@ def timed_rss(cmd):
     rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", p.stderr).group(1)) / 1024
     cpu = sum(float(re.search(rf"{kind} time \(seconds\): ([0-9.]+)", p.stderr).group(1)) for kind in ("User", "System"))
     return p.stdout, p.stderr, rss, cpu
+
+
+def start_broker():
+    """A fresh local broker: (its `pipelinectl broker` process, the bootstrap address)."""
+    broker = subprocess.Popen([CTL, "broker"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    return broker, broker.stdout.readline().strip().removeprefix("bootstrap server: ")
+
+
+def stop(broker):
+    if broker.poll() is None:
+        broker.terminate()
+        broker.wait()
 
 
 def child_pid(parent):
@@ -151,8 +163,7 @@ def main():
     messages = int(os.environ.get("MESSAGES", "2000000"))
     rounds = int(os.environ.get("ROUNDS", "3"))
     partitions = int(os.environ.get("PARTITIONS", "4"))
-    broker = subprocess.Popen([CTL, "broker"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    bootstrap = broker.stdout.readline().strip().removeprefix("bootstrap server: ")
+    broker, bootstrap = start_broker()
     tansu = child_pid(broker.pid)
     work = tempfile.mkdtemp()
     results = {"kcat pipe": [], "swift worker": [], "python worker": []}
@@ -198,31 +209,6 @@ def main():
                     f"broker {broker_cpu[side][-1]:.2f} us")
                 run([CTL, "topics", "delete", "--bootstrap-server", bootstrap, target])
 
-        # Latency at a steady rate, per round: first through the broker alone (the producer's
-        # topic read back directly: the floor no worker can beat), then through one Swift worker.
-        rate, seconds = os.environ.get("RATE", "10000"), os.environ.get("SECONDS", "20")
-        floor, through = [], []
-        for r in range(rounds):
-            direct = f"bench.direct.{r}"
-            run([CTL, "topics", "create", "--bootstrap-server", bootstrap, direct, "--partitions", str(partitions)])
-            out = subprocess.run([sys.executable, os.path.join(HERE, "latency.py"), bootstrap, direct, direct, rate, seconds],
-                                 capture_output=True, text=True, check=True)
-            floor.append(json.loads(out.stdout.strip().splitlines()[-1]))
-            source, target = f"bench.lat.{r}", f"bench.lat.out.{r}"
-            run([CTL, "topics", "create", "--bootstrap-server", bootstrap, source, "--partitions", str(partitions)])
-            run([CTL, "topics", "create", "--bootstrap-server", bootstrap, target, "--partitions", str(partitions)])
-            topo = os.path.join(work, f"lat{r}.yaml")
-            topology(topo, f"bench-lat-{r}", source, target, partitions)
-            wlog = open(os.path.join(work, f"lat{r}.log"), "w")
-            worker = subprocess.Popen(swift_worker(bootstrap, topo), stderr=wlog, stdout=wlog)
-            metrics_port(wlog.name)
-            out = subprocess.run([sys.executable, os.path.join(HERE, "latency.py"), bootstrap, source, target, rate, seconds],
-                                 capture_output=True, text=True, check=True)
-            worker.terminate(); worker.wait()
-            through.append(json.loads(out.stdout.strip().splitlines()[-1]))
-            log(f"round {r} latency p50/p99 ms: broker alone {floor[-1]['p50_ms']:.0f}/{floor[-1]['p99_ms']:.0f}, "
-                f"through the worker {through[-1]['p50_ms']:.0f}/{through[-1]['p99_ms']:.0f}")
-
         # Two workers sharing the partitions, per round, against one worker's best.
         two = []
         for r in range(rounds):
@@ -243,9 +229,38 @@ def main():
             two.append(messages / max(actives))
             log(f"round {r} two workers: {two[-1]:,.0f} msg/s")
             run([CTL, "topics", "delete", "--bootstrap-server", bootstrap, target])
+        # Latency at a steady rate, per round on a fresh broker (one that has held the throughput
+        # rounds' millions of records has shown pauses of seconds): first through the broker
+        # alone (the producer's topic read back directly: the floor no worker can beat), then
+        # through one Swift worker.
+        stop(broker)
+        rate, seconds = os.environ.get("RATE", "10000"), os.environ.get("SECONDS", "20")
+        floor, through = [], []
+        for r in range(rounds):
+            broker, bootstrap = start_broker()
+            run([CTL, "topics", "create", "--bootstrap-server", bootstrap, "bench.dead-letters", "--partitions", "1"])
+            direct = f"bench.direct.{r}"
+            run([CTL, "topics", "create", "--bootstrap-server", bootstrap, direct, "--partitions", str(partitions)])
+            out = subprocess.run([sys.executable, os.path.join(HERE, "latency.py"), bootstrap, direct, direct, rate, seconds],
+                                 capture_output=True, text=True, check=True)
+            floor.append(json.loads(out.stdout.strip().splitlines()[-1]))
+            source, target = f"bench.lat.{r}", f"bench.lat.out.{r}"
+            run([CTL, "topics", "create", "--bootstrap-server", bootstrap, source, "--partitions", str(partitions)])
+            run([CTL, "topics", "create", "--bootstrap-server", bootstrap, target, "--partitions", str(partitions)])
+            topo = os.path.join(work, f"lat{r}.yaml")
+            topology(topo, f"bench-lat-{r}", source, target, partitions)
+            wlog = open(os.path.join(work, f"lat{r}.log"), "w")
+            worker = subprocess.Popen(swift_worker(bootstrap, topo), stderr=wlog, stdout=wlog)
+            metrics_port(wlog.name)
+            out = subprocess.run([sys.executable, os.path.join(HERE, "latency.py"), bootstrap, source, target, rate, seconds],
+                                 capture_output=True, text=True, check=True)
+            worker.terminate(); worker.wait()
+            through.append(json.loads(out.stdout.strip().splitlines()[-1]))
+            log(f"round {r} latency p50/p99 ms: broker alone {floor[-1]['p50_ms']:.0f}/{floor[-1]['p99_ms']:.0f}, "
+                f"through the worker {through[-1]['p50_ms']:.0f}/{through[-1]['p99_ms']:.0f}")
+            stop(broker)
     finally:
-        broker.terminate()
-        broker.wait()
+        stop(broker)
 
     def fmt(v):
         return f"{max(v):,.0f} ({min(v):,.0f}-{max(v):,.0f})"
