@@ -219,16 +219,8 @@ struct JSONScanner {
         while true {
             // Eight bytes at a time while none needs attention ('"', '\\' or a control character):
             // URLs and names are long, and string scanning was the largest share of decode time.
-            // The tests below are the classic exact "has a zero byte" / "has a byte < n" bit tricks.
             while pos &+ 8 <= count {
-                let w = UInt64(littleEndian: base.loadUnaligned(fromByteOffset: pos, as: UInt64.self))
-                let quote = w ^ 0x2222_2222_2222_2222
-                let backslash = w ^ 0x5C5C_5C5C_5C5C_5C5C
-                let special =
-                    ((quote &- 0x0101_0101_0101_0101) & ~quote)
-                    | ((backslash &- 0x0101_0101_0101_0101) & ~backslash)
-                    | ((w &- 0x2020_2020_2020_2020) & ~w)
-                if special & 0x8080_8080_8080_8080 != 0 { break }
+                if JSONSpecialBytes.present(in: base.loadUnaligned(fromByteOffset: pos, as: UInt64.self)) { break }
                 pos &+= 8
             }
             guard pos < count else { break }

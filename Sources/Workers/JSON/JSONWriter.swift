@@ -2,45 +2,75 @@
 /// writes keys in the order given so outputs are byte-for-byte deterministic (golden tests,
 /// dedupe).
 public struct JSONWriter: Sendable {
-    public private(set) var bytes: [UInt8] = []
+    /// The bytes written so far. Reading it trims the zeroed slack the writer keeps ahead.
+    public var bytes: [UInt8] {
+        mutating get {
+            if storage.count > count { storage.removeLast(storage.count - count) }
+            return storage
+        }
+    }
+    /// Written bytes, then zeroed slack: every write is one capacity check and plain stores into
+    /// the buffer, not an `append` per byte or per piece.
+    private var storage: [UInt8]
+    private var count = 0
     /// Whether the next value in the current container needs a comma first.
     private var needsComma = false
 
-    public init(capacity: Int = 256) { bytes.reserveCapacity(capacity) }
+    public init(capacity: Int = 256) { storage = Array(repeating: 0, count: max(capacity, 16)) }
+
+    /// Runs `body` on room for `n` more bytes; `body` returns how many it wrote.
+    @inline(__always)
+    private mutating func write(upTo n: Int, _ body: (UnsafeMutablePointer<UInt8>) -> Int) {
+        if count + n > storage.count { storage.append(contentsOf: repeatElement(0, count: max(storage.count, count + n - storage.count))) }
+        let start = count
+        count += storage.withUnsafeMutableBufferPointer { body($0.baseAddress! + start) }
+    }
+
+    @inline(__always)
+    private mutating func append(_ byte: UInt8) { write(upTo: 1) { $0.pointee = byte; return 1 } }
+
+    private mutating func append(_ utf8: UnsafeBufferPointer<UInt8>) {
+        guard let source = utf8.baseAddress else { return }
+        write(upTo: utf8.count) { $0.update(from: source, count: utf8.count); return utf8.count }
+    }
+
+    private mutating func append(_ s: StaticString) {
+        s.withUTF8Buffer { append($0) }
+    }
 
     private mutating func separate() {
-        if needsComma { bytes.append(UInt8(ascii: ",")) }
+        if needsComma { append(UInt8(ascii: ",")) }
         needsComma = true
     }
 
-    public mutating func beginObject() { separate(); bytes.append(UInt8(ascii: "{")); needsComma = false }
-    public mutating func endObject() { bytes.append(UInt8(ascii: "}")); needsComma = true }
-    public mutating func beginArray() { separate(); bytes.append(UInt8(ascii: "[")); needsComma = false }
-    public mutating func endArray() { bytes.append(UInt8(ascii: "]")); needsComma = true }
+    public mutating func beginObject() { separate(); append(UInt8(ascii: "{")); needsComma = false }
+    public mutating func endObject() { append(UInt8(ascii: "}")); needsComma = true }
+    public mutating func beginArray() { separate(); append(UInt8(ascii: "[")); needsComma = false }
+    public mutating func endArray() { append(UInt8(ascii: "]")); needsComma = true }
 
     /// Writes `"name":`; the next call writes its value.
     public mutating func key(_ name: String) {
         var name = name
         name.withUTF8 { utf8 in
-            // `,"name":` in one append when the name needs no escape (keys are literals).
-            if utf8.count <= 60, Self.isPlain(utf8) {
+            // `,"name":` in one write when the name needs no escape (keys are literals).
+            if Self.isPlain(utf8) {
                 let comma = needsComma
-                withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 64) { buffer in
+                write(upTo: utf8.count + 4) { out in
                     var i = 0
-                    if comma { buffer[0] = UInt8(ascii: ","); i = 1 }
-                    buffer[i] = UInt8(ascii: "\"")
-                    if let name = utf8.baseAddress { (buffer.baseAddress! + i + 1).update(from: name, count: utf8.count) }
+                    if comma { out[0] = UInt8(ascii: ","); i = 1 }
+                    out[i] = UInt8(ascii: "\"")
+                    if let name = utf8.baseAddress { (out + i + 1).update(from: name, count: utf8.count) }
                     i += 1 + utf8.count
-                    buffer[i] = UInt8(ascii: "\"")
-                    buffer[i + 1] = UInt8(ascii: ":")
-                    bytes.append(contentsOf: UnsafeBufferPointer(rebasing: buffer[..<(i + 2)]))
+                    out[i] = UInt8(ascii: "\"")
+                    out[i + 1] = UInt8(ascii: ":")
+                    return i + 2
                 }
             } else {
                 separate()
-                bytes.append(UInt8(ascii: "\""))
+                append(UInt8(ascii: "\""))
                 appendEscaped(utf8)
-                bytes.append(UInt8(ascii: "\""))
-                bytes.append(UInt8(ascii: ":"))
+                append(UInt8(ascii: "\""))
+                append(UInt8(ascii: ":"))
             }
         }
         needsComma = false
@@ -49,18 +79,19 @@ public struct JSONWriter: Sendable {
     public mutating func string(_ s: String) { separate(); appendQuoted(s) }
     public mutating func int(_ v: Int64) { separate(); appendInteger(v) }
     public mutating func int(_ v: Int) { int(Int64(v)) }
-    public mutating func bool(_ v: Bool) { separate(); bytes.append(contentsOf: (v ? "true" : "false").utf8) }
-    public mutating func null() { separate(); bytes.append(contentsOf: "null".utf8) }
+    public mutating func bool(_ v: Bool) { separate(); append(v ? "true" : "false") }
+    public mutating func null() { separate(); append("null") }
 
     /// Shortest representation that reads back to the same Double; non-finite values (which the
     /// decoders never produce) are written as null since JSON has no NaN.
     public mutating func double(_ v: Double) {
         separate()
-        guard v.isFinite else { bytes.append(contentsOf: "null".utf8); return }
+        guard v.isFinite else { append("null"); return }
         if abs(v) < 1e15, v == Double(Int64(v)) {
             appendInteger(Int64(v))
         } else if !appendShortDecimal(v) {
-            bytes.append(contentsOf: v.description.utf8)
+            var text = v.description
+            text.withUTF8 { append($0) }
         }
     }
 
@@ -111,14 +142,25 @@ public struct JSONWriter: Sendable {
                 written += 1
             } while rest != 0 || written <= fractionDigits
             if negative { i -= 1; buffer[i] = UInt8(ascii: "-") }
-            bytes.append(contentsOf: UnsafeRawBufferPointer(rebasing: buffer[i...]))
+            let digits = (buffer.baseAddress! + i).assumingMemoryBound(to: UInt8.self), n = buffer.count - i
+            write(upTo: n) { $0.update(from: digits, count: n); return n }
         }
     }
 
-    /// No byte of `utf8` needs an escape in a JSON string.
+    /// No byte of `utf8` needs an escape in a JSON string (eight bytes at a time, then the rest).
     @inline(__always)
     private static func isPlain(_ utf8: UnsafeBufferPointer<UInt8>) -> Bool {
-        for b in utf8 where b < 0x20 || b == 0x22 || b == 0x5C { return false }
+        guard let base = utf8.baseAddress else { return true }
+        var i = 0
+        while i &+ 8 <= utf8.count {
+            if JSONSpecialBytes.present(in: UnsafeRawPointer(base).loadUnaligned(fromByteOffset: i, as: UInt64.self)) { return false }
+            i &+= 8
+        }
+        while i < utf8.count {
+            let b = base[i]
+            if b < 0x20 || b == 0x22 || b == 0x5C { return false }
+            i &+= 1
+        }
         return true
     }
 
@@ -130,39 +172,63 @@ public struct JSONWriter: Sendable {
     }
 
     /// Embeds already-encoded JSON (trusted: produced by this writer).
-    public mutating func raw(_ json: [UInt8]) { separate(); bytes.append(contentsOf: json) }
+    public mutating func raw(_ json: [UInt8]) { separate(); json.withUnsafeBufferPointer { append($0) } }
 
     public mutating func optional(_ v: String?) { if let v { string(v) } else { null() } }
     public mutating func optional(_ v: Double?) { if let v { double(v) } else { null() } }
     public mutating func optional(_ v: Int64?) { if let v { int(v) } else { null() } }
 
     private mutating func appendQuoted(_ s: String) {
-        bytes.append(UInt8(ascii: "\""))
         var s = s
-        // Most strings need no escape: copy them in one go (native strings are contiguous UTF-8).
+        // Most strings need no escape: quotes and text in one write (native strings are contiguous UTF-8).
         s.withUTF8 { utf8 in
             if Self.isPlain(utf8) {
-                bytes.append(contentsOf: utf8)
+                write(upTo: utf8.count + 2) { out in
+                    out[0] = UInt8(ascii: "\"")
+                    if let text = utf8.baseAddress { (out + 1).update(from: text, count: utf8.count) }
+                    out[utf8.count + 1] = UInt8(ascii: "\"")
+                    return utf8.count + 2
+                }
             } else {
+                append(UInt8(ascii: "\""))
                 appendEscaped(utf8)
+                append(UInt8(ascii: "\""))
             }
         }
-        bytes.append(UInt8(ascii: "\""))
     }
 
     private mutating func appendEscaped(_ utf8: UnsafeBufferPointer<UInt8>) {
         for b in utf8 {
             switch b {
-            case UInt8(ascii: "\""): bytes.append(contentsOf: [0x5C, 0x22])
-            case UInt8(ascii: "\\"): bytes.append(contentsOf: [0x5C, 0x5C])
-            case 0x0A: bytes.append(contentsOf: [0x5C, UInt8(ascii: "n")])
-            case 0x0D: bytes.append(contentsOf: [0x5C, UInt8(ascii: "r")])
-            case 0x09: bytes.append(contentsOf: [0x5C, UInt8(ascii: "t")])
+            case UInt8(ascii: "\""): append(#"\""#)
+            case UInt8(ascii: "\\"): append(#"\\"#)
+            case 0x0A: append(#"\n"#)
+            case 0x0D: append(#"\r"#)
+            case 0x09: append(#"\t"#)
             case 0..<0x20:
-                let hex = Array("0123456789abcdef".utf8)
-                bytes.append(contentsOf: [0x5C, UInt8(ascii: "u"), 0x30, 0x30, hex[Int(b >> 4)], hex[Int(b & 15)]])
-            default: bytes.append(b)
+                let hex: StaticString = "0123456789abcdef"
+                append(#"\u00"#)
+                append(hex.utf8Start[Int(b >> 4)])
+                append(hex.utf8Start[Int(b & 15)])
+            default: append(b)
             }
         }
+    }
+}
+
+/// The bytes a JSON string cannot hold as they are: `"`, `\\` and control characters.
+enum JSONSpecialBytes {
+    /// Whether any of the eight bytes of `word` (little-endian) is one of them. The classic exact
+    /// "has a zero byte" / "has a byte below n" bit tricks: no false positive, no false negative.
+    @inline(__always)
+    static func present(in word: UInt64) -> Bool {
+        let w = UInt64(littleEndian: word)
+        let quote = w ^ 0x2222_2222_2222_2222
+        let backslash = w ^ 0x5C5C_5C5C_5C5C_5C5C
+        let special =
+            ((quote &- 0x0101_0101_0101_0101) & ~quote)
+            | ((backslash &- 0x0101_0101_0101_0101) & ~backslash)
+            | ((w &- 0x2020_2020_2020_2020) & ~w)
+        return special & 0x8080_8080_8080_8080 != 0
     }
 }

@@ -22,7 +22,7 @@ public struct PriceDecodeStage: Stage {
                 record.appendIdentity(to: &key)
                 key += "#"
                 key += String(records.count)
-                records.append(OutputRecord(output: "prices.ticks", key: Array(tick.market.utf8), value: tick.jsonBytes(), dedupeKey: key))
+                records.append(OutputRecord(output: "prices.ticks", key: marketKey(tick.market, of: record), value: tick.jsonBytes(), dedupeKey: key))
             }
         } catch {
             // A list fails as a whole: no output for its earlier elements.
@@ -58,9 +58,16 @@ public struct LatestTickerStage: Stage {
             if let seen = state.latest[tick.market], !seen.lexicographicallyPrecedes(version) { continue }
             state.latest[tick.market] = version
             out.records.append(OutputRecord(
-                output: "prices.latest", key: Array(tick.market.utf8), value: tick.jsonBytes(),
+                output: "prices.latest", key: marketKey(tick.market, of: record), value: tick.jsonBytes(),
                 dedupeKey: "latest:\(tick.market):\(version[0]):\(version[1])"))
         }
         return out
     }
+}
+
+/// An output keyed by market: the input's key when it already is the market (tickers are keyed
+/// by market upstream), shared rather than copied per record; else the market's bytes.
+private func marketKey(_ market: String, of input: InputRecord) -> [UInt8] {
+    if let key = input.key, key.count == market.utf8.count, key.elementsEqual(market.utf8) { return key }
+    return Array(market.utf8)
 }

@@ -51,6 +51,20 @@ import WorkersTesting
         }
     }
 
+    /// The writer grows past its initial room, and reading `bytes` midway leaves it writable.
+    @Test func growsAndCanBeReadMidway() {
+        var w = JSONWriter(capacity: 16)
+        var expected = "["
+        w.beginArray()
+        for i in 0..<1_000 {
+            if i == 500 { #expect(String(decoding: w.bytes, as: UTF8.self) == expected) }
+            w.string("v\(i)\t"); w.raw(Array("{}".utf8))
+            expected += (i == 0 ? "" : ",") + #""v\#(i)\t",{}"#
+        }
+        w.endArray()
+        #expect(String(decoding: w.bytes, as: UTF8.self) == expected + "]")
+    }
+
     @Test func keysAreQuotedAndEscapedInEveryShape() {
         let long = String(repeating: "k", count: 80)
         let json = written { w in

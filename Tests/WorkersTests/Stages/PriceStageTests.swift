@@ -28,6 +28,15 @@ let minute0: Int64 = 1_699_931_520_000
         #expect(out.records.first?.dedupeKey == "tick:KRW-XRP:1700000000123:upbit.ticker/0/0#0")
     }
 
+    /// The output key is the market whatever the input's key (the input's key is shared only when it is the market).
+    @Test func decodeStageKeysOutputsByMarket() {
+        var driver = TestDriver(PriceDecodeStage(), topic: "upbit.ticker", partitions: 1)
+        for inputKey: String? in ["KRW-XRP", "KRW-XRPX", "KRW-XRQ", "", nil] {
+            let out = driver.send(key: inputKey, value: Fixtures.upbitSimple, timestamp: 1)
+            #expect(out.records.map(\.keyString) == ["KRW-XRP"], "input key \(String(describing: inputKey))")
+        }
+    }
+
     @Test func decodeStageSendsGarbageToDeadLettersAndIgnoresTombstones() {
         var driver = TestDriver(PriceDecodeStage(), topic: "upbit.ticker", partitions: 2)
         driver.send(key: "k", value: #"{"code":"KRW-BTC","trade_price":"#, timestamp: 1, partition: 1)
