@@ -115,10 +115,12 @@ def swift_worker(bootstrap, topo, stop_after=None, extra=()):
     return cmd
 
 
-def active_seconds(log_text):
+def active_seconds(log_text, field="active-seconds"):
+    """A figure of the worker's last log line: first record to last acknowledged output, or
+    (field "loop-busy-seconds") how long its event loop was busy in that time."""
     for line in log_text.splitlines():
         if '"worker stopped"' in line:
-            return float(json.loads(line)["active-seconds"])
+            return float(json.loads(line)[field])
     raise RuntimeError("no 'worker stopped' line: " + log_text[-2000:])
 
 
@@ -171,6 +173,7 @@ def main():
     # CPU per record (user + system, microseconds) of the side's processes and of the broker
     # during that side's round: what each costs the 2 cores they share.
     cpu = {side: [] for side in results}
+    loop_busy = []  # the Swift worker's event loop: busy seconds per active second
     broker_cpu = {side: [] for side in results}
     try:
         run([CTL, "topics", "create", "--bootstrap-server", bootstrap, "bench.raw", "--partitions", str(partitions)])
@@ -198,6 +201,7 @@ def main():
                     _, err, mib, used = timed_rss(swift_worker(bootstrap, topo, stop_after=messages))
                     secs = active_seconds(err)
                     rss[side].append(mib)
+                    loop_busy.append(active_seconds(err, "loop-busy-seconds") / secs)
                 else:
                     out, _, mib, used = timed_rss([sys.executable, os.path.join(HERE, "python_worker.py"), bootstrap, "bench.raw", target, str(messages)])
                     secs = float(re.search(r"active_seconds=([0-9.]+)", out).group(1))
@@ -206,7 +210,7 @@ def main():
                 cpu[side].append(used / messages * 1e6)
                 broker_cpu[side].append((process_cpu(tansu) - broker_before) / messages * 1e6)
                 log(f"round {r} {side}: {messages / secs:,.0f} msg/s, CPU per record {cpu[side][-1]:.2f} us, "
-                    f"broker {broker_cpu[side][-1]:.2f} us")
+                    f"broker {broker_cpu[side][-1]:.2f} us" + (f", loop busy {loop_busy[-1]:.0%}" if side == "swift worker" else ""))
                 run([CTL, "topics", "delete", "--bootstrap-server", bootstrap, target])
 
         # Two workers sharing the partitions, per round, against one worker's best.
@@ -271,6 +275,7 @@ def main():
     print("CPU per record in microseconds, user + system, min-max over rounds (the side's processes; the broker in the same rounds):")
     for side in results:
         print(f"{side:14} {min(cpu[side]):.2f}-{max(cpu[side]):.2f}   broker {min(broker_cpu[side]):.2f}-{max(broker_cpu[side]):.2f}")
+    print(f"swift worker's event loop busy {min(loop_busy):.0%}-{max(loop_busy):.0%} of its active time")
     s, k, p = max(results["swift worker"]), max(results["kcat pipe"]), max(results["python worker"])
     print(f"swift / kcat pipe {s / k:.2f}x   swift / python {s / p:.2f}x   (valid inputs {valid:,}, the rest dead-lettered by both workers)")
     def spread(rows, key):
