@@ -264,7 +264,10 @@ struct JSONScanner {
     /// the value would not round-trip.
     func string(_ span: JSONSpan) throws(DecodeFailure) -> String {
         if !span.escaped {
-            let raw = UnsafeRawBufferPointer(start: base + span.start, count: span.end - span.start)
+            let raw = UnsafeBufferPointer(start: (base + span.start).assumingMemoryBound(to: UInt8.self), count: span.end - span.start)
+            // ASCII (codes, names, most text) cannot be invalid: no validation pass, which for a
+            // short string costs more than the copy (it looks up generic metadata on every call).
+            if Self.isASCII(raw) { return String(decoding: raw, as: UTF8.self) }
             guard let s = String(validating: raw, as: UTF8.self) else {
                 throw DecodeFailure(field: "", reason: .malformedJSON, detail: "invalid UTF-8 in string")
             }
@@ -275,6 +278,23 @@ struct JSONScanner {
             throw DecodeFailure(field: "", reason: .malformedJSON, detail: "invalid UTF-8 in string")
         }
         return s
+    }
+
+    /// No byte of `bytes` is above 0x7F (eight at a time, then the rest).
+    @inline(__always)
+    static func isASCII(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+        guard let start = bytes.baseAddress else { return true }
+        var i = 0
+        var high: UInt64 = 0
+        while i &+ 8 <= bytes.count {
+            high |= UnsafeRawPointer(start + i).loadUnaligned(as: UInt64.self)
+            i &+= 8
+        }
+        while i < bytes.count {
+            high |= UInt64(start[i])
+            i &+= 1
+        }
+        return high & 0x8080_8080_8080_8080 == 0
     }
 
     /// The bytes of a span with escapes decoded (used for escaped keys and strings).

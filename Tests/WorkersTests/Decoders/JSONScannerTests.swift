@@ -87,6 +87,13 @@ import WorkersTesting
             #expect(throws: DecodeFailure.self) { try str("\"\(pad)\u{1}\(pad)\"") }
             #expect(throws: DecodeFailure.self) { try str("\"\(pad)\u{1F}\"") }
             #expect(throws: DecodeFailure.self) { try str("\"\(pad)") }
+            // Invalid UTF-8 anywhere in an otherwise ASCII string (the ASCII check reads words too).
+            for invalid: [UInt8] in [[0xFF], [0xC3], [0x80], [0xED, 0xA0, 0x80]] {
+                let bytes = [0x22] + Array(pad.utf8) + invalid + Array(pad.utf8) + [0x22]
+                #expect(throws: DecodeFailure.self) {
+                    try JSONScanner.withScanner(bytes, limits: .default) { s throws(DecodeFailure) in try s.readString() }
+                }
+            }
         }
     }
 
