@@ -6,9 +6,9 @@ One worker decoding and filtering Upbit tickers and producing the typed ticks, a
 same output JSON with a dedupe-key header, invalid input to the dead-letter topic).
 Throughput counts from the first record to the last acknowledged output; each side's CPU per
 record (its processes' user + system time) and the broker's during its rounds are printed too,
-since all share the machine's cores. Then two workers sharing 4
-partitions, and per round on a fresh broker, the latency at a steady 10,000 msg/s through the
-broker alone (the floor) and through one worker.
+since all share the machine's cores. Then two workers sharing 4 partitions, and per round on a
+fresh broker, the latency at a steady 10,000 msg/s through the broker alone (the floor) and
+through one worker.
 """
 import json
 import os
@@ -115,9 +115,9 @@ def swift_worker(bootstrap, topo, stop_after=None, extra=()):
     return cmd
 
 
-def active_seconds(log_text, field="active-seconds"):
-    """A figure of the worker's last log line: first record to last acknowledged output, or
-    (field "loop-busy-seconds") how long its event loop was busy in that time."""
+def stopped_figure(log_text, field="active-seconds"):
+    """A figure of the worker's last log line ("worker stopped"): by default first record to last
+    acknowledged output; "loop-busy-seconds", how long its event loop was busy in that time."""
     for line in log_text.splitlines():
         if '"worker stopped"' in line:
             return float(json.loads(line)[field])
@@ -199,9 +199,9 @@ def main():
                     topo = os.path.join(work, f"t{r}.yaml")
                     topology(topo, f"bench-{r}", "bench.raw", target, partitions)
                     _, err, mib, used = timed_rss(swift_worker(bootstrap, topo, stop_after=messages))
-                    secs = active_seconds(err)
+                    secs = stopped_figure(err)
                     rss[side].append(mib)
-                    loop_busy.append(active_seconds(err, "loop-busy-seconds") / secs)
+                    loop_busy.append(stopped_figure(err, "loop-busy-seconds") / secs)
                 else:
                     out, _, mib, used = timed_rss([sys.executable, os.path.join(HERE, "python_worker.py"), bootstrap, "bench.raw", target, str(messages)])
                     secs = float(re.search(r"active_seconds=([0-9.]+)", out).group(1))
@@ -229,7 +229,7 @@ def main():
                 w.terminate()
             for w in workers:
                 w.wait()
-            actives = [active_seconds(open(l.name).read()) for l in logs]
+            actives = [stopped_figure(open(l.name).read()) for l in logs]
             two.append(messages / max(actives))
             log(f"round {r} two workers: {two[-1]:,.0f} msg/s")
             run([CTL, "topics", "delete", "--bootstrap-server", bootstrap, target])
