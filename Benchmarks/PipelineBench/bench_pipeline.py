@@ -59,6 +59,11 @@ def timed_rss(cmd):
     return p.stdout, p.stderr, rss, cpu
 
 
+def windowed(result):
+    """latency.py's p50 by 4-second window, e.g. `11 23 37 68`."""
+    return " ".join(f"{w['p50_ms']:.0f}" for w in result["windows"])
+
+
 def start_broker():
     """A fresh local broker: (its `pipelinectl broker` process, the bootstrap address)."""
     broker = subprocess.Popen([CTL, "broker"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -261,7 +266,8 @@ def main():
             worker.terminate(); worker.wait()
             through.append(json.loads(out.stdout.strip().splitlines()[-1]))
             log(f"round {r} latency p50/p99 ms: broker alone {floor[-1]['p50_ms']:.0f}/{floor[-1]['p99_ms']:.0f}, "
-                f"through the worker {through[-1]['p50_ms']:.0f}/{through[-1]['p99_ms']:.0f}")
+                f"through the worker {through[-1]['p50_ms']:.0f}/{through[-1]['p99_ms']:.0f}; p50 by 4 s window: "
+                f"broker alone {windowed(floor[-1])}, through the worker {windowed(through[-1])}")
             stop(broker)
     finally:
         stop(broker)
@@ -285,6 +291,11 @@ def main():
     print(f"latency at {rate} msg/s for {seconds} s, p50 and p99 in ms (min-max over {rounds} rounds): "
           f"broker alone p50 {spread(floor, 'p50_ms')}, p99 {spread(floor, 'p99_ms')}; "
           f"through one worker p50 {spread(through, 'p50_ms')}, p99 {spread(through, 'p99_ms')}")
+    def by_window(rows):
+        return ", ".join(f"{min(r['windows'][i]['p50_ms'] for r in rows):.0f}-{max(r['windows'][i]['p50_ms'] for r in rows):.0f}"
+                         for i in range(min(len(r["windows"]) for r in rows)))
+    print(f"latency p50 by 4 s window from second 2 (min-max over rounds): broker alone {by_window(floor)}; "
+          f"through one worker {by_window(through)}")
     print(f"two workers on {partitions} partitions: {fmt(two)} msg/s ({max(two) / s:.2f}x one worker's best)")
 
 if __name__ == "__main__":

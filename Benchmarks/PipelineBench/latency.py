@@ -4,7 +4,7 @@
 
 Produces RATE tickers per second for SECONDS (timestamped at send), reads the worker's outputs
 (which keep the input's timestamp) and prints one JSON line with p50/p99 of (read time - send
-time) in ms, skipping the first two seconds (warm-up).
+time) in ms, skipping the first two seconds (warm-up), over the whole run and by 4-second window.
 """
 import json
 import sys
@@ -55,6 +55,20 @@ done.set()
 reader.join()
 consumer.close()
 warm = start * 1000 + 2000
-lat = sorted(l for (at, l) in samples if at >= warm)
-p = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] if lat else float("nan")
-print(json.dumps({"rate": rate, "seconds": seconds, "sent": sent, "samples": len(lat), "p50_ms": p(0.5), "p99_ms": p(0.99)}))
+
+
+def percentiles(values):
+    v = sorted(values)
+    p = lambda q: v[min(len(v) - 1, int(q * len(v)))] if v else float("nan")
+    return p(0.5), p(0.99)
+
+
+lat = [l for (at, l) in samples if at >= warm]
+p50, p99 = percentiles(lat)
+# The same by 4-second window after the warm-up: on a broker whose latency grows as a topic
+# gets longer (tansu's does), the whole-run figures depend on the run's length.
+windows = []
+for w in range(2, seconds - 3, 4):
+    w50, w99 = percentiles([l for (at, l) in samples if start * 1000 + w * 1000 <= at < start * 1000 + (w + 4) * 1000])
+    windows.append({"from_s": w, "p50_ms": w50, "p99_ms": w99})
+print(json.dumps({"rate": rate, "seconds": seconds, "sent": sent, "samples": len(lat), "p50_ms": p50, "p99_ms": p99, "windows": windows}))
