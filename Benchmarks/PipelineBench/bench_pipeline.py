@@ -129,7 +129,7 @@ def stopped_figure(log_text, field="active-seconds"):
     raise RuntimeError("no 'worker stopped' line: " + log_text[-2000:])
 
 
-def kcat_seconds(bootstrap, source, target, count, work):
+def kcat_seconds(bootstrap, source, target, work):
     """First record to last acknowledged output of `kcat -C | kcat -P`: (T(all) - T(first record),
     CPU seconds of both kcat processes)."""
     times = [os.path.join(work, f"kcat-{side}.time") for side in ("C", "P")]
@@ -199,7 +199,7 @@ def main():
                 run([CTL, "topics", "create", "--bootstrap-server", bootstrap, target, "--partitions", str(partitions)])
                 broker_before = process_cpu(tansu)
                 if side == "kcat pipe":
-                    secs, used = kcat_seconds(bootstrap, "bench.raw", target, messages, work)
+                    secs, used = kcat_seconds(bootstrap, "bench.raw", target, work)
                 elif side == "swift worker":
                     topo = os.path.join(work, f"t{r}.yaml")
                     topology(topo, f"bench-{r}", "bench.raw", target, partitions)
