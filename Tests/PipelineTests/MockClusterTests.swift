@@ -70,6 +70,42 @@ import PipelineTesting
         }
     }
 
+    /// The consumer skips librdkafka's header parsing when the byte after a v2 record's value
+    /// says there are none: records with and without headers, empty and null values, mixed in
+    /// one partition (so in the same fetched batches), must each come back with exactly their own.
+    @Test func headersSurviveMixedWithRecordsWithoutThem() async throws {
+        let mock = try KafkaMockCluster(brokers: 1)
+        try mock.createTopic("mixed", partitions: 1)
+        let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [mock.bootstrapServers]))
+        let shapes: [(value: [UInt8]?, headers: [KafkaHeader])] = [
+            (Array("plain".utf8), []),
+            (Array("with".utf8), [KafkaHeader(key: "h", string: "1")]),
+            ([], [KafkaHeader(key: "h", string: "empty value")]),
+            ([], []),
+            (nil, [KafkaHeader(key: "h", string: "tombstone")]),
+            (nil, []),
+            ([0], [KafkaHeader(key: "zero", value: nil)]),
+            ([0], []),
+            (Array("two".utf8), [KafkaHeader(key: "a", value: []), KafkaHeader(key: "b", string: "2")]),
+        ]
+        let records = (0..<900).map { i in
+            let shape = shapes[i % shapes.count]
+            return ProducerRecord(topic: "mixed", key: Array("\(i)".utf8), value: shape.value, headers: shape.headers)
+        }
+        let reports = try await producer.send(records)
+        #expect(reports.allSatisfy { $0.error == nil })
+        await producer.close()
+
+        let received = try await Self.readAll(mock.bootstrapServers, topic: "mixed", partitions: 1, expected: records.count)
+        #expect(received.count == records.count)
+        for r in received {
+            let i = try #require(Int(String(decoding: r.key ?? [], as: UTF8.self)))
+            let shape = shapes[i % shapes.count]
+            #expect(r.value == shape.value, "record \(i)")
+            #expect(r.headers == shape.headers, "record \(i)")
+        }
+    }
+
     @Test func brokerDownMidProduceLosesAndDuplicatesNothing() async throws {
         let mock = try KafkaMockCluster(brokers: 1)
         try mock.createTopic("outage", partitions: 2)

@@ -72,27 +72,44 @@ public final class KafkaConsumer: AsyncSequence, Sendable {
     /// Marks these records as processed: for each partition, the offset after the highest record
     /// is stored for the next commit.
     public func store(_ records: some Sequence<ConsumerRecord>) throws(KafkaError) {
-        // Batches come in runs of one partition: look the partition up only when it changes.
+        var runs = OffsetRuns()
+        // Read in place where the records are contiguous (an array): iterating would copy
+        // every record (a retain and release of each of its buffers).
+        if records.withContiguousStorageIfAvailable({ (buffer: UnsafeBufferPointer<ConsumerRecord>) -> Void in for i in buffer.indices { runs.add(buffer[i]) } }) == nil {
+            for r in records { runs.add(r) }
+        }
+        let offsets = runs.finish()
+        guard !offsets.isEmpty else { return }
+        try store(offsets: offsets)
+    }
+
+    /// The offset after the highest record per partition. Batches come in runs of one
+    /// partition: the partition is looked up only when it changes.
+    private struct OffsetRuns {
         var next: [TopicPartition: Int64] = [:]
         var run: (topic: String, partition: Int32, offset: Int64)?
-        for r in records {
+
+        @inline(__always)
+        mutating func add(_ r: borrowing ConsumerRecord) {
             if let current = run, current.partition == r.partition, current.topic == r.topic {
                 if r.offset + 1 > current.offset { run!.offset = r.offset + 1 }
-                continue
+                return
             }
-            if let current = run {
-                let tp = TopicPartition(current.topic, current.partition)
-                next[tp] = Swift.max(next[tp] ?? -1, current.offset)
-            }
+            close()
             run = (r.topic, r.partition, r.offset + 1)
         }
-        if let current = run {
+
+        private mutating func close() {
+            guard let current = run else { return }
             let tp = TopicPartition(current.topic, current.partition)
             next[tp] = Swift.max(next[tp] ?? -1, current.offset)
         }
-        guard !next.isEmpty else { return }
-        let offsets = next.map { TopicPartitionOffset($0.key.topic, $0.key.partition, offset: $0.value) }
-        try store(offsets: offsets)
+
+        mutating func finish() -> [TopicPartitionOffset] {
+            close()
+            run = nil
+            return next.map { TopicPartitionOffset($0.key.topic, $0.key.partition, offset: $0.value) }
+        }
     }
 
     /// Stores explicit offsets (each the next offset to read).
