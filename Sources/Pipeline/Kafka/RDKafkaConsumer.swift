@@ -232,7 +232,11 @@ final class RDKafkaConsumer: @unchecked Sendable {  // immutable after init; lib
     /// - a null or empty value (librdkafka points an empty one at a static "", not the record);
     /// - a message not known to come from a v2 batch: only v2 batches carry a partition leader
     ///   epoch, so an epoch of -1 (v0/v1 message sets, or a runtime without
-    ///   `rd_kafka_message_leader_epoch`) means "don't know".
+    ///   `rd_kafka_message_leader_epoch`) means "don't know". (librdkafka keeps the last v2
+    ///   batch's epoch for v0/v1 sets that follow it in the same fetch; a partition's log goes
+    ///   back from v2 to v0/v1 only on a pre-3.0 broker whose `message.format.version` was
+    ///   lowered. Even then the answer is right, as v0/v1 records have no headers; the byte read
+    ///   is the next record's, past the buffer only for the very last record of a response.)
     @inline(__always)
     private func hasNoHeaders(_ message: UnsafeMutablePointer<rd_kafka_message_t>) -> Bool {
         let m = message.pointee
