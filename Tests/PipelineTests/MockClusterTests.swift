@@ -73,10 +73,14 @@ import PipelineTesting
     /// The consumer skips librdkafka's header parsing when the byte after a v2 record's value
     /// says there are none: records with and without headers, empty and null values, mixed in
     /// one partition (so in the same fetched batches), must each come back with exactly their own.
-    @Test func headersSurviveMixedWithRecordsWithoutThem() async throws {
+    /// Compressed batches are read from a decompressed copy: the same must hold there.
+    @Test(arguments: [ProducerConfiguration.Compression.none, .gzip, .snappy, .lz4, .zstd])
+    func headersSurviveMixedWithRecordsWithoutThem(compression: ProducerConfiguration.Compression) async throws {
         let mock = try KafkaMockCluster(brokers: 1)
         try mock.createTopic("mixed", partitions: 1)
-        let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [mock.bootstrapServers]))
+        var config = ProducerConfiguration(bootstrapServers: [mock.bootstrapServers])
+        config.compression = compression
+        let producer = try KafkaProducer(configuration: config)
         let shapes: [(value: [UInt8]?, headers: [KafkaHeader])] = [
             (Array("plain".utf8), []),
             (Array("with".utf8), [KafkaHeader(key: "h", string: "1")]),
