@@ -17,14 +17,16 @@ final class StubResolver: HostResolver {
     }
 }
 
-/// Loopback is allowed explicitly (it is refused by default); retries are fast.
-func testFetchConfiguration(maxBytes: Int = 1_000_000, allowLoopback: Bool = true) -> FetchConfiguration {
+/// Loopback is allowed explicitly (it is refused by default); retries are fast. Timeouts are
+/// long enough that a test server on a loaded 2-core machine does not trip them: tests that
+/// count requests would otherwise see a timed-out attempt retried (the timeout test sets its own).
+func testFetchConfiguration(maxBytes: Int = 1_000_000, allowLoopback: Bool = true, maxAttempts: Int = 3) -> FetchConfiguration {
     FetchConfiguration(
-        connectTimeout: .seconds(2),
-        readTimeout: .seconds(2),
-        attemptTimeout: .seconds(5),
+        connectTimeout: .seconds(10),
+        readTimeout: .seconds(10),
+        attemptTimeout: .seconds(25),
         maxBytes: maxBytes,
-        maxAttempts: 3,
+        maxAttempts: maxAttempts,
         initialBackoff: .milliseconds(10),
         maxBackoff: .milliseconds(20),
         destinations: DestinationPolicy(allowList: allowLoopback ? [IPNetwork("127.0.0.1")!] : [])
@@ -167,7 +169,9 @@ struct HTTPFetchTests {
     @Test("redirect loops stop at maxRedirects")
     func redirectLoop() async throws {
         let server = try await TestHTTPServer(routes: ["/loop": [.redirect(to: "/loop")]])
-        let fetcher = ImageFetcher(configuration: testFetchConfiguration())
+        // One attempt: with 2 s timeouts a loaded machine once timed a hop out and the retry
+        // started the chain again (9 requests); retrying is not what this test checks.
+        let fetcher = ImageFetcher(configuration: testFetchConfiguration(maxAttempts: 1))
         await expectFetchError({ if case .tooManyRedirects(_, 5) = $0 { true } else { false } }) {
             try await fetcher.fetch(server.baseURL + "/loop")
         }
