@@ -119,4 +119,46 @@ import Workers
         service.requestStop()
         try await running.value
     }
+    /// Before: reaching the in-flight bound paused every partition in librdkafka, and a pause
+    /// throws away what librdkafka has fetched ahead for it (the fetcher restarts at the
+    /// application's position on resume): every crossing fetched the same records again, and
+    /// the loop sat idle until they were back. A worker throttled by slow deliveries read its
+    /// input several times over. Here deliveries take 20 ms and the bound is 500 records (batches of 100), so it
+    /// is crossed again and again: every input must still be fetched from the broker once.
+    @Test func theInFlightBoundDoesNotFetchRecordsTwice() async throws {
+        let mock = try KafkaMockCluster(brokers: 1)
+        for t in ["in", "out", "dlq"] { try mock.createTopic(t, partitions: 1) }
+        let topology = try Topology.parse("""
+            topics:
+              - {name: in}
+              - {name: out}
+              - {name: dlq}
+            stages:
+              - name: relay
+                chain: [pass-through]
+                inputs: [in]
+                outputs: {out: out}
+                dead-letter-topic: dlq
+                advance-interval: 100ms
+                max-in-flight-records: 500
+            """)
+        let inputs = 20_000
+        let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [mock.bootstrapServers]))
+        _ = try await producer.send((0..<inputs).map { ProducerRecord(topic: "in", value: Array("record \($0)".utf8)) })
+        await producer.close()
+        mock.setBrokerRoundTrip(1, milliseconds: 20)
+        var settings = Self.settings(mock)
+        settings.statisticsInterval = .milliseconds(100)
+        settings.maxBatchSize = 100
+        let service = try StageService(definition: try topology.stage(named: "relay"), topology: topology, settings: settings)
+        let running = Task { try await service.run() }
+        try await eventually("every input settled", within: .seconds(90)) { service.counters.inputsDone.value >= inputs }
+        // The statistics lag by up to an interval: wait until they count every input.
+        try await eventually("statistics counting every input") { service.counters.fetchedRecords.value >= inputs }
+        service.requestStop()
+        try await running.value
+        #expect(service.counters.backpressureWaits.value > 3, "the bound was crossed again and again")
+        #expect(service.counters.processed.value == inputs)
+        #expect(service.counters.fetchedRecords.value == inputs, "records fetched from the broker (librdkafka's rxmsgs)")
+    }
 }

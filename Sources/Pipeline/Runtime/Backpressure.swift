@@ -1,18 +1,42 @@
 import Synchronization
 
 /// Bounds the work a worker holds in flight (records and bytes submitted to the producer whose
-/// outcome is not settled yet). Crossing the high-water mark pauses every assigned partition;
-/// falling below half of both bounds resumes them. Partitions paused for a retry stay paused
-/// until their own retry ends.
+/// outcome is not settled yet).
+///
+/// Crossing the high-water mark **closes** the gate: the worker takes no more input (its
+/// consumer is not asked for the next batch, ``waitWhileClosed(atMost:)``) until half of both
+/// bounds is settled. Partitions are not paused in librdkafka for that: a pause throws away
+/// what librdkafka has fetched ahead for them, and the resume fetches it all again (librdkafka
+/// restarts a resumed partition's fetcher at the application's position; see librdkafka
+/// issues #1849 and #5343), so a worker throttled by its deliveries would read its input
+/// several times over and sit idle while it does.
+///
+/// Only when the gate stays closed past a grace period (deliveries are stuck, e.g. the broker
+/// is away) does the worker also **pause** every assigned partition in librdkafka
+/// (``pauseConsumer(_:)``) and go on polling, so that rebalances are still served and the
+/// group does not wait for it; falling below half resumes them. Partitions paused for a retry
+/// stay paused until their own retry ends.
 final class Backpressure: Sendable {
+    enum Gate: Equatable {
+        case open
+        /// Above the bound: no more input is taken.
+        case closed
+        /// Closed for longer than the grace period: the assigned partitions are paused in librdkafka too.
+        case paused
+    }
+
     struct State {
         var records = 0
         var bytes = 0
-        var paused = false
+        var gate = Gate.open
         var retrying: Set<TopicPartition> = []
+        /// Waits begun and not finished; their continuations once registered, or their
+        /// outcome if it came before the continuation did.
+        var waits: Set<UInt64> = []
+        var waiters: [UInt64: CheckedContinuation<Bool, Never>] = [:]
+        var early: [UInt64: Bool] = [:]
+        var nextWait: UInt64 = 0
     }
-
-    enum Action { case none, pause, resume }
 
     let maxRecords: Int
     let maxBytes: Int
@@ -23,43 +47,103 @@ final class Backpressure: Sendable {
         self.maxBytes = max(1, maxBytes)
     }
 
-    /// Work submitted. `.pause` when the bound was just crossed; `pause` (a non-blocking
-    /// librdkafka call) then runs under the lock, so a concurrent `remove` cannot resume before it.
+    /// Work submitted. True when it just crossed the bound (the gate closed).
     @discardableResult
-    func add(records: Int, bytes: Int, pause: () -> Void = {}) -> Action {
+    func add(records: Int, bytes: Int) -> Bool {
         state.withLock { s in
             s.records += records
             s.bytes += bytes
-            guard !s.paused, s.records >= maxRecords || s.bytes >= maxBytes else { return .none }
-            s.paused = true
-            pause()
-            return .pause
+            guard s.gate == .open, s.records >= maxRecords || s.bytes >= maxBytes else { return false }
+            s.gate = .closed
+            return true
         }
     }
 
-    /// Work settled. `.resume` when it just fell below the low-water mark; `resume` gets the
-    /// partitions not held by a retry and runs under the lock.
-    @discardableResult
-    func remove(records: Int, bytes: Int, resume: (_ except: Set<TopicPartition>) -> Void = { _ in }) -> Action {
-        state.withLock { s in
+    /// Work settled. Below half of both bounds the gate opens: waiters go on, and if the
+    /// partitions were paused, `resume` gets called (under the lock, so a concurrent pause
+    /// cannot overtake it) with the partitions held by a retry, which stay paused.
+    func remove(records: Int, bytes: Int, resume: (_ except: Set<TopicPartition>) -> Void = { _ in }) {
+        let waiters: [CheckedContinuation<Bool, Never>] = state.withLock { s in
             s.records -= records
             s.bytes -= bytes
-            guard s.paused, s.records <= maxRecords / 2, s.bytes <= maxBytes / 2 else { return .none }
-            s.paused = false
-            resume(s.retrying)
-            return .resume
+            guard s.gate != .open, s.records <= maxRecords / 2, s.bytes <= maxBytes / 2 else { return [] }
+            if s.gate == .paused { resume(s.retrying) }
+            s.gate = .open
+            return Self.finishAll(&s, opened: true)
+        }
+        for waiter in waiters { waiter.resume(returning: true) }
+    }
+
+    /// Waits while the gate is closed: true once it is open (or the partitions are paused, and
+    /// polling must go on), false after `limit` or when the task is cancelled.
+    func waitWhileClosed(atMost limit: Duration) async -> Bool {
+        let id: UInt64? = state.withLock { s in
+            guard s.gate == .closed else { return nil }
+            s.nextWait += 1
+            s.waits.insert(s.nextWait)
+            return s.nextWait
+        }
+        guard let id else { return true }
+        let timer = Task { [self] in
+            try? await Task.sleep(for: limit)
+            finish(id, opened: false)
+        }
+        defer { timer.cancel() }
+        return await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
+                let outcome: Bool? = state.withLock { s in
+                    if let outcome = s.early.removeValue(forKey: id) { return outcome }
+                    s.waiters[id] = continuation
+                    return nil
+                }
+                if let outcome { continuation.resume(returning: outcome) }
+            }
+        } onCancel: {
+            finish(id, opened: false)
         }
     }
 
-    var isPaused: Bool { state.withLock { $0.paused } }
+    /// The gate stayed closed: pauses the partitions (`pause` runs under the lock, so a
+    /// concurrent opening cannot resume before it). False if the gate opened meanwhile.
+    func pauseConsumer(_ pause: () -> Void) -> Bool {
+        state.withLock { s in
+            guard s.gate == .closed else { return false }
+            s.gate = .paused
+            pause()
+            return true
+        }
+    }
+
+    /// Assigned partitions are paused in librdkafka (new ones must be paused too).
+    var isPaused: Bool { state.withLock { $0.gate == .paused } }
+    var gate: Gate { state.withLock { $0.gate } }
     var inFlight: (records: Int, bytes: Int) { state.withLock { ($0.records, $0.bytes) } }
 
     func beginRetry(_ tp: TopicPartition) { state.withLock { _ = $0.retrying.insert(tp) } }
-    /// True when the partition may be resumed now (the worker is not paused as a whole).
+    /// True when the partition may be resumed now (the worker's partitions are not paused as a whole).
     func endRetry(_ tp: TopicPartition) -> Bool {
         state.withLock { s in
             s.retrying.remove(tp)
-            return !s.paused
+            return s.gate != .paused
         }
+    }
+
+    private func finish(_ id: UInt64, opened: Bool) {
+        let waiter: CheckedContinuation<Bool, Never>? = state.withLock { s in
+            guard s.waits.remove(id) != nil else { return nil }
+            if let waiter = s.waiters.removeValue(forKey: id) { return waiter }
+            s.early[id] = opened
+            return nil
+        }
+        waiter?.resume(returning: opened)
+    }
+
+    private static func finishAll(_ s: inout State, opened: Bool) -> [CheckedContinuation<Bool, Never>] {
+        var ready: [CheckedContinuation<Bool, Never>] = []
+        for id in s.waits {
+            if let waiter = s.waiters.removeValue(forKey: id) { ready.append(waiter) } else { s.early[id] = opened }
+        }
+        s.waits.removeAll()
+        return ready
     }
 }

@@ -16,6 +16,12 @@ public final class StageCounters: Sendable {
     /// Partitions whose state was restored from the changelog.
     public let restoredPartitions = Atomic<Int>(0)
     public let pausedPartitions = Atomic<Int>(0)
+    /// Times the in-flight bound was reached and the worker waited for deliveries before
+    /// taking more input.
+    public let backpressureWaits = Atomic<Int>(0)
+    /// Records the consumer has received from the brokers, as of librdkafka's latest
+    /// statistics (`rxmsgs`). Above `processed` plus what is fetched ahead, records were fetched twice.
+    public let fetchedRecords = Atomic<Int>(0)
     /// Exactly-once: transactions committed and aborted, and the outputs and dead letters that
     /// were written in aborted ones (hidden from `read_committed` readers, then written again).
     public let transactionsCommitted = Atomic<Int>(0)

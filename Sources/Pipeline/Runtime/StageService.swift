@@ -37,6 +37,10 @@ public struct WorkerSettings: Sendable {
     /// Longest time the broker may hold a fetch waiting for data (`fetch.wait.max.ms`; librdkafka's
     /// default is 500 ms). Lower means lower latency on a quiet stream and more fetch requests.
     public var fetchMaxWait: Duration? = .milliseconds(100)
+    /// Above the in-flight bound the worker takes no more input; if it stays above it this long
+    /// (deliveries are stuck), the partitions are also paused in librdkafka, so that polling,
+    /// and with it rebalances, go on (see ``Backpressure``).
+    public var backpressurePauseAfter: Duration = .seconds(1)
 
     public init(kafka: KafkaConfiguration) { self.kafka = kafka }
     public init(bootstrapServers: [String]) { self.kafka = KafkaConfiguration(bootstrapServers: bootstrapServers) }
@@ -56,7 +60,8 @@ public struct WorkerSettings: Sendable {
 /// - Time: `advance` runs on a timer with the wall clock, so windows close on an idle stream.
 /// - Failures: failed deliveries are retried with backoff while the partition is paused; after
 ///   the attempts the inputs go to the dead-letter topic. Bad input goes there at once.
-/// - Backpressure: above the in-flight bounds every partition is paused until half is settled.
+/// - Backpressure: above the in-flight bounds no more input is taken until half is settled
+///   (and if that takes long, every partition is paused in librdkafka: see ``Backpressure``).
 /// - Shutdown (``requestStop()`` or the service group's graceful shutdown): stop fetching, settle
 ///   everything in flight, checkpoint, commit, leave the group.
 public final class StageService: Service, Sendable {
@@ -200,9 +205,20 @@ public final class StageService: Service, Sendable {
             // Hands each consumer event to the loop and waits until the loop is done with it, so
             // a rebalance completes only after the loop handled it.
             var events = consumer.makeAsyncIterator()
+            let pauseAfter = settings.backpressurePauseAfter
             do {
                 while let event = try await events.next() {
                     await withCheckedContinuation { ack in feed.yield(.event(event, ack)) }
+                    // Above the in-flight bound: the next batch waits until deliveries catch
+                    // up. If they do not within `pauseAfter`, the partitions are paused and
+                    // events flow on (rebalances must not wait for the deliveries).
+                    if await !backpressure.waitWhileClosed(atMost: pauseAfter), !Task.isCancelled,
+                        backpressure.pauseConsumer({ if let assigned = try? consumer.assignment() { try? consumer.pause(assigned) } })
+                    {
+                        self.logger.warning(
+                            "in-flight bound held for \(pauseAfter): partitions paused until deliveries catch up",
+                            metadata: ["records": "\(backpressure.inFlight.records)"])
+                    }
                 }
             } catch {
                 feed.yield(.failed(error))
@@ -557,10 +573,7 @@ final class StageLoop {
         counters.processed.add(started)
         service.metrics.recordsIn.increment(by: Int64(started))
         service.health.progressed()
-        let consumer = self.consumer, partitions = Array(lanes.keys)
-        if backpressure.add(records: started, bytes: heldBytes, pause: { try? consumer.pause(partitions) }) == .pause {
-            logger.info("in-flight bound reached: pausing", metadata: ["records": "\(backpressure.inFlight.records)"])
-        }
+        if backpressure.add(records: started, bytes: heldBytes) { boundReached() }
     }
 
     private func submit(
@@ -572,9 +585,17 @@ final class StageLoop {
         lane.enqueue(Pending(
             records: records, sources: sources, inputs: inputs, ticket: ticket, storeOffsets: transaction == nil ? storeOffsets : [],
             inputCount: inputs.count, bytes: bytes))
-        let consumer = self.consumer, partitions = Array(lanes.keys)
-        if backpressure.add(records: records.count, bytes: bytes, pause: { try? consumer.pause(partitions) }) == .pause {
-            logger.info("in-flight bound reached: pausing", metadata: ["records": "\(backpressure.inFlight.records)"])
+        if backpressure.add(records: records.count, bytes: bytes) { boundReached() }
+    }
+
+    /// The in-flight bound was just crossed: the forwarder waits for deliveries before it takes
+    /// the next batch. Counted, and logged at most 10 times per 10 s.
+    private func boundReached() {
+        counters.backpressureWaits.add(1)
+        if let suppressed = service.logLimiter.admit("in-flight-bound") {
+            logger.info(
+                "in-flight bound reached: waiting for deliveries before taking more input",
+                metadata: ["records": "\(backpressure.inFlight.records)", "suppressed-before": "\(suppressed)"])
         }
     }
 
@@ -784,6 +805,7 @@ final class StageLoop {
         service.metrics.inFlightRecords.record(backpressure.inFlight.records)
         service.metrics.pausedPartitions.record(counters.pausedPartitions.value)
         if let stats = consumer.statistics {
+            counters.fetchedRecords.store(Int(stats.receivedMessages), ordering: .relaxed)
             StageMetrics.report(stats, group: definition.group)
             if let group = stats.group { service.health.groupState(joinState: group.joinState, assignmentSize: group.assignmentSize) }
         }
