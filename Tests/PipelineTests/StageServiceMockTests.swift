@@ -161,4 +161,48 @@ import Workers
         #expect(service.counters.processed.value == inputs)
         #expect(service.counters.fetchedRecords.value == inputs, "records fetched from the broker (librdkafka's rxmsgs)")
     }
+
+    /// The other half of the in-flight bound: when deliveries are stuck (here the broker refuses
+    /// produce requests with a retriable error for 12 s or more), the worker must not stop
+    /// polling for good. It would not see a rebalance, and librdkafka takes a member that has
+    /// not polled for `max.poll.interval.ms` out of the group. After `backpressurePauseAfter`
+    /// the partitions are paused in librdkafka and polling goes on: the worker keeps its
+    /// assignment through a stall longer than its poll interval.
+    @Test func stuckDeliveriesPauseThePartitionsAndPollingGoesOn() async throws {
+        let mock = try KafkaMockCluster(brokers: 1)
+        for t in ["in", "out", "dlq"] { try mock.createTopic(t, partitions: 2) }
+        let topology = try Topology.parse("""
+            topics:
+              - {name: in, partitions: 2}
+              - {name: out, partitions: 2}
+              - {name: dlq, partitions: 2}
+            stages:
+              - name: relay
+                chain: [pass-through]
+                inputs: [in]
+                outputs: {out: out}
+                dead-letter-topic: dlq
+                advance-interval: 100ms
+                max-in-flight-records: 100
+            """)
+        let inputs = 1000
+        let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [mock.bootstrapServers]))
+        _ = try await producer.send((0..<inputs).map { ProducerRecord(topic: "in", partition: Int32($0 % 2), value: Array("\($0)".utf8)) })
+        await producer.close()
+        // Produce (API key 0) answers NOT_ENOUGH_REPLICAS (19), which librdkafka retries with a
+        // backoff growing to 1 s: 12 s or more for 30 refusals.
+        mock.pushRequestErrors(apiKey: 0, errorCodes: Array(repeating: 19, count: 30))
+        var settings = Self.settings(mock)
+        settings.maxPollInterval = .seconds(7)  // at least the session timeout (6 s)
+        settings.backpressurePauseAfter = .milliseconds(200)
+        let service = try StageService(definition: try topology.stage(named: "relay"), topology: topology, settings: settings)
+        let running = Task { try await service.run() }
+        try await eventually("every input settled", within: .seconds(90)) { service.counters.inputsDone.value >= inputs }
+        service.requestStop()
+        try await running.value
+        #expect(service.counters.activeSeconds > 8, "the stall outlasted the poll interval")
+        #expect(service.counters.backpressureWaits.value >= 1)
+        #expect(service.counters.rebalances.value == 1, "assigned once, never taken out of the group")
+        #expect(service.counters.processed.value == inputs)
+    }
 }

@@ -161,6 +161,10 @@ public final class KafkaConsumer: AsyncSequence, Sendable {
         try core.consumer.client.using { () throws(KafkaError) in try core.consumer.seek(offsets) }
     }
 
+    /// Stops fetching these partitions until ``resume(_:)``. librdkafka also throws away what it
+    /// has fetched ahead for them (a batch already handed out is not affected), and the resume
+    /// fetches it again from the application's position (librdkafka issues #1849, #5343): do not
+    /// pause as a matter of course for flow control; stop asking for events instead.
     public func pause(_ partitions: [TopicPartition]) throws(KafkaError) {
         try core.consumer.client.using { () throws(KafkaError) in try core.consumer.pause(partitions) }
     }
