@@ -13,15 +13,17 @@ public struct PriceDecodeStage: Stage {
             // Streamed, and each dedupe key built in one string: this stage runs per record at
             // the full rate of the price feed.
             try decoder.decode(value) { tick in
-                var key = "tick:"
-                key.reserveCapacity(64)
-                key += tick.market
-                key += ":"
-                key += String(tick.tradeTimestamp)
-                key += ":"
-                record.appendIdentity(to: &key)
-                key += "#"
-                key += String(records.count)
+                let index = records.count
+                let key = String.dedupeKey { k in
+                    k.append("tick:")
+                    k.append(tick.market)
+                    k.append(":")
+                    k.append(tick.tradeTimestamp)
+                    k.append(":")
+                    k.appendIdentity(of: record)
+                    k.append("#")
+                    k.append(index)
+                }
                 records.append(OutputRecord(output: "prices.ticks", key: marketKey(tick.market, of: record), value: tick.jsonBytes(), dedupeKey: key))
             }
         } catch {
