@@ -20,6 +20,25 @@ import Workers
         return settings
     }
 
+    /// A pass-through stage `relay` from `in` to `out` (dead letters to `dlq`), every topic with
+    /// `partitions`, with `extra` stage keys (one `key: value` line).
+    static func relay(partitions: Int, _ extra: String = "") throws -> Topology {
+        try Topology.parse("""
+            topics:
+              - {name: in, partitions: \(partitions)}
+              - {name: out, partitions: \(partitions)}
+              - {name: dlq, partitions: \(partitions)}
+            stages:
+              - name: relay
+                chain: [pass-through]
+                inputs: [in]
+                outputs: {out: out}
+                dead-letter-topic: dlq
+                advance-interval: 100ms
+                \(extra)
+            """)
+    }
+
     /// Before: `advance` was never called by the Kafka runtime, so a window closed only when a
     /// later record arrived. Here one product arrives and nothing after it: the timer closes
     /// the window and the notification goes out.
@@ -74,19 +93,7 @@ import Workers
     @Test func failingCommitsAndLostAssignmentsNeverStopTheWorker() async throws {
         let mock = try KafkaMockCluster(brokers: 1)
         for t in ["in", "out", "dlq"] { try mock.createTopic(t, partitions: 2) }
-        let topology = try Topology.parse("""
-            topics:
-              - {name: in, partitions: 2}
-              - {name: out, partitions: 2}
-              - {name: dlq, partitions: 2}
-            stages:
-              - name: relay
-                chain: [pass-through]
-                inputs: [in]
-                outputs: {out: out}
-                dead-letter-topic: dlq
-                advance-interval: 100ms
-            """)
+        let topology = try Self.relay(partitions: 2)
         let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [mock.bootstrapServers]))
         _ = try await producer.send((0..<100).map { ProducerRecord(topic: "in", partition: Int32($0 % 2), value: Array("\($0)".utf8)) })
         // OffsetCommit (API key 8) answers ILLEGAL_GENERATION (22) four times.
@@ -128,20 +135,7 @@ import Workers
     @Test func theInFlightBoundDoesNotFetchRecordsTwice() async throws {
         let mock = try KafkaMockCluster(brokers: 1)
         for t in ["in", "out", "dlq"] { try mock.createTopic(t, partitions: 1) }
-        let topology = try Topology.parse("""
-            topics:
-              - {name: in}
-              - {name: out}
-              - {name: dlq}
-            stages:
-              - name: relay
-                chain: [pass-through]
-                inputs: [in]
-                outputs: {out: out}
-                dead-letter-topic: dlq
-                advance-interval: 100ms
-                max-in-flight-records: 500
-            """)
+        let topology = try Self.relay(partitions: 1, "max-in-flight-records: 500")
         let inputs = 20_000
         let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [mock.bootstrapServers]))
         _ = try await producer.send((0..<inputs).map { ProducerRecord(topic: "in", value: Array("record \($0)".utf8)) })
@@ -171,20 +165,7 @@ import Workers
     @Test func stuckDeliveriesPauseThePartitionsAndPollingGoesOn() async throws {
         let mock = try KafkaMockCluster(brokers: 1)
         for t in ["in", "out", "dlq"] { try mock.createTopic(t, partitions: 2) }
-        let topology = try Topology.parse("""
-            topics:
-              - {name: in, partitions: 2}
-              - {name: out, partitions: 2}
-              - {name: dlq, partitions: 2}
-            stages:
-              - name: relay
-                chain: [pass-through]
-                inputs: [in]
-                outputs: {out: out}
-                dead-letter-topic: dlq
-                advance-interval: 100ms
-                max-in-flight-records: 100
-            """)
+        let topology = try Self.relay(partitions: 2, "max-in-flight-records: 100")
         let inputs = 1000
         let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [mock.bootstrapServers]))
         _ = try await producer.send((0..<inputs).map { ProducerRecord(topic: "in", partition: Int32($0 % 2), value: Array("\($0)".utf8)) })
