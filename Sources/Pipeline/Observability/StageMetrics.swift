@@ -13,6 +13,7 @@ import Metrics
 /// | `pipeline_rebalances_total`, `pipeline_commit_failures_total`, `pipeline_delivery_retries_total`, `pipeline_delivery_errors_total` | counter | stage |
 /// | `pipeline_paused_partitions`, `pipeline_assigned_partitions`, `pipeline_producer_queue_messages`, `pipeline_in_flight_records` | gauge | stage |
 /// | `pipeline_checkpoints_total` | counter | stage |
+/// | `pipeline_backpressure_waits_total` | counter | stage (times the in-flight bound was reached and the worker waited for deliveries before taking more input) |
 /// | `pipeline_loop_busy_seconds_total` | counter | stage (time the event loop spent handling records and events: a rate near 1 means the loop is the limit; add workers) |
 /// | `kafka_consumergroup_group_lag`, `kafka_consumergroup_group_offset`, `kafka_partition_latest_offset` | gauge | group, topic, partition (kafka-lag-exporter names, from librdkafka statistics) |
 /// | `kafka_client_broker_rtt_seconds` | gauge | client, broker (librdkafka statistics, average round trip) |
@@ -33,6 +34,7 @@ public enum MetricName {
     public static let producerQueue = "pipeline_producer_queue_messages"
     public static let inFlightRecords = "pipeline_in_flight_records"
     public static let checkpoints = "pipeline_checkpoints_total"
+    public static let backpressureWaits = "pipeline_backpressure_waits_total"
     public static let transactions = "pipeline_transactions_total"
     public static let loopBusy = "pipeline_loop_busy_seconds_total"
     public static let groupLag = "kafka_consumergroup_group_lag"
@@ -44,7 +46,7 @@ public enum MetricName {
     public static let all = [
         recordsIn, recordsOut, deadLetters, batchProcessing, endToEndLatency, lagRecords, lagSeconds, rebalances,
         commitFailures, retries, deliveryErrors, pausedPartitions, assignedPartitions, producerQueue, inFlightRecords,
-        checkpoints, transactions, loopBusy, groupLag, groupOffset, latestOffset, brokerRTT,
+        checkpoints, backpressureWaits, transactions, loopBusy, groupLag, groupOffset, latestOffset, brokerRTT,
     ]
 }
 
@@ -60,6 +62,7 @@ struct StageMetrics: Sendable {
     let retries: Counter
     let deliveryErrors: Counter
     let checkpoints: Counter
+    let backpressureWaits: Counter
     /// Seconds the event loop was busy (not waiting for the next event).
     let loopBusy: FloatingPointCounter
     /// Exactly-once transactions by outcome (0 for an at-least-once stage).
@@ -81,6 +84,7 @@ struct StageMetrics: Sendable {
         retries = Counter(label: MetricName.retries, dimensions: d)
         deliveryErrors = Counter(label: MetricName.deliveryErrors, dimensions: d)
         checkpoints = Counter(label: MetricName.checkpoints, dimensions: d)
+        backpressureWaits = Counter(label: MetricName.backpressureWaits, dimensions: d)
         loopBusy = FloatingPointCounter(label: MetricName.loopBusy, dimensions: d)
         transactionsCommitted = Counter(label: MetricName.transactions, dimensions: d + [("outcome", "committed")])
         transactionsAborted = Counter(label: MetricName.transactions, dimensions: d + [("outcome", "aborted")])

@@ -592,6 +592,7 @@ final class StageLoop {
     /// the next batch. Counted, and logged at most 10 times per 10 s.
     private func boundReached() {
         counters.backpressureWaits.add(1)
+        service.metrics.backpressureWaits.increment()
         if let suppressed = service.logLimiter.admit("in-flight-bound") {
             logger.info(
                 "in-flight bound reached: waiting for deliveries before taking more input",
