@@ -13,8 +13,9 @@ import Synchronization
 ///
 /// Only when the gate stays closed past a grace period (deliveries are stuck, e.g. the broker
 /// is away) does the worker also **pause** every assigned partition in librdkafka
-/// (``pauseConsumer(_:)``) and go on polling, so that rebalances are still served and the
-/// group does not wait for it; falling below half resumes them. Partitions paused for a retry
+/// (``pauseConsumer(_:)``) and go on polling: librdkafka takes a member that stops polling for
+/// `max.poll.interval.ms` out of its group, and rebalance events reach the worker only while it
+/// polls. Falling below half resumes them. Partitions paused for a retry
 /// stay paused until their own retry ends.
 final class Backpressure: Sendable {
     enum Gate: Equatable {

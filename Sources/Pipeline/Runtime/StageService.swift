@@ -38,8 +38,8 @@ public struct WorkerSettings: Sendable {
     /// default is 500 ms). Lower means lower latency on a quiet stream and more fetch requests.
     public var fetchMaxWait: Duration? = .milliseconds(100)
     /// Above the in-flight bound the worker takes no more input; if it stays above it this long
-    /// (deliveries are stuck), the partitions are also paused in librdkafka, so that polling,
-    /// and with it rebalances, go on (see ``Backpressure``).
+    /// (deliveries are stuck), the partitions are also paused in librdkafka and polling goes on
+    /// (librdkafka takes a member that stops polling out of its group; see ``Backpressure``).
     public var backpressurePauseAfter: Duration = .seconds(1)
 
     public init(kafka: KafkaConfiguration) { self.kafka = kafka }
@@ -211,7 +211,7 @@ public final class StageService: Service, Sendable {
                     await withCheckedContinuation { ack in feed.yield(.event(event, ack)) }
                     // Above the in-flight bound: the next batch waits until deliveries catch
                     // up. If they do not within `pauseAfter`, the partitions are paused and
-                    // events flow on (rebalances must not wait for the deliveries).
+                    // events flow on (a member that stops polling is taken out of its group).
                     if await !backpressure.waitWhileClosed(atMost: pauseAfter), !Task.isCancelled,
                         backpressure.pauseConsumer({ if let assigned = try? consumer.assignment() { try? consumer.pause(assigned) } })
                     {
