@@ -27,7 +27,7 @@ import Testing
         var paused = 0, resumed: [Set<TopicPartition>] = []
         #expect(b.pauseConsumer { paused += 1 })
         #expect(!b.pauseConsumer { paused += 1 }, "paused once")
-        #expect(paused == 1 && b.isPaused)
+        #expect(paused == 1 && b.gate == .paused)
         #expect(await b.waitWhileClosed(atMost: .seconds(60)), "paused: polling goes on without waiting")
         b.beginRetry(TopicPartition("t", 1))
         b.remove(records: 60, bytes: 60, resume: { resumed.append($0) })

@@ -39,6 +39,18 @@ import Workers
             """)
     }
 
+    /// A mock cluster whose `in` holds `inputs` records, spread over its partitions, and the
+    /// ``relay(partitions:_:)`` topology for it.
+    static func relayHolding(_ inputs: Int, partitions: Int, _ extra: String) async throws -> (KafkaMockCluster, Topology) {
+        let mock = try KafkaMockCluster(brokers: 1)
+        for t in ["in", "out", "dlq"] { try mock.createTopic(t, partitions: partitions) }
+        let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [mock.bootstrapServers]))
+        let sent = try await producer.send((0..<inputs).map { ProducerRecord(topic: "in", partition: Int32($0 % partitions), value: Array("record \($0)".utf8)) })
+        await producer.close()
+        #expect(sent.allSatisfy { $0.error == nil })
+        return (mock, try relay(partitions: partitions, extra))
+    }
+
     /// Before: `advance` was never called by the Kafka runtime, so a window closed only when a
     /// later record arrived. Here one product arrives and nothing after it: the timer closes
     /// the window and the notification goes out.
@@ -126,20 +138,16 @@ import Workers
         service.requestStop()
         try await running.value
     }
+
     /// Before: reaching the in-flight bound paused every partition in librdkafka, and a pause
     /// throws away what librdkafka has fetched ahead for it (the fetcher restarts at the
     /// application's position on resume): every crossing fetched the same records again, and
     /// the loop sat idle until they were back. A worker throttled by slow deliveries read its
-    /// input several times over. Here deliveries take 20 ms and the bound is 500 records (batches of 100), so it
-    /// is crossed again and again: every input must still be fetched from the broker once.
+    /// input several times over. Here deliveries take 20 ms and the bound is 500
+    /// records (batches of 100), so it is crossed again and again: every input must still be fetched from the broker once.
     @Test func theInFlightBoundDoesNotFetchRecordsTwice() async throws {
-        let mock = try KafkaMockCluster(brokers: 1)
-        for t in ["in", "out", "dlq"] { try mock.createTopic(t, partitions: 1) }
-        let topology = try Self.relay(partitions: 1, "max-in-flight-records: 500")
         let inputs = 20_000
-        let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [mock.bootstrapServers]))
-        _ = try await producer.send((0..<inputs).map { ProducerRecord(topic: "in", value: Array("record \($0)".utf8)) })
-        await producer.close()
+        let (mock, topology) = try await Self.relayHolding(inputs, partitions: 1, "max-in-flight-records: 500")
         mock.setBrokerRoundTrip(1, milliseconds: 20)
         var settings = Self.settings(mock)
         settings.statisticsInterval = .milliseconds(100)
@@ -163,13 +171,8 @@ import Workers
     /// the partitions are paused in librdkafka and polling goes on: the worker keeps its
     /// assignment through a stall longer than its poll interval.
     @Test func stuckDeliveriesPauseThePartitionsAndPollingGoesOn() async throws {
-        let mock = try KafkaMockCluster(brokers: 1)
-        for t in ["in", "out", "dlq"] { try mock.createTopic(t, partitions: 2) }
-        let topology = try Self.relay(partitions: 2, "max-in-flight-records: 100")
         let inputs = 1000
-        let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [mock.bootstrapServers]))
-        _ = try await producer.send((0..<inputs).map { ProducerRecord(topic: "in", partition: Int32($0 % 2), value: Array("\($0)".utf8)) })
-        await producer.close()
+        let (mock, topology) = try await Self.relayHolding(inputs, partitions: 2, "max-in-flight-records: 100")
         // Produce (API key 0) answers NOT_ENOUGH_REPLICAS (19), which librdkafka retries with a
         // backoff growing to 1 s: 12 s or more for 30 refusals.
         mock.pushRequestErrors(apiKey: 0, errorCodes: Array(repeating: 19, count: 30))

@@ -31,12 +31,17 @@ final class Backpressure: Sendable {
         var bytes = 0
         var gate = Gate.open
         var retrying: Set<TopicPartition> = []
-        /// Waits begun and not finished; their continuations once registered, or their
-        /// outcome if it came before the continuation did.
-        var waits: Set<UInt64> = []
-        var waiters: [UInt64: CheckedContinuation<Bool, Never>] = [:]
-        var early: [UInt64: Bool] = [:]
+        /// Waits not yet resumed, by id.
+        var waits: [UInt64: Wait] = [:]
         var nextWait: UInt64 = 0
+    }
+
+    enum Wait {
+        /// Begun; its continuation is not registered yet.
+        case begun
+        case waiting(CheckedContinuation<Bool, Never>)
+        /// Its outcome came before its continuation did.
+        case finished(Bool)
     }
 
     let maxRecords: Int
@@ -81,7 +86,7 @@ final class Backpressure: Sendable {
         let id: UInt64? = state.withLock { s in
             guard s.gate == .closed else { return nil }
             s.nextWait += 1
-            s.waits.insert(s.nextWait)
+            s.waits[s.nextWait] = .begun
             return s.nextWait
         }
         guard let id else { return true }
@@ -93,8 +98,11 @@ final class Backpressure: Sendable {
         return await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
                 let outcome: Bool? = state.withLock { s in
-                    if let outcome = s.early.removeValue(forKey: id) { return outcome }
-                    s.waiters[id] = continuation
+                    if case .finished(let outcome) = s.waits[id] {
+                        s.waits[id] = nil
+                        return outcome
+                    }
+                    s.waits[id] = .waiting(continuation)
                     return nil
                 }
                 if let outcome { continuation.resume(returning: outcome) }
@@ -115,8 +123,7 @@ final class Backpressure: Sendable {
         }
     }
 
-    /// Assigned partitions are paused in librdkafka (new ones must be paused too).
-    var isPaused: Bool { state.withLock { $0.gate == .paused } }
+    /// `.paused`: the assigned partitions are paused in librdkafka (new ones must be paused too).
     var gate: Gate { state.withLock { $0.gate } }
     var inFlight: (records: Int, bytes: Int) { state.withLock { ($0.records, $0.bytes) } }
 
@@ -129,22 +136,35 @@ final class Backpressure: Sendable {
         }
     }
 
+    /// Ends one wait (its timer ran out or it was cancelled); nothing if it has ended already.
     private func finish(_ id: UInt64, opened: Bool) {
         let waiter: CheckedContinuation<Bool, Never>? = state.withLock { s in
-            guard s.waits.remove(id) != nil else { return nil }
-            if let waiter = s.waiters.removeValue(forKey: id) { return waiter }
-            s.early[id] = opened
+            switch s.waits[id] {
+            case .begun:
+                s.waits[id] = .finished(opened)
+            case .waiting(let waiter):
+                s.waits[id] = nil
+                return waiter
+            case .finished, nil:
+                break
+            }
             return nil
         }
         waiter?.resume(returning: opened)
     }
 
+    /// Ends every wait (the gate opened): returns the continuations to resume outside the lock.
     private static func finishAll(_ s: inout State, opened: Bool) -> [CheckedContinuation<Bool, Never>] {
         var ready: [CheckedContinuation<Bool, Never>] = []
-        for id in s.waits {
-            if let waiter = s.waiters.removeValue(forKey: id) { ready.append(waiter) } else { s.early[id] = opened }
+        for (id, wait) in s.waits {
+            switch wait {
+            case .begun: s.waits[id] = .finished(opened)
+            case .waiting(let waiter):
+                ready.append(waiter)
+                s.waits[id] = nil
+            case .finished: break
+            }
         }
-        s.waits.removeAll()
         return ready
     }
 }

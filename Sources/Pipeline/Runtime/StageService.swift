@@ -394,7 +394,7 @@ final class StageLoop {
             service.metrics.rebalances.increment()
             logger.info("partitions assigned", metadata: ["partitions": "\(partitions)"])
             try await assign(partitions)
-            if backpressure.isPaused { try? consumer.pause(partitions) }
+            if backpressure.gate == .paused { try? consumer.pause(partitions) }
             service.health.assigned(total: assignedCount)
             service.metrics.assignedPartitions.record(assignedCount)
         case .revoked(let partitions):
