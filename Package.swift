@@ -5,7 +5,10 @@ let package = Package(
     name: "kafka-worker-pipeline",
     platforms: [.macOS(.v14)],
     products: [
+        // The Kafka client alone; the worker runtime (depends on it); the operator code.
+        .library(name: "Kafka", targets: ["Kafka"]),
         .library(name: "Pipeline", targets: ["Pipeline"]),
+        .library(name: "Operations", targets: ["Operations"]),
         .library(name: "Workers", targets: ["Workers"]),
         .library(name: "Thumbnails", targets: ["Thumbnails"]),
         // Test doubles: linked by tests, never by the binaries.
@@ -58,14 +61,24 @@ let package = Package(
             ]
         ),
 
-        // The runtime. Kafka/ is the client (only Kafka/RDKafka* files import CKafka; nothing of
-        // the runtime); Topology/ reads topology.yaml; Runtime/ hosts stages on Kafka
-        // (depends on Kafka and Workers); Observability/ serves metrics and health over HTTP;
-        // LocalBroker/ runs tansu.
+        // Sources/Pipeline holds three targets, so that the compiler keeps the directions:
+        // Kafka/ is the client (only Kafka/RDKafka* files import CKafka; it knows nothing of the
+        // runtime); Pipeline (Runtime/, Topology/, Observability/) hosts stages on Kafka;
+        // Operations (Operations/, LocalBroker/) is what the operator commands compute and the
+        // local broker (it may use the runtime's topology and observability, never the reverse).
+        // A worker built on `Pipeline` links neither the WebSocket ingest nor TLS.
+        .target(
+            name: "Kafka",
+            dependencies: [
+                "CKafka",
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Sources/Pipeline/Kafka"
+        ),
         .target(
             name: "Pipeline",
             dependencies: [
-                "CKafka",
+                "Kafka",
                 "Workers",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Yams", package: "Yams"),
@@ -75,9 +88,25 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
+            ],
+            path: "Sources/Pipeline",
+            sources: ["Runtime", "Topology", "Observability"]
+        ),
+        .target(
+            name: "Operations",
+            dependencies: [
+                "Kafka",
+                "Pipeline",
+                "Workers",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOWebSocket", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
-            ]
+            ],
+            path: "Sources/Pipeline",
+            sources: ["Operations", "LocalBroker"]
         ),
 
         // Test doubles: TestDriver (a stage without a broker), librdkafka's mock cluster, a
@@ -86,7 +115,7 @@ let package = Package(
         .target(
             name: "PipelineTesting",
             dependencies: [
-                "CKafka", "Pipeline", .product(name: "Logging", package: "swift-log"),
+                "Kafka", .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -96,7 +125,9 @@ let package = Package(
         .executableTarget(
             name: "pipelinectl",
             dependencies: [
+                "Kafka",
                 "Pipeline",
+                "Operations",
                 "Workers",
                 "Thumbnails",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -125,13 +156,16 @@ let package = Package(
         .testTarget(
             name: "PipelineTests",
             dependencies: [
-                "Pipeline", "PipelineTesting", "Workers", "WorkersTesting",
+                "Kafka", "Pipeline", "Operations", "PipelineTesting", "Workers", "WorkersTesting",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOWebSocket", package: "swift-nio"),
             ]),
         .testTarget(
             name: "IntegrationTests",
-            dependencies: ["Pipeline", "PipelineTesting", "Workers", "WorkersTesting", .product(name: "NIOWebSocket", package: "swift-nio")]),
+            dependencies: [
+                "Kafka", "Pipeline", "Operations", "PipelineTesting", "Workers", "WorkersTesting",
+                .product(name: "NIOWebSocket", package: "swift-nio"),
+            ]),
         .testTarget(
             name: "WorkersTests",
             dependencies: ["Workers", "WorkersTesting", .product(name: "PropertyBased", package: "swift-property-based")]
@@ -140,7 +174,9 @@ let package = Package(
             name: "ThumbnailsTests",
             dependencies: [
                 "Thumbnails",
+                "Kafka",
                 "Pipeline",
+                "Operations",
                 "Workers",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),

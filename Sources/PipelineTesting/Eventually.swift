@@ -1,4 +1,4 @@
-import Pipeline
+import Kafka
 
 /// Waits, at most `limit`, until `condition` holds, checking every 20 ms. For state that is read,
 /// not announced (counters, a broker's committed offsets); throws a timeout naming `what`.

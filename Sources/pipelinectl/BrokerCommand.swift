@@ -1,6 +1,8 @@
 import ArgumentParser
 import Foundation
 import Pipeline
+import Kafka
+import Operations
 
 /// Runs the local broker in the foreground until interrupted.
 struct Broker: AsyncParsableCommand {

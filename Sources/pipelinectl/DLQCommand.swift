@@ -3,6 +3,8 @@ import Foundation
 import Pipeline
 import TextTable
 import Workers
+import Kafka
+import Operations
 
 /// `pipelinectl dlq list|show|redrive`.
 struct DLQ: AsyncParsableCommand {

@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import Pipeline
 import Workers
+import Kafka
 
 /// The main job on the embedded local default: produce, pass through a stage in a consumer group, count.
 struct Demo: AsyncParsableCommand {

@@ -8,6 +8,8 @@ import Pipeline
 import TextTable
 import Thumbnails
 import Workers
+import Kafka
+import Operations
 
 /// `pipelinectl dev`: the whole pipeline on this machine in one command.
 struct Dev: AsyncParsableCommand {

@@ -2,6 +2,8 @@ import ArgumentParser
 import Foundation
 import Pipeline
 import TextTable
+import Kafka
+import Operations
 
 /// `pipelinectl groups list|describe|reset-offsets`.
 struct Groups: AsyncParsableCommand {

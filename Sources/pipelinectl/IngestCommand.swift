@@ -3,6 +3,8 @@ import Dispatch
 import Foundation
 import Logging
 import Pipeline
+import Kafka
+import Operations
 
 /// `pipelinectl ingest`: follow a live upstream feed into its input topic.
 struct Ingest: AsyncParsableCommand {

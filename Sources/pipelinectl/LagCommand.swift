@@ -2,6 +2,8 @@ import ArgumentParser
 import Foundation
 import Pipeline
 import TextTable
+import Kafka
+import Operations
 
 /// `pipelinectl lag`: per group, topic and partition the committed offset, log end, lag and status.
 struct Lag: AsyncParsableCommand {

@@ -1,6 +1,8 @@
 import ArgumentParser
 import Foundation
 import Pipeline
+import Kafka
+import Operations
 
 /// Exit codes shared by the operator commands (also in `pipelinectl --help`).
 enum Exit {

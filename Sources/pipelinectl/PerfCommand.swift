@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Pipeline
+import Kafka
 
 /// Throughput of the Swift API, for comparison with kcat on the same librdkafka (scripts/bench-kafka).
 struct Perf: AsyncParsableCommand {

@@ -1,6 +1,8 @@
 import ArgumentParser
 import Foundation
 import Pipeline
+import Kafka
+import Operations
 
 @main
 struct PipelineCtl: AsyncParsableCommand {

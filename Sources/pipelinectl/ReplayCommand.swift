@@ -1,6 +1,8 @@
 import ArgumentParser
 import Foundation
 import Pipeline
+import Kafka
+import Operations
 
 /// `pipelinectl replay TOPIC`: copy a slice of a topic to another topic, a file or stdout.
 struct Replay: AsyncParsableCommand {

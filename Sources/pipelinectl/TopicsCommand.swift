@@ -1,5 +1,6 @@
 import ArgumentParser
 import Pipeline
+import Kafka
 
 struct Topics: AsyncParsableCommand {
     static let configuration = CommandConfiguration(

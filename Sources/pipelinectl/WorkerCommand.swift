@@ -9,6 +9,7 @@ import Metrics
 import Prometheus
 import ServiceLifecycle
 import Synchronization
+import Kafka
 
 /// `pipelinectl worker STAGE --topology FILE`: one stage of the topology as a long-running
 /// member of its consumer group.

@@ -1,6 +1,8 @@
 import Foundation
 import Testing
 import Pipeline
+import Kafka
+import Operations
 
 /// Closing a group member while its group rebalances, on the real local broker: the offsets it
 /// stored are committed all the same (before the fix the final commit failed with

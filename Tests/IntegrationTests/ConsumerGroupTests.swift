@@ -1,6 +1,8 @@
 import Foundation
 import Testing
 import Pipeline
+import Kafka
+import Operations
 
 /// Consumer groups on the real local broker (tansu), started on a free port per test.
 @Suite(.timeLimit(.minutes(3))) struct ConsumerGroupTests {

@@ -1,6 +1,8 @@
 import Foundation
 import Testing
 @testable import Pipeline
+@testable import Kafka
+@testable import Operations
 
 /// `pipelinectl dev`, the README's main command, as a user runs it: every stage produces output,
 /// and whichever way it stops (by itself, or Ctrl-C) no worker or broker process is left.

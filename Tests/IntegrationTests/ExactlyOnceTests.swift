@@ -4,6 +4,8 @@ import Testing
 @testable import Pipeline
 import PipelineTesting
 import Workers
+@testable import Kafka
+@testable import Operations
 
 /// `delivery: exactly-once`: consume-transform-produce in Kafka transactions, checked with the
 /// worker-process tests' checker (lost, wrong, duplicated, out of order). Exactly-once is

@@ -4,6 +4,8 @@ import FoundationNetworking
 #endif
 import Testing
 @testable import Pipeline
+@testable import Kafka
+@testable import Operations
 
 /// A worker process watched the way an operator watches it: a real Prometheus server scrapes
 /// its /metrics, the test reads the scraped series through Prometheus's API; /healthz and

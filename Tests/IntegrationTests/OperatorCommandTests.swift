@@ -2,6 +2,8 @@ import Foundation
 import Testing
 import Workers
 @testable import Pipeline
+@testable import Kafka
+@testable import Operations
 
 /// `pipelinectl replay`, `dlq`, `lag` and `groups` as processes against the real local broker.
 @Suite(.timeLimit(.minutes(3))) struct OperatorCommandTests {

@@ -3,6 +3,8 @@ import Testing
 import Pipeline
 import PipelineTesting
 import Workers
+import Kafka
+import Operations
 
 /// A real stage on the real local broker: good records come out decoded, bad ones go to the
 /// dead-letter topic with their origin, and the worker keeps going.

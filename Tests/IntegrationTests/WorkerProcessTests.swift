@@ -7,6 +7,8 @@ import Testing
 import PipelineTesting
 import Workers
 import WorkersTesting
+@testable import Kafka
+@testable import Operations
 
 /// `pipelinectl worker` processes on the real local broker, killed and stopped with real
 /// signals while traffic flows, and a checker that compares every output with what a single

@@ -1,5 +1,6 @@
 import Testing
 @testable import Pipeline
+@testable import Kafka
 
 /// The in-flight bound: the gate closes when it is crossed and opens below half; partitions are
 /// paused in librdkafka only when it stays closed; retries held apart.

@@ -1,5 +1,6 @@
 import Testing
 @testable import Pipeline
+@testable import Kafka
 
 /// The checkpoint header: the offsets of every input partition of a lane, and the record it makes.
 @Suite struct ChangelogTests {

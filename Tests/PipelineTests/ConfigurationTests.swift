@@ -1,5 +1,6 @@
 import Testing
 @testable import Pipeline
+@testable import Kafka
 
 @Suite struct ConfigurationTests {
     @Test func typedSettingsBecomeLibrdkafkaKeys() {

@@ -1,5 +1,7 @@
 import Testing
 @testable import Pipeline
+@testable import Kafka
+@testable import Operations
 
 /// Burrow's rules over scripted commit histories: (offset, log end) per commit, one second apart.
 @Suite struct LagEvaluationTests {

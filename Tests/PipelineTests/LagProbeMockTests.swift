@@ -2,6 +2,8 @@ import Foundation
 import Testing
 @testable import Pipeline
 import PipelineTesting
+@testable import Kafka
+@testable import Operations
 
 /// Lag arithmetic where the broker is right about everything: librdkafka's mock cluster, whose
 /// ListOffsets(latest) and fetch high watermark agree.

@@ -2,6 +2,7 @@ import Foundation
 import Testing
 @testable import Pipeline
 import PipelineTesting
+@testable import Kafka
 
 /// Producer and consumer against librdkafka's in-process mock cluster (no broker process).
 @Suite(.timeLimit(.minutes(2))) struct MockClusterTests {

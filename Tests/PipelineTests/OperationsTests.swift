@@ -2,6 +2,8 @@ import Foundation
 import Testing
 import Workers
 @testable import Pipeline
+@testable import Kafka
+@testable import Operations
 
 @Suite struct ProduceParserTests {
     func parse(_ stream: UpstreamStream, _ text: String) -> (records: [ProduceLine], rejected: [RejectedLine]) {

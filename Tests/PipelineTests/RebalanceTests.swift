@@ -2,6 +2,7 @@ import Foundation
 import Testing
 @testable import Pipeline
 import PipelineTesting
+@testable import Kafka
 
 /// Rebalance hand-over and flow control, on librdkafka's mock cluster.
 @Suite(.timeLimit(.minutes(2))) struct RebalanceTests {

@@ -3,6 +3,7 @@ import Testing
 @testable import Pipeline
 import PipelineTesting
 import Workers
+@testable import Kafka
 
 /// Failed deliveries, made on demand with librdkafka's mock cluster: retried with backoff while
 /// the partition is paused, dead-lettered with the error once the attempts are spent, and never

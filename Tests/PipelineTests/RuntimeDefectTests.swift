@@ -4,6 +4,8 @@ import Testing
 @testable import Pipeline
 import PipelineTesting
 import Workers
+@testable import Kafka
+@testable import Operations
 
 /// The runtime defects the worker-runtime review found, each reproduced here without a broker
 /// or on librdkafka's mock cluster (closing during a rebalance: IntegrationTests, it needs the

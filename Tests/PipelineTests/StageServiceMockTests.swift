@@ -3,6 +3,7 @@ import Testing
 @testable import Pipeline
 import PipelineTesting
 import Workers
+@testable import Kafka
 
 /// The stage runtime on librdkafka's mock cluster: what needs a timer or an injected fault.
 @Suite(.serialized, .timeLimit(.minutes(2))) struct StageServiceMockTests {

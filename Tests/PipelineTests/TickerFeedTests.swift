@@ -6,6 +6,8 @@ import Synchronization
 import Testing
 import WorkersTesting
 @testable import Pipeline
+@testable import Kafka
+@testable import Operations
 
 /// The WebSocket feed against a local NIO WebSocket server on a free port: subscription, text,
 /// binary and fragmented messages, ping/pong both ways, drops, close frames, backoff, stop.

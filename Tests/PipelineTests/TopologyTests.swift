@@ -2,6 +2,7 @@ import Foundation
 import Testing
 @testable import Pipeline
 import Workers
+@testable import Kafka
 
 /// The topology file: what it accepts, and errors that name the line, the key and what was expected.
 @Suite struct TopologyTests {

@@ -3,6 +3,8 @@ import Foundation
 import Pipeline
 import Testing
 @testable import pipelinectl
+import Kafka
+import Operations
 
 /// Golden `--help` of the operator commands and golden tables. `UPDATE_GOLDEN=1` rewrites the
 /// files in Golden/ instead of comparing (review the diff before committing it).

@@ -3,6 +3,8 @@ import Testing
 import Pipeline
 import Workers
 @testable import Thumbnails
+import Kafka
+import Operations
 
 /// The thumbnail worker on the real local broker, fetching from a local HTTP server on port 0
 /// that serves real generated images, with the failures of the real world mixed in.

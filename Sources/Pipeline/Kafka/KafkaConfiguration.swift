@@ -250,7 +250,7 @@ func milliseconds(_ d: Duration) -> String { String(d.wholeMilliseconds) }
 
 extension Duration {
     /// Whole milliseconds (sub-millisecond parts dropped), as librdkafka's `*.ms` settings and timeouts take them.
-    var wholeMilliseconds: Int64 {
+    package var wholeMilliseconds: Int64 {
         let (seconds, attoseconds) = components
         return seconds * 1000 + attoseconds / 1_000_000_000_000_000
     }
@@ -259,5 +259,5 @@ extension Duration {
     var timeoutMilliseconds: Int32 { Int32(clamping: wholeMilliseconds) }
 
     /// Seconds, with the fraction (metrics, logs).
-    var asSeconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
+    package var asSeconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
 }

@@ -70,7 +70,7 @@ public struct KafkaError: Error, Sendable, Hashable, CustomStringConvertible {
 
     static let closed = KafkaError(code: .closed, message: "the client is closed")
 
-    static func timedOut(_ what: String) -> KafkaError {
+    package static func timedOut(_ what: String) -> KafkaError {
         KafkaError(code: .timedOut, message: "\(what) did not finish before its deadline", isRetriable: true)
     }
 

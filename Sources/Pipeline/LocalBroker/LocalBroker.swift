@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import Kafka
 
 /// The local Kafka-compatible broker (tansu) the demo, the tests and `pipelinectl` run against.
 ///

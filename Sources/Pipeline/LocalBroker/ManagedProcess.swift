@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import Kafka
 
 /// A child process (posix_spawn) whose combined output is read by a dedicated thread, so the caller can
 /// await a line (an event) instead of sleeping, and the pipe never fills up.

@@ -5,6 +5,7 @@ import NIOPosix
 import Prometheus
 import ServiceLifecycle
 import Synchronization
+import Kafka
 
 /// The worker's HTTP endpoint: `/metrics` (Prometheus text format), `/healthz` and `/readyz`
 /// (200 or 503 with the reason). A `Service`: it listens until graceful shutdown; in a

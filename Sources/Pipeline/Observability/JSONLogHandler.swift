@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import Workers
+import Kafka
 
 /// swift-log handler writing one JSON object per line to standard error
 /// (`{"ts":…,"level":…,"label":…,"message":…,"stage":…,…}`), for log shippers.

@@ -1,20 +1,21 @@
 import Synchronization
+import Kafka
 
 /// Lets a kind of log line through at most `burst` times per `interval`; the first line after a
 /// quiet spell says how many were suppressed. One line per dead letter or retry would flood the
 /// log when a whole stream turns bad.
-final class LogRateLimiter: Sendable {
+package final class LogRateLimiter: Sendable {
     let burst: Int
     let interval: Duration
     private let state = Mutex<[String: (windowStart: ContinuousClock.Instant, count: Int, suppressed: Int)]>([:])
 
-    init(burst: Int = 10, interval: Duration = .seconds(10)) {
+    package init(burst: Int = 10, interval: Duration = .seconds(10)) {
         self.burst = burst
         self.interval = interval
     }
 
     /// nil: drop this line. Otherwise how many lines of this kind were dropped before it.
-    func admit(_ kind: String, now: ContinuousClock.Instant = .now) -> Int? {
+    package func admit(_ kind: String, now: ContinuousClock.Instant = .now) -> Int? {
         state.withLock { s in
             var entry = s[kind] ?? (now, 0, 0)
             if now - entry.windowStart >= interval { entry = (now, 0, entry.suppressed) }

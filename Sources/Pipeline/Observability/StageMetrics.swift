@@ -1,4 +1,5 @@
 import Metrics
+import Kafka
 
 /// Every metric a worker exports, named once. Prometheus names (through swift-prometheus):
 ///

@@ -1,4 +1,5 @@
 import Synchronization
+import Kafka
 
 /// Liveness and readiness of a worker, from what its loop reports.
 ///

@@ -1,4 +1,5 @@
 import Workers
+import Kafka
 
 /// A dead letter as read from the dead-letter topic, with where it sits there.
 public struct DeadLetterEntry: Sendable {

@@ -1,3 +1,4 @@
+import Kafka
 /// Consumer-lag status with Burrow's rules (github.com/linkedin/Burrow, "Consumer Lag
 /// Evaluation Rules"), evaluated over a sliding window of commits per partition.
 ///

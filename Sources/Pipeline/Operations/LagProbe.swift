@@ -1,4 +1,5 @@
 import Foundation
+import Kafka
 
 /// One partition's lag as observed now.
 public struct PartitionLag: Sendable, Hashable, Codable {

@@ -1,3 +1,4 @@
+import Kafka
 /// Where `groups reset-offsets` moves a group's committed offsets.
 public enum OffsetResetTarget: Sendable, Hashable {
     case earliest

@@ -1,5 +1,6 @@
 import Foundation
 import Workers
+import Kafka
 
 /// The upstream streams `pipelinectl produce` takes, each with its input topic and the entity
 /// its records are keyed by (so that one entity's records stay in order on one partition).

@@ -1,5 +1,6 @@
 import Foundation
 import Workers
+import Kafka
 
 /// Records as JSON lines: `{"topic","partition","offset","timestamp","key","value","headers"}`,
 /// the envelope `pipelinectl run` and `pipelinectl produce` read back. A value that is valid

@@ -1,4 +1,5 @@
 import Foundation
+import Kafka
 
 /// A point in time given on the command line: epoch milliseconds, an ISO-8601 date-time
 /// (`2024-03-04T09:00:00Z`, `2024-03-04T09:00:00+09:00`, `2024-03-04`), or a duration before now

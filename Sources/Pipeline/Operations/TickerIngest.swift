@@ -1,6 +1,8 @@
 import Foundation
 import Logging
 import Workers
+import Kafka
+import Pipeline
 
 /// Upbit's ticker WebSocket (`wss://api.upbit.com/websocket/v1`): what to send on connect.
 public enum UpbitTicker {

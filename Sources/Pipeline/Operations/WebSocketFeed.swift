@@ -5,6 +5,7 @@ import NIOPosix
 import NIOSSL
 import NIOWebSocket
 import Synchronization
+import Kafka
 
 /// A WebSocket feed that stays connected: it connects, sends the subscription messages, and
 /// yields every text and binary message the server sends, in order; when the connection drops

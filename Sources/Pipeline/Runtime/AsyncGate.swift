@@ -1,4 +1,5 @@
 import Synchronization
+import Kafka
 
 /// A counting semaphore for tasks: at most `limit` holders at once, the others suspended (not
 /// blocking a thread) in FIFO order.

@@ -1,4 +1,5 @@
 import Synchronization
+import Kafka
 
 /// Bounds the work a worker holds in flight (records and bytes submitted to the producer whose
 /// outcome is not settled yet).

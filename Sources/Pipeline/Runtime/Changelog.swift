@@ -1,5 +1,6 @@
 import Foundation
 import Workers
+import Kafka
 
 /// A stateful stage's changelog: a compacted topic holding, per lane (an input partition, or the
 /// same partition of each joined input topic), the latest checkpoint of the stage state and the

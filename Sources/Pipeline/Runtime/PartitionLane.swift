@@ -3,6 +3,7 @@ import Synchronization
 import Logging
 import Metrics
 import Workers
+import Kafka
 
 /// Outputs of one partition on their way: what was submitted, for which inputs, and the offset
 /// that may be stored once all of it (and everything submitted before it) is delivered.

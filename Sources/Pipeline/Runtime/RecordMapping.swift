@@ -1,4 +1,5 @@
 import Workers
+import Kafka
 
 /// The one place Kafka records and stage records convert into each other.
 enum RecordMapping {

@@ -1,4 +1,5 @@
 import Synchronization
+import Kafka
 
 /// What a stage service has done so far (read by tests, the demo and, later, metrics).
 public final class StageCounters: Sendable {
@@ -44,9 +45,4 @@ public final class StageCounters: Sendable {
         guard let first = firstProcessed.withLock({ $0 }), let last = lastSettled.withLock({ $0 }), last > first else { return 0 }
         return (last - first).asSeconds
     }
-}
-
-extension Atomic where Value == Int {
-    func add(_ n: Int) { _ = wrappingAdd(n, ordering: .relaxed) }
-    public var value: Int { load(ordering: .relaxed) }
 }

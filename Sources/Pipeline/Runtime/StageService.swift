@@ -4,6 +4,7 @@ import Metrics
 import ServiceLifecycle
 import Synchronization
 import Workers
+import Kafka
 
 /// How a worker process connects and stops.
 public struct WorkerSettings: Sendable {

@@ -1,5 +1,6 @@
 import Synchronization
 import Workers
+import Kafka
 
 /// Delivery failures of the open transaction, recorded by the lanes' settlers.
 final class TransactionFailures: Sendable {

@@ -1,6 +1,7 @@
 import Foundation
 import Workers
 import Yams
+import Kafka
 
 /// The pipeline's declarative description: its topics and its stages (one consumer group each).
 ///

@@ -1,3 +1,4 @@
+import Kafka
 /// What applying a topology's topics to a cluster did and found.
 public struct TopologyApplyReport: Sendable {
     public var created: [String] = []

@@ -1,10 +1,10 @@
 import CKafka
 import Logging
-import Pipeline
 
-/// librdkafka's in-process mock cluster, for tests and fault injection. It is a test double,
-/// not the local broker the product runs on: it lives in the `PipelineTesting` product, which
-/// tests link and the binaries do not.
+/// librdkafka's in-process mock cluster (`rdkafka_mock.h`), for tests and fault injection
+/// (`pipelinectl chaos --broker mock`). A test double, not a broker to run the pipeline on: its
+/// brokers listen on loopback TCP ports, so other clients and processes can use it, and it takes
+/// brokers down, moves partition leaders and fails requests on demand.
 public final class KafkaMockCluster: @unchecked Sendable {  // librdkafka's mock API is thread-safe
     private let client: RDKafkaClient
     private let cluster: OpaquePointer
