@@ -115,7 +115,7 @@ let package = Package(
         .target(
             name: "PipelineTesting",
             dependencies: [
-                "Kafka", .product(name: "Logging", package: "swift-log"),
+                "Kafka", "Workers", .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -159,6 +159,7 @@ let package = Package(
                 "Kafka", "Pipeline", "Operations", "PipelineTesting", "Workers", "WorkersTesting",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOWebSocket", package: "swift-nio"),
+                .product(name: "MetricsTestKit", package: "swift-metrics"),
             ]),
         .testTarget(
             name: "IntegrationTests",

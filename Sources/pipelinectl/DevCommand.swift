@@ -213,10 +213,13 @@ final class DevSession {
         config.autoCommit = false
         guard let reader = try? KafkaConsumer(configuration: config) else { return }
         let partitions = topology.topic(named: "notifications.fcm")?.partitions ?? 1
-        try? reader.assign((0..<partitions).map { TopicPartitionOffset("notifications.fcm", Int32($0), offset: TopicPartitionOffset.beginning) })
+        let start = (0..<partitions).map { TopicPartitionOffset("notifications.fcm", Int32($0), offset: TopicPartitionOffset.beginning) }
         notificationReader = reader
         let box = lastNotification
-        notificationTask = Task { await tailNotifications(reader, into: box) }
+        notificationTask = Task {
+            guard (try? await reader.assign(start)) != nil else { return }
+            await tailNotifications(reader, into: box)
+        }
     }
 
     /// "title: body" of an FCM payload, or the start of the value.

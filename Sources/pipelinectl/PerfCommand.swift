@@ -94,7 +94,7 @@ struct Perf: AsyncParsableCommand {
                 let admin = try KafkaAdmin(configuration: connection.kafka)
                 let partitions = try await admin.describeTopic(topic).partitions
                 await admin.close()
-                try consumer.assign((0..<partitions).map { TopicPartitionOffset(topic, Int32($0), offset: TopicPartitionOffset.beginning) })
+                try await consumer.assign((0..<partitions).map { TopicPartitionOffset(topic, Int32($0), offset: TopicPartitionOffset.beginning) })
             } else {
                 try consumer.subscribe([topic])
             }

@@ -86,6 +86,9 @@ struct Worker: AsyncParsableCommand {
     }
 
     func run() async throws {
+        // First of all: a SIGTERM at any moment of the start stops the worker gracefully instead
+        // of killing it (the default action), and one that comes before the services run is kept.
+        let signals = WorkerSignals.install(escalateAfter: shutdownDeadline + .seconds(5))
         try Preflight.checkRuntime()
         let servers = try bootstrapServers()
         let topology: Topology
@@ -138,17 +141,17 @@ struct Worker: AsyncParsableCommand {
         let service = try StageService(
             definition: definition, topology: topology, settings: settings, health: health, logger: logger, concurrent: concurrent?.stage)
 
-        let signals = SignalEscalation(deadline: shutdownDeadline + .seconds(5), logger: logger)
-        signals.install()
         let group = ServiceGroup(
             // Shutdown runs in reverse: the stage stops first, the endpoint last.
             // A stage that stops by itself (--stop-after) shuts the group down gracefully.
+            // Signals come through `signals`, installed before anything else.
             configuration: .init(
                 services: [
                     .init(service: endpoint),
                     .init(service: service, successTerminationBehavior: .gracefullyShutdownGroup),
                 ],
-                gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+                logger: logger))
+        signals.attach(logger: logger) { Task { await group.triggerGracefulShutdown() } }
         try await group.run()
     }
 }
@@ -159,45 +162,65 @@ extension Topology.Stage {
     var rendersThumbnails: Bool { chain == [ThumbnailStage.stageName] }
 }
 
-/// After the first SIGTERM/SIGINT (which the service group turns into a graceful shutdown): a
-/// second signal exits at once, and a shutdown that overruns its deadline exits with status 1.
-// @unchecked: every stored property is immutable after init except `count` (a Mutex); Dispatch
-// sources are thread-safe.
-final class SignalEscalation: @unchecked Sendable {
-    let deadline: Duration
-    let logger: Logger
-    private let sources: [DispatchSourceSignal]
-    private let queue = DispatchQueue(label: "signal-escalation")
-    private let count = Mutex(0)
+/// SIGTERM and SIGINT for a worker, handled from the first moment of its run: the first one
+/// begins a graceful stop (at once if the services run, or as soon as they are attached), and
+/// exits with status 1 if the stop overruns `escalateAfter`; a second one exits at once.
+// @unchecked: the Dispatch sources are immutable after init and thread-safe; the rest is in a Mutex.
+final class WorkerSignals: @unchecked Sendable {
+    private struct State {
+        var received = 0
+        var logger: Logger?
+        var stop: (@Sendable () -> Void)?
+    }
 
-    init(deadline: Duration, logger: Logger) {
-        self.deadline = deadline
-        self.logger = logger
+    let escalateAfter: Duration
+    private let sources: [DispatchSourceSignal]
+    private let queue = DispatchQueue(label: "worker-signals")
+    private let state = Mutex(State())
+
+    private init(escalateAfter: Duration) {
+        self.escalateAfter = escalateAfter
         self.sources = [SIGTERM, SIGINT].map { DispatchSource.makeSignalSource(signal: $0, queue: DispatchQueue(label: "signal")) }
     }
 
-    func install() {
-        for (source, sig) in zip(sources, [SIGTERM, SIGINT]) {
+    /// Takes over SIGTERM and SIGINT (their default action would end the process).
+    static func install(escalateAfter: Duration) -> WorkerSignals {
+        let signals = WorkerSignals(escalateAfter: escalateAfter)
+        for (source, sig) in zip(signals.sources, [SIGTERM, SIGINT]) {
             signal(sig, SIG_IGN)
-            source.setEventHandler { [self] in received(sig) }
+            source.setEventHandler { [signals] in signals.received(sig) }
             source.resume()
+        }
+        return signals
+    }
+
+    /// From now on a signal logs here and runs `stop`; one that came before runs it now.
+    func attach(logger: Logger, stop: @escaping @Sendable () -> Void) {
+        let earlier = state.withLock { s in
+            s.logger = logger
+            s.stop = stop
+            return s.received
+        }
+        if earlier > 0 {
+            logger.info("a signal came while the worker was starting: stopping gracefully")
+            stop()
         }
     }
 
     private func received(_ sig: Int32) {
-        let n = count.withLock { c in
-            c += 1
-            return c
+        let (n, logger, stop) = state.withLock { s in
+            s.received += 1
+            return (s.received, s.logger, s.stop)
         }
         if n == 1 {
-            logger.info("signal \(sig): stopping gracefully (a second signal exits at once)")
-            let seconds = Double(deadline.components.seconds) + Double(deadline.components.attoseconds) / 1e18
-            queue.asyncAfter(deadline: .now() + seconds) { [logger] in
-                logger.error("graceful shutdown did not finish within its deadline: exiting")
+            logger?.info("signal \(sig): stopping gracefully (a second signal exits at once)")
+            stop?()
+            queue.asyncAfter(deadline: .now() + escalateAfter.asSeconds) {
+                logger?.error("graceful shutdown did not finish within its deadline: exiting")
                 exit(1)
             }
         } else {
-            logger.warning("second signal \(sig): exiting now")
+            logger?.warning("second signal \(sig): exiting now")
             exit(128 + sig)
         }
     }

@@ -23,7 +23,7 @@ import Operations
         func apply(_ event: ConsumerEvent) {
             switch event {
             case .assigned(let partitions): assignment.formUnion(partitions)
-            case .revoked(let partitions): assignment.subtract(partitions)
+            case .revoked(let partitions), .lost(let partitions): assignment.subtract(partitions)
             case .records(let batch): records += batch
             case .endOfPartition: break
             }

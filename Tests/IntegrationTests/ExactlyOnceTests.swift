@@ -54,7 +54,7 @@ import Workers
                     garbage += 1
                     records.append(ProducerRecord(topic: "prices.raw", key: Array("bad".utf8), value: Array("{\"code\": broken \(i)".utf8)))
                 } else {
-                    records.append(WorkerProcessTests.tick(i))
+                    records.append(PriceTicks.tick(i))
                 }
             }
             let reports = try await producer.send(records)
@@ -76,7 +76,7 @@ import Workers
     static func checkExactlyOnce(
         _ service: StageService, inputs: [(record: ProducerRecord, report: DeliveryReport)], garbage: Int, topology: Topology, bootstrap: String
     ) async throws {
-        let reference = try WorkerProcessTests.reference(
+        let reference = try PriceTicks.reference(
             inputs: inputs, stages: ["prices.candles"], options: try topology.stage(named: "prices-candles").options)
         let aborted = service.counters.abortedOutputs.value
         let outputs = try await WorkerProcessTests.readAll("prices.candles", partitions: 4, bootstrap: bootstrap) { outputs in
@@ -174,7 +174,7 @@ import Workers
 
             // 20,000 inputs (5 % garbage), sent at about 2,500 a second while the workers move.
             let count = 20_000
-            let records = WorkerProcessTests.ticksWithGarbage(count)
+            let records = PriceTicks.ticksWithGarbage(count)
             let feeding = Task { () throws -> [DeliveryReport] in
                 let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [bootstrap]))
                 var reports: [DeliveryReport] = []
@@ -201,7 +201,7 @@ import Workers
             #expect(!first.output().contains("transaction aborted"), "\(first.recentOutput())")
 
             let inputs = Array(zip(records, reports))
-            let reference = try WorkerProcessTests.reference(
+            let reference = try PriceTicks.reference(
                 inputs: inputs.map { (record: $0.0, report: $0.1) }, stages: ["prices.candles"], options: try topology.stage(named: "prices-candles").options)
             let garbage = (0..<count).filter { $0 % 20 == 7 }.count
             let candles = try await WorkerProcessTests.readAll("prices.candles", partitions: 4, bootstrap: bootstrap) { outputs in
@@ -232,7 +232,7 @@ import Workers
         let service = try StageService(definition: try topology.stage(named: "prices-candles"), topology: topology, settings: Self.settings(bootstrap))
         let running = Task { try await service.run() }
         let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [bootstrap]))
-        _ = try await producer.send((0..<2_000).map(WorkerProcessTests.tick))
+        _ = try await producer.send((0..<2_000).map { PriceTicks.tick($0) })
         await producer.close()
         await #expect(throws: KafkaError.self) { try await running.value }
         #expect(service.counters.processed.value > 0)

@@ -3,6 +3,7 @@ import Foundation
 import FoundationNetworking
 #endif
 import Testing
+import PipelineTesting
 @testable import Pipeline
 @testable import Kafka
 @testable import Operations
@@ -64,7 +65,7 @@ import Testing
         // 4,000 ticks, every 20th garbage.
         let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [bootstrap]))
         let records = (0..<4000).map { i -> ProducerRecord in
-            var r = WorkerProcessTests.tick(i)
+            var r = PriceTicks.tick(i)
             if i % 20 == 3 { r.value = Array("not json \(i)".utf8) }
             return r
         }

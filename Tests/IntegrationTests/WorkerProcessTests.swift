@@ -14,9 +14,6 @@ import WorkersTesting
 /// signals while traffic flows, and a checker that compares every output with what a single
 /// uninterrupted run computes.
 @Suite(.serialized, .timeLimit(.minutes(5))) struct WorkerProcessTests {
-    static let markets = (0..<24).map { "KRW-C\($0)" }
-    static let base: Int64 = 1_700_000_000_000
-
     static let topologyYAML = """
         topics:
           - {name: prices.raw, partitions: 4}
@@ -38,19 +35,6 @@ import WorkersTesting
             inputs: [prices.raw]
             dead-letter-topic: dead-letters
         """
-
-    /// Tick `i`: market `i % 24`, trade time advancing 90 ms per tick (so 50,000 ticks span
-    /// about 75 minutes of candles).
-    static func tick(_ i: Int) -> ProducerRecord {
-        let market = markets[i % markets.count]
-        let t = base + Int64(i) * 90
-        let price = 1000.0 + Double((i * 7919) % 500)
-        let json = """
-            {"type":"ticker","code":"\(market)","trade_price":\(price),"trade_volume":\(1 + i % 5),"signed_change_rate":0.01,\
-            "trade_timestamp":\(t),"timestamp":\(t + 5),"stream_type":"REALTIME"}
-            """
-        return ProducerRecord(topic: "prices.raw", key: Array(market.utf8), value: Array(json.utf8), timestamp: t)
-    }
 
     static func pipelinectl() throws -> String {
         if let path = ProcessInfo.processInfo.environment["PIPELINECTL"] { return path }
@@ -118,16 +102,6 @@ import WorkersTesting
         return path
     }
 
-    /// Ticks with every 20th one garbage (5 %), each with an `input-id` header.
-    static func ticksWithGarbage(_ count: Int) -> [ProducerRecord] {
-        (0..<count).map { i -> ProducerRecord in
-            var r = Self.tick(i)
-            if i % 20 == 7 { r.value = Array("{\"code\":\"KRW-C1\",\"trade_price\":\"garbage \(i)\"".utf8) }
-            r.headers = [KafkaHeader(key: "input-id", string: String(i))]
-            return r
-        }
-    }
-
     /// Reads partitions of a topic from the beginning, without a group, until every partition is
     /// at its end and `done` holds for what was read (so it also reads past the expected count).
     static func readAll(
@@ -140,7 +114,7 @@ import WorkersTesting
         config.reportEndOfPartition = true
         config.autoCommit = false
         let reader = try KafkaConsumer(configuration: config)
-        try reader.assign((0..<partitions).map { TopicPartitionOffset(topic, Int32($0), offset: TopicPartitionOffset.beginning) })
+        try await reader.assign((0..<partitions).map { TopicPartitionOffset(topic, Int32($0), offset: TopicPartitionOffset.beginning) })
         var records: [ConsumerRecord] = []
         var atEnd = Set<Int32>()
         for try await event in reader {
@@ -163,23 +137,6 @@ import WorkersTesting
         }
         try await reader.close()
         return records
-    }
-
-    /// What a single uninterrupted run computes: the stage over each partition's inputs in offset order.
-    static func reference(inputs: [(record: ProducerRecord, report: DeliveryReport)], stages: [String], options: StageCatalog.Options) throws -> [String: [UInt8]] {
-        var byPartition: [Int32: [(Int64, ProducerRecord)]] = [:]
-        for (record, report) in inputs { byPartition[report.partition, default: []].append((report.offset, record)) }
-        var out: [String: [UInt8]] = [:]
-        for (partition, records) in byPartition {
-            var runner = try StageCatalog(options: options).runner(for: stages)
-            for (offset, r) in records.sorted(by: { $0.0 < $1.0 }) {
-                let input = InputRecord(
-                    key: r.key, value: r.value, headers: [], timestamp: r.timestamp ?? 0,
-                    origin: RecordOrigin(topic: r.topic, partition: partition, offset: offset))
-                for o in runner.process(input, context: StageContext(now: input.timestamp)).records { out[o.dedupeKey] = o.value }
-            }
-        }
-        return out
     }
 
     /// Jepsen-style report over the outputs: lost, wrong, unexpected, duplicated, out of order.
@@ -237,10 +194,10 @@ import WorkersTesting
 
             // 50,000 ticks, then one tick per market an hour later so every minute closes.
             let count = 50_000
-            var records = (0..<count).map(Self.tick)
-            for (m, market) in Self.markets.enumerated() {
-                var late = Self.tick(count + m)
-                let t = Self.base + Int64(count) * 90 + 3_600_000
+            var records = (0..<count).map { PriceTicks.tick($0) }
+            for (m, market) in PriceTicks.markets.enumerated() {
+                var late = PriceTicks.tick(count + m)
+                let t = PriceTicks.base + Int64(count) * 90 + 3_600_000
                 late.key = Array(market.utf8)
                 late.value = Array(#"{"type":"ticker","code":"\#(market)","trade_price":1,"trade_volume":1,"signed_change_rate":0,"trade_timestamp":\#(t),"timestamp":\#(t)}"#.utf8)
                 records.append(late)
@@ -319,7 +276,7 @@ import WorkersTesting
 
             let inputs = try await feeding.value
             await producer.close()
-            let reference = try Self.reference(inputs: inputs, stages: ["prices.candles"], options: try topology.stage(named: "prices-candles").options)
+            let reference = try PriceTicks.reference(inputs: inputs, stages: ["prices.candles"], options: try topology.stage(named: "prices-candles").options)
             #expect(reference.count > 1500)
 
             // Wait until every expected candle is out, then stop the workers and read everything.
@@ -382,7 +339,7 @@ import WorkersTesting
 
             // 20,000 records, every 20th one garbage (5 %).
             let count = 20_000
-            let records = Self.ticksWithGarbage(count)
+            let records = PriceTicks.ticksWithGarbage(count)
             let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [bootstrap]))
             var reports: [DeliveryReport] = []
             for start in stride(from: 0, to: count, by: 2000) {
@@ -450,7 +407,7 @@ import WorkersTesting
 
         func produce(_ range: Range<Int>) async throws -> [DeliveryReport] {
             let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [bootstrap]))
-            let reports = try await producer.send(range.map(Self.tick))
+            let reports = try await producer.send(range.map { PriceTicks.tick($0) })
             await producer.close()
             #expect(reports.allSatisfy { $0.error == nil })
             return reports

@@ -29,7 +29,7 @@ import PipelineTesting
                 try consumer.store(batch)
             case .endOfPartition(let end):
                 ended.insert(end.partition)
-            case .assigned, .revoked:
+            case .assigned, .revoked, .lost:
                 break
             }
             if ended.count == partitions && records.count >= expected { break }

@@ -156,6 +156,51 @@ import PipelineTesting
         #expect(committed == [TopicPartitionOffset("commits", 0, offset: 20)])
     }
 
+    /// A member that closes while its group rebalances commits its stored offsets once the
+    /// rebalance is over, but only of the partitions it still holds then: the others belong to
+    /// another member, which may have committed past them (a commit of ours would move their
+    /// offsets back). Here A stored offsets of all four partitions and closes while a second
+    /// member joins; its commit inside the revocation is refused (REBALANCE_IN_PROGRESS), and
+    /// after the rebalance it holds two of the four.
+    @Test func aCloseDuringARebalanceCommitsOnlyThePartitionsItStillHolds() async throws {
+        let mock = try KafkaMockCluster(brokers: 1)
+        try mock.createTopic("split", partitions: 4)
+        let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [mock.bootstrapServers]))
+        _ = try await producer.send((0..<100).map { ProducerRecord(topic: "split", partition: Int32($0 % 4), value: Array("\($0)".utf8)) })
+        await producer.close()
+        func member() throws -> KafkaConsumer {
+            var config = ConsumerConfiguration(bootstrapServers: [mock.bootstrapServers], groupID: "split")
+            config.sessionTimeout = .milliseconds(6000)
+            config.heartbeatInterval = .milliseconds(300)
+            config.autoCommit = false
+            config.assignmentStrategy = .range
+            let consumer = try KafkaConsumer(configuration: config)
+            try consumer.subscribe(["split"])
+            return consumer
+        }
+        let a = try member()
+        var events = a.makeAsyncIterator()
+        var seen = 0
+        while seen < 100, let event = try await events.next() {
+            if case .records(let batch) = event { seen += batch.count }
+        }
+        let all = (0..<4).map { TopicPartition("split", Int32($0)) }
+        try a.store(offsets: all.map { TopicPartitionOffset($0.topic, $0.partition, offset: 10) })
+        let b = try member()
+        let bTask = Task { for try await _ in b {} }
+        guard case .revoked? = try await events.next() else { Issue.record("expected a revocation"); return }
+        // OffsetCommit (API key 8): the commit inside the revocation is refused as mid-rebalance.
+        mock.pushRequestErrors(apiKey: 8, errorCodes: [27])
+        try await a.close(deadline: .seconds(20))
+        let admin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: [mock.bootstrapServers]))
+        let committed = try await admin.committedOffsets(group: "split", partitions: all)
+        await admin.close()
+        #expect(committed.filter { $0.offset == 10 }.count == 2, "only the two partitions A holds after the rebalance: \(committed)")
+        #expect(committed.filter { $0.offset < 0 }.count == 2, "B's two are left to B: \(committed)")
+        try await b.close()
+        _ = try? await bTask.value
+    }
+
     /// The wake-up that ends a waiting poll when the application closes must never reach
     /// `rd_kafka_consumer_close`: a queue yield there ends its wait for the TERMINATE reply, and
     /// the close fails with `_TIMED_OUT` or, left half done, overruns its deadline in destroy.

@@ -55,7 +55,7 @@ import Workers
             var config = ConsumerConfiguration(bootstrapServers: [mock.bootstrapServers], groupID: "read-\(topic)")
             config.reportEndOfPartition = true
             let reader = try KafkaConsumer(configuration: config)
-            try reader.assign((0..<partitions).map { TopicPartitionOffset(topic, Int32($0), offset: TopicPartitionOffset.beginning) })
+            try await reader.assign((0..<partitions).map { TopicPartitionOffset(topic, Int32($0), offset: TopicPartitionOffset.beginning) })
             var records: [ConsumerRecord] = []
             var ended = Set<Int32>()
             for try await event in reader {

@@ -83,7 +83,7 @@ import Workers
         var config = ConsumerConfiguration(bootstrapServers: [mock.bootstrapServers], groupID: "reader")
         config.sessionTimeout = .seconds(6)
         let reader = try KafkaConsumer(configuration: config)
-        try reader.assign([TopicPartitionOffset("notifications", 0, offset: TopicPartitionOffset.beginning)])
+        try await reader.assign([TopicPartitionOffset("notifications", 0, offset: TopicPartitionOffset.beginning)])
         var notification: ConsumerRecord?
         for try await event in reader {
             if case .records(let batch) = event, let first = batch.first {

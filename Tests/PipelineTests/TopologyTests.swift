@@ -101,6 +101,23 @@ import Workers
         #expect(chained.description.contains("thumbnails.render does I/O and runs alone in its stage"))
     }
 
+    /// Each stage declares its option keys and reads them: a key no stage of the chain takes is
+    /// refused with the keys the chain does take, and a stage's own error keeps its line and path.
+    @Test func optionsBelongToTheStagesThatDeclareThem() throws {
+        let notCandles = try #require(Self.error(Self.valid.replacingOccurrences(of: "chain: [prices.decode, prices.candles]", with: "chain: [prices.decode]")))
+        #expect(notCandles.description == "t.yaml:22: stages[0].options.candle-lateness: unknown key; prices.decode takes no options")
+        let typo = try #require(Self.error(Self.valid.replacingOccurrences(of: "candle-lateness: 2s", with: "candle-latenes: 2s")))
+        #expect(typo.message == "unknown key; prices.decode,prices.candles takes: candle-lateness")
+        let badDuration = try #require(Self.error(Self.valid.replacingOccurrences(of: "candle-lateness: 2s", with: "candle-lateness: soon")))
+        #expect(badDuration.description == "t.yaml:22: stages[0].options.candle-lateness: expected a duration such as 250ms, 2s, 5m or 1h, found 'soon'")
+        let alerts = Self.valid.replacingOccurrences(of: "chain: [prices.decode, prices.candles]", with: "chain: [prices.alerts]")
+            .replacingOccurrences(of: "options: {candle-lateness: 2s}", with: "options:\n      alerts:\n        - {subscriber: s1, market: KRW-BTC, threshold: 0.05}\n        - {subscriber: s2, market: KRW-ETH}")
+        let missing = try #require(Self.error(alerts))
+        #expect(missing.description == "t.yaml:25: stages[0].options.alerts[1]: an alert needs subscriber, market and threshold")
+        let good = try Topology.parse(alerts.replacingOccurrences(of: "market: KRW-ETH}", with: "market: KRW-ETH, threshold: -0.03}"), source: "t.yaml")
+        #expect(try good.stage(named: "prices-candles").options.alerts.map(\.threshold) == [0.05, -0.03])
+    }
+
     static func error(_ yaml: String) -> TopologyError? {
         do {
             _ = try Topology.parse(yaml, source: "t.yaml")
@@ -143,6 +160,22 @@ import Workers
         let e = try #require(Self.error(Self.valid.replacingOccurrences(of: "config: {cleanup.policy: compact}", with: "config: {cleanup.policy: delete}")))
         #expect(e.path == "stages[0].changelog")
         #expect(e.message.contains("cleanup.policy: compact"))
+    }
+
+    /// Two stages checkpointing into one changelog topic would read each other's states as their
+    /// own (the keys name a lane, and both stages have lanes of the same input partitions).
+    @Test func twoStagesCannotShareAChangelog() throws {
+        let shared = Self.valid + """
+
+              - name: prices-latest
+                chain: [prices.latest]
+                inputs: [prices.raw]
+                dead-letter-topic: dead-letters
+                changelog: prices.candles.changelog
+            """
+        let e = try #require(Self.error(shared))
+        #expect(e.path == "stages[1].changelog", "\(e)")
+        #expect(e.message.contains("prices-candles"), "names the other stage: \(e)")
     }
 
     @Test func aStatefulStageWithoutChangelogIsRefusedAtStart() throws {

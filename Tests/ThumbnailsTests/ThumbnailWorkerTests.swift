@@ -157,7 +157,7 @@ import Operations
         config.reportEndOfPartition = true
         config.autoCommit = false
         let reader = try KafkaConsumer(configuration: config)
-        try reader.assign((0..<partitions).map { TopicPartitionOffset(topic, Int32($0), offset: TopicPartitionOffset.beginning) })
+        try await reader.assign((0..<partitions).map { TopicPartitionOffset(topic, Int32($0), offset: TopicPartitionOffset.beginning) })
         var records: [ConsumerRecord] = []
         var ended = Set<Int32>()
         for try await event in reader {

@@ -7,33 +7,58 @@ import Synchronization
 /// whichever finishes first, the work or the timer, resumes the caller; the work goes on in the
 /// background when the timer wins.
 public enum Deadline {
-    /// The work's result, or nil when `deadline` passed first.
-    public static func race<T: Sendable>(_ deadline: Duration, _ work: @escaping @Sendable () async -> T) async -> T? {
+    /// The work's result, or nil when `deadline` passed first. The work is `sending`: what it
+    /// captures goes with it to its task (the caller must not touch it afterwards).
+    public static func race<T: Sendable>(_ deadline: Duration, _ work: sending @escaping () async -> T) async -> T? {
         let slot = Slot<T?>()
-        return await withCheckedContinuation { (continuation: CheckedContinuation<T?, Never>) in
-            slot.set(continuation)  // before either task can finish
-            let timer = Task {
-                do { try await Task.sleep(for: deadline) } catch { return }  // cancelled: the work won
-                slot.resume(nil)
-            }
-            Task {
-                let value = await work()
-                slot.resume(value)
-                timer.cancel()
-            }
+        let timer = Task {
+            do { try await Task.sleep(for: deadline) } catch { return }  // cancelled: the work won
+            slot.resolve(nil)
         }
+        Task {
+            let value = await work()
+            slot.resolve(value)
+            timer.cancel()
+        }
+        return await withCheckedContinuation { slot.wait($0) }
     }
 
-    /// A continuation resumed by the first of several racers.
+    /// The first of several racers' results, for one waiter that may come before or after it.
     private final class Slot<T: Sendable>: Sendable {
-        private let continuation = Mutex<CheckedContinuation<T, Never>?>(nil)
-        func set(_ c: CheckedContinuation<T, Never>) { continuation.withLock { $0 = c } }
-        func resume(_ value: T) {
-            let c = continuation.withLock { c in
-                defer { c = nil }
-                return c
+        private enum State {
+            case empty
+            case waiting(CheckedContinuation<T, Never>)
+            case resolved(T)
+            case done
+        }
+        private let state = Mutex(State.empty)
+
+        func wait(_ c: CheckedContinuation<T, Never>) {
+            let ready: T? = state.withLock { s in
+                if case .resolved(let value) = s {
+                    s = .done
+                    return value
+                }
+                s = .waiting(c)
+                return nil
             }
-            c?.resume(returning: value)
+            if let ready { c.resume(returning: ready) }
+        }
+
+        func resolve(_ value: T) {
+            let waiter: CheckedContinuation<T, Never>? = state.withLock { s in
+                switch s {
+                case .empty:
+                    s = .resolved(value)
+                    return nil
+                case .waiting(let c):
+                    s = .done
+                    return c
+                case .resolved, .done:
+                    return nil
+                }
+            }
+            waiter?.resume(returning: value)
         }
     }
 }

@@ -6,13 +6,19 @@ import Synchronization
 public enum ConsumerEvent: Sendable, Hashable {
     /// Records in partition order (at most ``ConsumerConfiguration/maxBatchSize``).
     case records([ConsumerRecord])
-    /// Partitions given to this member. They are assigned already (they can be paused, their
-    /// committed offsets looked up), but none of their records arrives before the application
-    /// asks for the next event, so it can prepare (e.g. load state) first.
+    /// Partitions given to this member. They are assigned when the application asks for the
+    /// next event, so it can prepare first: load state, choose where a partition starts
+    /// (``KafkaConsumer/seek(_:)`` of one of them sets its start instead of the committed offset),
+    /// pause some (``KafkaConsumer/pause(_:)``). ``KafkaConsumer/assignment()`` includes them meanwhile.
     case assigned([TopicPartition])
     /// Partitions taken away. They stay assigned until the application asks for the next event,
     /// so it can finish work and commit their offsets first.
     case revoked([TopicPartition])
+    /// Partitions taken away without a revocation: the member lost its place in the group (its
+    /// session expired, e.g. the process was stopped for longer than `session.timeout.ms`).
+    /// They may belong to another member already: nothing of theirs can be committed, and
+    /// stored offsets of theirs are dropped.
+    case lost([TopicPartition])
     /// A partition was read to its end (only with ``ConsumerConfiguration/reportEndOfPartition``);
     /// the offset is the next one that will be written.
     case endOfPartition(TopicPartitionOffset)
@@ -53,8 +59,11 @@ public final class KafkaConsumer: AsyncSequence, Sendable {
     /// Reads these partitions from these offsets without joining the group (manual assignment;
     /// use instead of ``subscribe(_:)``). ``TopicPartitionOffset/beginning`` and
     /// ``TopicPartitionOffset/end`` are the logical offsets. An empty list unassigns.
-    public func assign(_ offsets: [TopicPartitionOffset]) throws(KafkaError) {
-        try core.consumer.client.using { () throws(KafkaError) in try core.consumer.assign(offsets) }
+    ///
+    /// Everything fetched for an earlier assignment and not handed out yet is dropped: the next
+    /// event belongs to this one.
+    public func assign(_ offsets: [TopicPartitionOffset]) async throws(KafkaError) {
+        try await core.perform(.assign(offsets))
     }
 
     public struct AsyncIterator: AsyncIteratorProtocol {
@@ -112,9 +121,11 @@ public final class KafkaConsumer: AsyncSequence, Sendable {
         }
     }
 
-    /// Stores explicit offsets (each the next offset to read).
+    /// Stores explicit offsets (each the next offset to read). Offsets of partitions of an
+    /// assignment the application is handling are stored once it is made.
     public func store(offsets: [TopicPartitionOffset]) throws(KafkaError) {
-        try core.consumer.client.using { () throws(KafkaError) in try core.consumer.store(offsets) }
+        let now = core.storeAssigned(offsets)
+        if !now.isEmpty { try core.consumer.client.using { () throws(KafkaError) in try core.consumer.store(now) } }
         core.remember(offsets)
     }
 
@@ -144,21 +155,34 @@ public final class KafkaConsumer: AsyncSequence, Sendable {
         try core.consumer.client.using { () throws(KafkaError) in try core.consumer.position(partitions) }
     }
 
-    /// The partitions currently assigned to this member.
+    /// The partitions assigned to this member, and those of an assignment the application is
+    /// handling (``ConsumerEvent/assigned(_:)``).
     public func assignment() throws(KafkaError) -> [TopicPartition] {
-        try core.consumer.client.using { () throws(KafkaError) in try core.consumer.assignment() }
+        let assigned = try core.consumer.client.using { () throws(KafkaError) in try core.consumer.assignment() }
+        return assigned + core.partitionsBeingAssigned.filter { !assigned.contains($0) }
     }
 
-    /// Stops fetching from these partitions (the assignment is kept).
     /// The group membership to send with a transaction's offsets (``KafkaProducer/sendOffsetsToTransaction(_:group:timeout:)``).
     public func groupMetadata() throws(KafkaError) -> ConsumerGroupMetadata {
         try core.consumer.client.using { () throws(KafkaError) in try core.consumer.groupMetadata() }
     }
 
-    /// Moves the read position of assigned partitions (e.g. back to the first input of an aborted
-    /// transaction). Records fetched before may still arrive once, from batches already handed out.
-    public func seek(_ offsets: [TopicPartitionOffset]) throws(KafkaError) {
-        try core.consumer.client.using { () throws(KafkaError) in try core.consumer.seek(offsets) }
+    /// Moves the read position of partitions (e.g. back to the first input of an aborted
+    /// transaction). Records of theirs fetched before the seek and not handed out yet are
+    /// dropped: the next one of each partition is the one sought (or the first after it).
+    ///
+    /// For a partition of an assignment the application is handling (``ConsumerEvent/assigned(_:)``),
+    /// this is where it starts. While the application handles a revocation the seek is made
+    /// when the rebalance completes, before any further event; an error of that seek is thrown
+    /// by the next `next()`.
+    ///
+    /// Returns how many events this consumer had handed out when the seek was made: an
+    /// application that keeps events it has not handled yet (fetched ahead of its own work) must
+    /// drop those partitions' records from events up to that one.
+    @discardableResult
+    public func seek(_ offsets: [TopicPartitionOffset]) async throws(KafkaError) -> Int {
+        guard let rest = core.startAssigned(offsets) else { return core.eventsDelivered }
+        return try await core.perform(.seek(rest))
     }
 
     /// Stops fetching these partitions until ``resume(_:)``. librdkafka also throws away what it
@@ -166,7 +190,9 @@ public final class KafkaConsumer: AsyncSequence, Sendable {
     /// fetches it again from the application's position (librdkafka issues #1849, #5343): do not
     /// pause as a matter of course for flow control; stop asking for events instead.
     public func pause(_ partitions: [TopicPartition]) throws(KafkaError) {
-        try core.consumer.client.using { () throws(KafkaError) in try core.consumer.pause(partitions) }
+        let rest = core.pauseAssigned(partitions)
+        guard !rest.isEmpty else { return }
+        try core.consumer.client.using { () throws(KafkaError) in try core.consumer.pause(rest) }
     }
 
     public func resume(_ partitions: [TopicPartition]) throws(KafkaError) {
@@ -180,6 +206,9 @@ public final class KafkaConsumer: AsyncSequence, Sendable {
 
     /// Rebalance callbacks librdkafka has begun on the poll thread (tests).
     var rebalanceCallbacks: Int { core.rebalanceCallbacks.value }
+
+    /// Events the poll thread has fetched ahead and not handed out yet (tests).
+    var bufferedEvents: Int { core.bufferedEvents.value }
 
     /// librdkafka's latest statistics, when ``ConsumerConfiguration/statisticsInterval`` is set.
     public var statistics: KafkaStatistics? { core.consumer.rebalance.statistics.withLock { $0 } }
@@ -203,6 +232,13 @@ public final class KafkaConsumer: AsyncSequence, Sendable {
 /// State lives behind `condition`; the poll thread waits on it for demand, the application's
 /// `next()` signals it. `outbox` is touched only by the poll thread (also from inside the
 /// rebalance callback, which librdkafka runs on the polling thread).
+///
+/// Position changes (``KafkaConsumer/seek(_:)``, ``KafkaConsumer/assign(_:)``) are commands the
+/// poll thread carries out between two polls: it drops what it fetched for the old positions
+/// and then calls librdkafka, whose op-version barrier drops what librdkafka itself fetched.
+/// Everything fetched before the command is gone; everything after it is for the new position.
+/// (A seek made on another thread could not tell apart the records a poll returned just before
+/// it from those returned just after.)
 final class ConsumerCore: @unchecked Sendable {
     let consumer: RDKafkaConsumer
     let maxBatchSize: Int
@@ -216,8 +252,23 @@ final class ConsumerCore: @unchecked Sendable {
     private var closeResult: KafkaError?? = .none
     /// Set by the poll thread once it stopped polling to close; no wake-up after that.
     private var finishing = false
+    /// Position changes waiting for the poll thread.
+    private var commands: [Command] = []
+    /// The poll thread is inside a rebalance callback, waiting for the application: commands
+    /// are carried out when the callback returns (the poll that served it may still return
+    /// records fetched before them, which they must drop).
+    private var inRebalance = false
+    /// An assignment the application is handling (until it is made): where it wants each
+    /// partition to start, which it paused, and offsets it stored for them.
+    private var assigning: (partitions: [TopicPartition], answer: RDKafkaAssignmentAnswer, stores: [TopicPartitionOffset])?
+    /// The error of a command carried out after a rebalance, for the next `next()`.
+    private var deferredError: KafkaError?
+    /// Events handed to the application so far.
+    private var deliveredEvents = 0
     // Poll thread only:
-    private var outbox: [ConsumerEvent] = []
+    private var outbox: [ConsumerEvent] = [] { didSet { bufferedEvents.store(outbox.count, ordering: .relaxed) } }
+    /// Events fetched ahead and not handed out yet (tests wait on it).
+    let bufferedEvents = Atomic<Int>(0)
     private var pendingBatch: [ConsumerRecord] = []
     /// Partitions revoked by a rebalance callback that librdkafka served from inside
     /// `rd_kafka_consume_batch_queue`: records of theirs that the same call returned must not be
@@ -225,6 +276,17 @@ final class ConsumerCore: @unchecked Sendable {
     /// reads them again).
     private var revokedWhileDraining: Set<TopicPartition> = []
     private var names = RDKafkaConsumer.TopicNames()
+
+    /// A position change, and who waits for it (nil: nobody, it was deferred past a rebalance):
+    /// its error, and how many events had been handed out when it was made.
+    struct Command {
+        enum Kind {
+            case seek([TopicPartitionOffset])
+            case assign([TopicPartitionOffset])
+        }
+        var kind: Kind
+        var done: CheckedContinuation<(KafkaError?, Int), Never>?
+    }
 
     init(consumer: RDKafkaConsumer, maxBatchSize: Int) {
         self.consumer = consumer
@@ -235,7 +297,7 @@ final class ConsumerCore: @unchecked Sendable {
     let rebalanceCallbacks = Atomic<Int>(0)
 
     func start() {
-        consumer.rebalance.handler = { [unowned self] assigned, partitions in
+        consumer.rebalance.handler = { [unowned self] kind, partitions, assignment in
             rebalanceCallbacks.add(1)
             // Everything polled before the rebalance goes out first, then the rebalance event;
             // the assignment changes only once the application asks for the next event.
@@ -243,30 +305,57 @@ final class ConsumerCore: @unchecked Sendable {
                 outbox.append(.records(pendingBatch))
                 pendingBatch = []
             }
-            if !assigned { revokedWhileDraining.formUnion(partitions) }
+            if kind != .assigned { revokedWhileDraining.formUnion(partitions) }
+            if kind == .lost { forgetStored(partitions) }
             if isClosing {
                 // Closing (rd_kafka_consumer_close revokes everything): nobody acknowledges any
                 // more. Commit what the application stored while the partitions are still ours
                 // and the generation is valid; a commit after the revocation would fail with
                 // ILLEGAL_GENERATION or REBALANCE_IN_PROGRESS and the stored offsets be lost.
-                if !assigned { commitOnClose() }
+                if kind == .revoked { commitOnClose() }
+                assignment?.make(.init())
                 return
             }
-            outbox.append(assigned ? .assigned(partitions) : .revoked(partitions))
+            condition.lock()
+            inRebalance = true
+            if kind == .assigned { assigning = (partitions, RDKafkaAssignmentAnswer(), []) }
+            condition.unlock()
+            switch kind {
+            case .assigned: outbox.append(.assigned(partitions))
+            case .revoked: outbox.append(.revoked(partitions))
+            case .lost: outbox.append(.lost(partitions))
+            }
             // The callback may come while the next batch is being fetched ahead, with nobody
             // waiting: everything goes out in order, each event when the application asks.
             var open = true
             while open, !outbox.isEmpty {
-                open = waitForDemand()
-                if open { deliverNext() }
+                open = waitForDemand(serving: false)
+                if open {
+                    // A seek made while the application handled the events before this one.
+                    dropForPendingCommands()
+                    deliverNext()
+                }
             }
             // The application has the event; wait until it asks for the next one (its
             // acknowledgement), or closes instead: then what it stored meanwhile is committed
             // here, while the partitions are still ours.
-            if !open || !waitForDemand() {
-                if !assigned { commitOnClose() }
-            } else if !assigned {
-                commitRevoked(partitions)
+            let acknowledged = open && waitForDemand(serving: false)
+            condition.lock()
+            inRebalance = false
+            let answer = assigning?.answer ?? RDKafkaAssignmentAnswer()
+            condition.unlock()
+            if let assignment {
+                // Offsets stored while the assignment is being made are stored once it is.
+                assignment.make(answer)
+                condition.lock()
+                let stores = assigning?.stores ?? []
+                assigning = nil
+                condition.unlock()
+                if !stores.isEmpty { try? consumer.client.using { () throws(KafkaError) in try consumer.store(stores) } }
+            }
+            switch kind {
+            case .revoked: if acknowledged { commitRevoked(partitions) } else { commitOnClose() }
+            case .lost, .assigned: break
             }
         }
         let thread = Thread { [self] in run() }
@@ -287,6 +376,10 @@ final class ConsumerCore: @unchecked Sendable {
                     if let terminalError {
                         condition.unlock()
                         continuation.resume(throwing: terminalError)
+                    } else if let error = deferredError {
+                        deferredError = nil
+                        condition.unlock()
+                        continuation.resume(throwing: error)
                     } else if closing || closed {
                         condition.unlock()
                         continuation.resume(returning: nil)
@@ -311,6 +404,83 @@ final class ConsumerCore: @unchecked Sendable {
         } catch {
             throw KafkaError(code: .other, message: "\(error)")
         }
+    }
+
+    /// The partitions of an assignment the application is handling.
+    var partitionsBeingAssigned: [TopicPartition] {
+        condition.lock()
+        defer { condition.unlock() }
+        return assigning?.partitions ?? []
+    }
+
+    /// Seeks of partitions the application is being assigned become their start offsets; returns
+    /// the other seeks (nil when there are none).
+    func startAssigned(_ offsets: [TopicPartitionOffset]) -> [TopicPartitionOffset]? {
+        condition.lock()
+        defer { condition.unlock() }
+        guard let partitions = assigning?.partitions else { return offsets.isEmpty ? nil : offsets }
+        var rest: [TopicPartitionOffset] = []
+        for o in offsets {
+            if partitions.contains(o.topicPartition) { assigning!.answer.starts[o.topicPartition] = o.offset } else { rest.append(o) }
+        }
+        return rest.isEmpty ? nil : rest
+    }
+
+    /// Offsets stored for partitions of an assignment not made yet are stored once it is; returns the others.
+    func storeAssigned(_ offsets: [TopicPartitionOffset]) -> [TopicPartitionOffset] {
+        condition.lock()
+        defer { condition.unlock() }
+        guard let assigning = assigning?.partitions else { return offsets }
+        let mine = offsets.filter { assigning.contains($0.topicPartition) }
+        self.assigning!.stores += mine
+        return mine.isEmpty ? offsets : offsets.filter { !assigning.contains($0.topicPartition) }
+    }
+
+    /// Pauses of partitions the application is being assigned are made with the assignment;
+    /// returns the others.
+    func pauseAssigned(_ partitions: [TopicPartition]) -> [TopicPartition] {
+        condition.lock()
+        defer { condition.unlock() }
+        guard let assigning = assigning?.partitions else { return partitions }
+        let mine = partitions.filter(assigning.contains)
+        self.assigning!.answer.paused += mine
+        return partitions.filter { !assigning.contains($0) }
+    }
+
+    /// Events handed to the application so far.
+    var eventsDelivered: Int {
+        condition.lock()
+        defer { condition.unlock() }
+        return deliveredEvents
+    }
+
+    /// Hands a position change to the poll thread and waits until it is made (or, during a
+    /// rebalance the application is handling, returns at once: it is made when the callback
+    /// returns, before any further event). Returns how many events had been handed out then.
+    @discardableResult
+    func perform(_ kind: Command.Kind) async throws(KafkaError) -> Int {
+        let (error, delivered): (KafkaError?, Int) = await withCheckedContinuation { (continuation: CheckedContinuation<(KafkaError?, Int), Never>) in
+            condition.lock()
+            if closing || closed {
+                condition.unlock()
+                continuation.resume(returning: (KafkaError.closed, 0))
+                return
+            }
+            if inRebalance {
+                commands.append(Command(kind: kind, done: nil))
+                let delivered = deliveredEvents
+                condition.unlock()
+                continuation.resume(returning: (nil, delivered))
+                return
+            }
+            commands.append(Command(kind: kind, done: continuation))
+            condition.broadcast()
+            // Under the lock, as in `close()`: never once the poll thread is in `finishClose`.
+            if !finishing { consumer.wakePoll() }
+            condition.unlock()
+        }
+        if let error { throw error }
+        return delivered
     }
 
     /// Ends the sequence and makes the poll thread close the consumer. Returns the close's error.
@@ -358,32 +528,109 @@ final class ConsumerCore: @unchecked Sendable {
                 fill()
                 consumer.client.drainLogs()
             }
-            guard waitForDemand() else { break }
+            guard waitForDemand(serving: true) else { break }
+            serveCommands()
             if !outbox.isEmpty { deliverNext() }
         }
         condition.lock()
         finishing = true
+        let orphaned = commands
+        commands = []
         condition.unlock()
+        for command in orphaned { command.done?.resume(returning: (KafkaError.closed, 0)) }
         finishClose()
     }
 
     /// Waits until the application wants an event (true) or the consumer is closing (false).
-    private func waitForDemand() -> Bool {
+    /// `serving`: carries out position changes that come meanwhile (not inside a rebalance callback).
+    private func waitForDemand(serving: Bool) -> Bool {
         condition.lock()
-        defer { condition.unlock() }
-        while demand == nil && !closing { condition.wait() }
-        return !closing
+        while !closing {
+            if serving, !commands.isEmpty {
+                condition.unlock()
+                serveCommands()
+                condition.lock()
+                continue
+            }
+            if demand != nil { break }
+            condition.wait()
+        }
+        let open = !closing
+        condition.unlock()
+        return open
     }
 
-    /// Hands the first outbox event to the waiting application (after ``waitForDemand()`` said
-    /// it waits; only `next()` sets a demand and only this thread takes it).
+    /// Carries out the position changes that are waiting: drops what was fetched for the old
+    /// positions, then calls librdkafka. Poll thread only, never inside a rebalance callback.
+    private func serveCommands() {
+        condition.lock()
+        let waiting = commands
+        commands = []
+        condition.unlock()
+        for command in waiting {
+            drop(for: command.kind)
+            var error: KafkaError?
+            do {
+                switch command.kind {
+                case .seek(let offsets): try consumer.client.using { () throws(KafkaError) in try consumer.seek(offsets) }
+                case .assign(let offsets): try consumer.client.using { () throws(KafkaError) in try consumer.assign(offsets) }
+                }
+            } catch let e {
+                error = e
+            }
+            if let done = command.done {
+                done.resume(returning: (error, eventsDelivered))
+            } else if let error {
+                consumer.client.logger.warning("a seek after the rebalance failed: \(error)")
+                condition.lock()
+                deferredError = deferredError ?? error
+                condition.unlock()
+            }
+        }
+    }
+
+    /// Inside a rebalance callback: drops what was fetched for positions the application has
+    /// changed meanwhile (librdkafka is called once the callback returns).
+    private func dropForPendingCommands() {
+        condition.lock()
+        let waiting = commands
+        condition.unlock()
+        for command in waiting { drop(for: command.kind) }
+    }
+
+    /// Drops fetched, undelivered records (and end-of-partition events) of the partitions a
+    /// command moves; an assignment replaces everything.
+    private func drop(for kind: Command.Kind) {
+        let moved: Set<TopicPartition>?
+        switch kind {
+        case .seek(let offsets): moved = Set(offsets.map(\.topicPartition))
+        case .assign: moved = nil
+        }
+        func stale(_ tp: TopicPartition) -> Bool { moved?.contains(tp) ?? true }
+        pendingBatch.removeAll { stale($0.topicPartition) }
+        outbox = outbox.compactMap { event in
+            switch event {
+            case .records(let batch):
+                let kept = batch.filter { !stale($0.topicPartition) }
+                return kept.isEmpty ? nil : .records(kept)
+            case .endOfPartition(let end):
+                return stale(end.topicPartition) ? nil : event
+            case .assigned, .revoked, .lost:
+                return event
+            }
+        }
+    }
+
+    /// Hands the first outbox event to the waiting application (after ``waitForDemand(serving:)``
+    /// said it waits; only `next()` sets a demand and only this thread takes it).
     private func deliverNext() {
         condition.lock()
-        guard let continuation = demand else {
+        guard let continuation = demand, !outbox.isEmpty else {
             condition.unlock()
             return
         }
         demand = nil
+        deliveredEvents += 1
         condition.unlock()
         continuation.resume(returning: outbox.removeFirst())
     }
@@ -395,6 +642,7 @@ final class ConsumerCore: @unchecked Sendable {
         pendingBatch.reserveCapacity(min(maxBatchSize, 1024))
         while outbox.isEmpty, pendingBatch.isEmpty {
             if isClosing { return }
+            serveCommands()
             guard let polled = consumer.poll(timeoutMilliseconds: 100, names: &names) else {
                 consumer.client.drainLogs()
                 continue
@@ -405,6 +653,9 @@ final class ConsumerCore: @unchecked Sendable {
                 if taken == 0 { break }
             }
             if terminalError != nil { return }
+            // A seek that came during a rebalance this poll served: what the poll returned is
+            // from before it.
+            serveCommands()
         }
         // Records polled before an end-of-partition marker come first.
         if !pendingBatch.isEmpty {
@@ -412,7 +663,6 @@ final class ConsumerCore: @unchecked Sendable {
             pendingBatch = []
         }
     }
-
     /// Takes what is already fetched, appending records to `pendingBatch`. The rebalance
     /// callback may run inside the C call and flush `pendingBatch`: records are appended only
     /// after the call, through a closure, so the two never overlap. Poll thread only.
@@ -451,6 +701,8 @@ final class ConsumerCore: @unchecked Sendable {
 
     /// Set by `commitOnClose` (poll thread only).
     private var closeCommitError: KafkaError?
+    /// Assignment callbacks so far when a commit on close was first refused as mid-rebalance.
+    private var refusedAtAssignment: Int?
     /// The latest offset the application stored per partition, so a close that finds the
     /// group rebalancing can still commit them once the rebalance is over (librdkafka drops
     /// stored offsets of revoked partitions).
@@ -458,6 +710,11 @@ final class ConsumerCore: @unchecked Sendable {
 
     func remember(_ offsets: [TopicPartitionOffset]) {
         stored.withLock { s in for o in offsets { s[o.topicPartition] = Swift.max(s[o.topicPartition] ?? -1, o.offset) } }
+    }
+
+    /// Lost partitions: what was stored for them can never be committed by this member.
+    private func forgetStored(_ partitions: [TopicPartition]) {
+        stored.withLock { s in for tp in partitions { s[tp] = nil } }
     }
 
     /// Commits what the application stored for partitions it is giving up, before they go:
@@ -478,15 +735,26 @@ final class ConsumerCore: @unchecked Sendable {
 
     /// The close found the group rebalancing: lets the rebalance finish (serving its callbacks
     /// without waiting for the application; fetched records are dropped, they are not stored),
-    /// then commits the remembered offsets explicitly under the new generation. Poll thread only.
-    private func commitAfterRebalance(deadline: ContinuousClock.Instant) -> KafkaError? {
-        // Not waiting for an assignment callback: a cooperative rebalance that keeps the same
-        // partitions calls back with nothing new. The commit itself says when the group settled.
+    /// then commits the remembered offsets of the partitions this member holds under the new
+    /// generation. The others belong to another member now, which may have committed past them:
+    /// a commit of ours would move their offsets back (their new owner reads from the last
+    /// commit: at least once). Poll thread only.
+    private func commitAfterRebalance(deadline: ContinuousClock.Instant, assignmentsBefore: Int) -> KafkaError? {
         var lastError: KafkaError?
         while ContinuousClock.now < deadline {
             _ = consumer.poll(timeoutMilliseconds: 100, names: &names)
-            let offsets = stored.withLock { $0.map { TopicPartitionOffset($0.key.topic, $0.key.partition, offset: $0.value) } }
-            guard !offsets.isEmpty else { return nil }
+            guard !stored.withLock({ $0.isEmpty }) else { return nil }
+            // The rebalance has handed out the partitions once an assignment callback came (an
+            // eager one always comes; a cooperative one too, with nothing new when nothing moved).
+            guard consumer.rebalance.assignments.value > assignmentsBefore else { continue }
+            guard let held = try? Set(consumer.assignment()) else { continue }
+            let offsets = stored.withLock { s in
+                s.filter { held.contains($0.key) }.map { TopicPartitionOffset($0.key.topic, $0.key.partition, offset: $0.value) }
+            }
+            guard !offsets.isEmpty else {
+                consumer.client.logger.info("after the rebalance this member holds none of the partitions it stored offsets for; their new owners read from the last commit")
+                return nil
+            }
             do {
                 try consumer.commit(offsets)
                 consumer.client.logger.info("committed stored offsets after the rebalance", metadata: ["partitions": "\(offsets.count)"])
@@ -508,6 +776,7 @@ final class ConsumerCore: @unchecked Sendable {
             closeCommitError = nil
         } catch {
             closeCommitError = error
+            if error.isRebalanceInProgress { refusedAtAssignment = refusedAtAssignment ?? consumer.rebalance.assignments.value }
             consumer.client.logger.info("commit in the revocation failed: \(error)")
         }
     }
@@ -536,6 +805,7 @@ final class ConsumerCore: @unchecked Sendable {
             try consumer.commit(nil)
         } catch where error.isRebalanceInProgress {
             rebalancing = true
+            refusedAtAssignment = refusedAtAssignment ?? consumer.rebalance.assignments.value
         } catch {
             result = error
             consumer.client.logger.warning("commit on close failed: \(error)")
@@ -543,7 +813,7 @@ final class ConsumerCore: @unchecked Sendable {
         if rebalancing {
             // The group is rebalancing and refuses commits until it settles.
             consumer.client.logger.info("closing during a rebalance: committing once it settles")
-            if let error = commitAfterRebalance(deadline: .now + .seconds(8)) {
+            if let error = commitAfterRebalance(deadline: .now + .seconds(8), assignmentsBefore: refusedAtAssignment ?? consumer.rebalance.assignments.value) {
                 result = result ?? error
                 consumer.client.logger.warning("commit on close failed: \(error)")
             }

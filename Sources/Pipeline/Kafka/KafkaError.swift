@@ -74,6 +74,14 @@ public struct KafkaError: Error, Sendable, Hashable, CustomStringConvertible {
         KafkaError(code: .timedOut, message: "\(what) did not finish before its deadline", isRetriable: true)
     }
 
+    /// A delivery that failed with this error fails again however often it is retried (the
+    /// record is larger than `message.max.bytes`, the broker refuses the record or the topic):
+    /// retrying only blocks what comes after it.
+    public var cannotSucceed: Bool {
+        guard code == .delivery || code == .broker || code == .other, let rdKafkaCode else { return false }
+        return RDKafkaError.permanentDeliveryCodes.contains(rdKafkaCode)
+    }
+
     /// The group is rebalancing (`REBALANCE_IN_PROGRESS`, `ILLEGAL_GENERATION`): a commit may
     /// succeed once the rebalance settles.
     public var isRebalanceInProgress: Bool {

@@ -10,17 +10,69 @@ enum RDKafkaPolled {
     case error(KafkaError)
 }
 
+/// What a rebalance callback reports.
+enum RDKafkaRebalance {
+    case assigned
+    case revoked
+    /// Taken away without a proper revocation (the session expired): the partitions may be
+    /// someone else's already, so nothing of theirs can be committed.
+    case lost
+}
+
+/// How the application wants newly assigned partitions started: from these offsets instead of
+/// the committed ones, and these paused.
+struct RDKafkaAssignmentAnswer {
+    var starts: [TopicPartition: Int64] = [:]
+    var paused: [TopicPartition] = []
+}
+
+/// Makes the assignment a rebalance callback is serving (once; the callback makes it with the
+/// defaults if the handler did not).
+final class RDKafkaPendingAssignment {
+    private let rk: OpaquePointer
+    private let partitions: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>
+    private let cooperative: Bool
+    private(set) var made = false
+
+    init(rk: OpaquePointer, partitions: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>, cooperative: Bool) {
+        self.rk = rk
+        self.partitions = partitions
+        self.cooperative = cooperative
+    }
+
+    func make(_ answer: RDKafkaAssignmentAnswer) {
+        guard !made else { return }
+        made = true
+        for (tp, offset) in answer.starts {
+            rd_kafka_topic_partition_list_find(partitions, tp.topic, tp.partition)?.pointee.offset = offset
+        }
+        if cooperative {
+            if let error = rd_kafka_incremental_assign(rk, partitions) { rd_kafka_error_destroy(error) }
+        } else {
+            _ = rd_kafka_assign(rk, partitions)
+        }
+        if !answer.paused.isEmpty {
+            let paused = RDKafkaTopicPartitionList(answer.paused)
+            _ = rd_kafka_pause_partitions(rk, paused.pointer)
+        }
+    }
+}
+
 /// Receives rebalances from librdkafka's rebalance callback. The callback runs on the consumer's
 /// poll thread, inside `rd_kafka_consumer_poll`, and `handler` hands the event to the application
 /// and waits until the application has taken it and asked for the next one. New partitions are
-/// assigned before `handler` runs (so the application can pause them or look up offsets), revoked
-/// ones are given up after it (so the application can finish and commit them first). Either way
-/// the rebalance completes only when the callback returns.
+/// assigned after `handler` returns, from where the application said to start them (so it can
+/// restore state first and resume where that state stands); revoked ones are given up after
+/// it (so the application can finish and commit them first). Either way the rebalance
+/// completes only when the callback returns.
 final class RDKafkaRebalanceContext: @unchecked Sendable {
-    // Set once, before the first poll, and read only by the poll thread afterwards.
-    var handler: (_ assigned: Bool, _ partitions: [TopicPartition]) -> Void = { _, _ in }
+    // Set once, before the first poll, and read only by the poll thread afterwards. For an
+    /// assignment the handler makes it (`assignment`) once the application has answered.
+    var handler: (_ kind: RDKafkaRebalance, _ partitions: [TopicPartition], _ assignment: RDKafkaPendingAssignment?) -> Void = { _, _, a in a?.make(.init()) }
     /// The latest statistics (`statistics.interval.ms`), parsed on the poll thread.
     let statistics = Mutex<KafkaStatistics?>(nil)
+    /// Assignment callbacks so far, empty ones included (the end of a rebalance).
+    let assignments = Atomic<Int>(0)
 }
 
 /// librdkafka's statistics callback, served by `rd_kafka_consumer_poll` on the poll thread.
@@ -46,15 +98,13 @@ private func rebalanceCallback(
     let cooperative = String(cString: rd_kafka_rebalance_protocol(rk)) == "COOPERATIVE"
     switch err {
     case RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS:
-        if cooperative {
-            if let error = rd_kafka_incremental_assign(rk, partitions) { rd_kafka_error_destroy(error) }
-        } else {
-            _ = rd_kafka_assign(rk, partitions)
-        }
+        context.assignments.add(1)
+        let assignment = RDKafkaPendingAssignment(rk: rk, partitions: partitions, cooperative: cooperative)
         // The cooperative protocol also calls back with nothing new: no event for that.
-        if !list.isEmpty { context.handler(true, list) }
+        if !list.isEmpty { context.handler(.assigned, list, assignment) }
+        assignment.make(.init())
     default:  // RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS or an error: give everything up
-        if !list.isEmpty { context.handler(false, list) }
+        if !list.isEmpty { context.handler(rd_kafka_assignment_lost(rk) != 0 ? .lost : .revoked, list, nil) }
         if cooperative {
             if let error = rd_kafka_incremental_unassign(rk, partitions) { rd_kafka_error_destroy(error) }
         } else {

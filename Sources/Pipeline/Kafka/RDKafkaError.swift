@@ -32,6 +32,18 @@ package enum RDKafkaError {
         return result
     }
 
+    /// Delivery errors that no retry can cure: a message larger than `message.max.bytes` (librdkafka
+    /// refuses it before sending; a broker with a lower `max.message.bytes` refuses it too), a
+    /// batch too large, a record the broker finds invalid, a topic that cannot exist or that the
+    /// client may not write.
+    static let permanentDeliveryCodes: Set<Int32> = [
+        RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE.rawValue, RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE.rawValue,
+        RD_KAFKA_RESP_ERR_INVALID_RECORD.rawValue, RD_KAFKA_RESP_ERR_TOPIC_EXCEPTION.rawValue,
+        RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED.rawValue, RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED.rawValue,
+        RD_KAFKA_RESP_ERR_UNSUPPORTED_FOR_MESSAGE_FORMAT.rawValue, RD_KAFKA_RESP_ERR_INVALID_REQUIRED_ACKS.rawValue,
+        RD_KAFKA_RESP_ERR__INVALID_ARG.rawValue,
+    ]
+
     /// Local and broker errors that go away by themselves.
     static func isRetriable(_ err: rd_kafka_resp_err_t) -> Bool {
         switch err {

@@ -33,6 +33,16 @@ public final class KafkaMockCluster: @unchecked Sendable {  // librdkafka's mock
         guard err == RD_KAFKA_RESP_ERR_NO_ERROR else { throw RDKafkaError.make(err, context: "mock topic \(name)") }
     }
 
+    /// Makes `brokerID` (1-based) the leader of a partition: produce and fetch go there.
+    public func setPartitionLeader(_ topic: String, partition: Int32, brokerID: Int32) {
+        _ = rd_kafka_mock_partition_set_leader(cluster, topic, partition, brokerID)
+    }
+
+    /// Makes `brokerID` the coordinator of a consumer group (`"group"`) or a transactional id (`"transaction"`).
+    public func setCoordinator(_ keyType: String, key: String, brokerID: Int32) {
+        _ = rd_kafka_mock_coordinator_set(cluster, keyType, key, brokerID)
+    }
+
     /// Takes a broker down: its connections close and new ones are refused.
     public func setBrokerDown(_ brokerID: Int32) {
         _ = rd_kafka_mock_broker_set_down(cluster, brokerID)

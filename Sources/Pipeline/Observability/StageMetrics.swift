@@ -55,6 +55,7 @@ public enum MetricName {
 /// per record); per-topic and per-partition handles are cached where they are used.
 struct StageMetrics: Sendable {
     let stage: String
+    let factory: any MetricsFactory
     let recordsIn: Counter
     let batchProcessing: Metrics.Timer
     let endToEndLatency: Metrics.Timer
@@ -74,38 +75,39 @@ struct StageMetrics: Sendable {
     let producerQueue: Gauge
     let inFlightRecords: Gauge
 
-    init(stage: String) {
+    init(stage: String, factory: any MetricsFactory = MetricsSystem.factory) {
         self.stage = stage
+        self.factory = factory
         let d = [("stage", stage)]
-        recordsIn = Counter(label: MetricName.recordsIn, dimensions: d)
-        batchProcessing = Metrics.Timer(label: MetricName.batchProcessing, dimensions: d)
-        endToEndLatency = Metrics.Timer(label: MetricName.endToEndLatency, dimensions: d)
-        rebalances = Counter(label: MetricName.rebalances, dimensions: d)
-        commitFailures = Counter(label: MetricName.commitFailures, dimensions: d)
-        retries = Counter(label: MetricName.retries, dimensions: d)
-        deliveryErrors = Counter(label: MetricName.deliveryErrors, dimensions: d)
-        checkpoints = Counter(label: MetricName.checkpoints, dimensions: d)
-        backpressureWaits = Counter(label: MetricName.backpressureWaits, dimensions: d)
-        loopBusy = FloatingPointCounter(label: MetricName.loopBusy, dimensions: d)
-        transactionsCommitted = Counter(label: MetricName.transactions, dimensions: d + [("outcome", "committed")])
-        transactionsAborted = Counter(label: MetricName.transactions, dimensions: d + [("outcome", "aborted")])
-        pausedPartitions = Gauge(label: MetricName.pausedPartitions, dimensions: d)
-        assignedPartitions = Gauge(label: MetricName.assignedPartitions, dimensions: d)
-        producerQueue = Gauge(label: MetricName.producerQueue, dimensions: d)
-        inFlightRecords = Gauge(label: MetricName.inFlightRecords, dimensions: d)
+        recordsIn = Counter(label: MetricName.recordsIn, dimensions: d, factory: factory)
+        batchProcessing = Metrics.Timer(label: MetricName.batchProcessing, dimensions: d, factory: factory)
+        endToEndLatency = Metrics.Timer(label: MetricName.endToEndLatency, dimensions: d, factory: factory)
+        rebalances = Counter(label: MetricName.rebalances, dimensions: d, factory: factory)
+        commitFailures = Counter(label: MetricName.commitFailures, dimensions: d, factory: factory)
+        retries = Counter(label: MetricName.retries, dimensions: d, factory: factory)
+        deliveryErrors = Counter(label: MetricName.deliveryErrors, dimensions: d, factory: factory)
+        checkpoints = Counter(label: MetricName.checkpoints, dimensions: d, factory: factory)
+        backpressureWaits = Counter(label: MetricName.backpressureWaits, dimensions: d, factory: factory)
+        loopBusy = FloatingPointCounter(label: MetricName.loopBusy, dimensions: d, factory: factory)
+        transactionsCommitted = Counter(label: MetricName.transactions, dimensions: d + [("outcome", "committed")], factory: factory)
+        transactionsAborted = Counter(label: MetricName.transactions, dimensions: d + [("outcome", "aborted")], factory: factory)
+        pausedPartitions = Gauge(label: MetricName.pausedPartitions, dimensions: d, factory: factory)
+        assignedPartitions = Gauge(label: MetricName.assignedPartitions, dimensions: d, factory: factory)
+        producerQueue = Gauge(label: MetricName.producerQueue, dimensions: d, factory: factory)
+        inFlightRecords = Gauge(label: MetricName.inFlightRecords, dimensions: d, factory: factory)
     }
 
     func recordsOut(topic: String) -> Counter {
-        Counter(label: MetricName.recordsOut, dimensions: [("stage", stage), ("topic", topic)])
+        Counter(label: MetricName.recordsOut, dimensions: [("stage", stage), ("topic", topic)], factory: factory)
     }
 
     func deadLetters(reason: String) -> Counter {
-        Counter(label: MetricName.deadLetters, dimensions: [("stage", stage), ("reason", reason)])
+        Counter(label: MetricName.deadLetters, dimensions: [("stage", stage), ("reason", reason)], factory: factory)
     }
 
     func lag(_ tp: TopicPartition) -> (records: Gauge, seconds: Gauge) {
         let d = [("stage", stage), ("topic", tp.topic), ("partition", String(tp.partition))]
-        return (Gauge(label: MetricName.lagRecords, dimensions: d), Gauge(label: MetricName.lagSeconds, dimensions: d))
+        return (Gauge(label: MetricName.lagRecords, dimensions: d, factory: factory), Gauge(label: MetricName.lagSeconds, dimensions: d, factory: factory))
     }
 
     /// librdkafka's view, under kafka-lag-exporter's names.

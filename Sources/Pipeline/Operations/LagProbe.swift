@@ -72,7 +72,7 @@ public struct LagProbe: Sendable {
         let consumer = try reader.makeConsumer()
         var result: [TopicPartition: (logEnd: Int64, timestamp: Int64?)] = [:]
         do {
-            try consumer.assign(offsets)
+            try await consumer.assign(offsets)
             var remaining = Set(offsets.map(\.topicPartition))
             while !remaining.isEmpty {
                 guard let event = try await TopicReader.next(consumer, within: reader.idleTimeout) else {
@@ -89,7 +89,7 @@ public struct LagProbe: Sendable {
                     }
                 case .endOfPartition(let end):
                     if remaining.remove(end.topicPartition) != nil { result[end.topicPartition] = (end.offset, nil) }
-                case .assigned, .revoked:
+                case .assigned, .revoked, .lost:
                     break
                 }
             }

@@ -54,7 +54,7 @@ public struct TopicReader: Sendable {
         // A partition whose start is already at its stop offset has nothing to read.
         for s in start where s.offset >= 0 && stop[s.topicPartition].map({ s.offset >= $0 }) == true { remaining.remove(s.topicPartition) }
         guard !remaining.isEmpty else { return }
-        try consumer.assign(start.filter { remaining.contains($0.topicPartition) })
+        try await consumer.assign(start.filter { remaining.contains($0.topicPartition) })
         while !remaining.isEmpty {
             let event = try await Self.next(consumer, within: idleTimeout)
             switch event {
@@ -72,7 +72,7 @@ public struct TopicReader: Sendable {
                 if !keep.isEmpty, try await !body(keep) { return }
             case .endOfPartition(let end):
                 remaining.remove(end.topicPartition)
-            case .assigned, .revoked:
+            case .assigned, .revoked, .lost:
                 break
             case nil:
                 throw KafkaError.timedOut("reading \(remaining.sorted { $0.description < $1.description }.map(\.description).joined(separator: ", ")): nothing arrived for \(idleTimeout)")

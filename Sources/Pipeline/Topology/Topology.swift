@@ -197,14 +197,55 @@ private struct TopologyReader {
         guard let stagesNode, let stageList = stagesNode.sequence else { throw fail(stagesNode ?? root, "stages", "expected a list of stages") }
         let topicsByName = Dictionary(uniqueKeysWithValues: topics.map { ($0.name, $0) })
         for (i, node) in stageList.enumerated() { stages.append(try stage(node, "stages[\(i)]", topics: topicsByName)) }
-        var names = Set<String>(), groups = Set<String>()
+        var names = Set<String>(), groups = Set<String>(), changelogs: [String: String] = [:]
         for (i, s) in stages.enumerated() {
             guard names.insert(s.name).inserted else { throw fail(stageList[i], "stages[\(i)].name", "stage '\(s.name)' is defined twice") }
             guard groups.insert(s.group).inserted else {
                 throw fail(stageList[i], "stages[\(i)].group", "consumer group '\(s.group)' is used by two stages; each stage needs its own")
             }
+            if let changelog = s.changelog {
+                if let other = changelogs[changelog] {
+                    throw fail(
+                        stageList[i].mapping?["changelog"] ?? stageList[i], "stages[\(i)].changelog",
+                        "changelog topic '\(changelog)' is already stage '\(other)''s; each stateful stage needs its own")
+                }
+                changelogs[changelog] = s.name
+            }
         }
         return Topology(topics: topics, stages: stages, source: source)
+    }
+
+    /// A stage's `options:`: each key goes to the chain's stage that declares it
+    /// (``StageCatalog/options(forStage:)``), which reads its value.
+    func stageOptions(_ node: Node, _ path: String, chain: [String], into options: inout StageCatalog.Options) throws(TopologyError) {
+        var declared: [StageOption] = []
+        for stage in chain {
+            for option in StageCatalog.options(forStage: stage) where !declared.contains(where: { $0.key == option.key }) { declared.append(option) }
+        }
+        guard let mapping = node.mapping else { throw fail(node, path, "expected a mapping of options (key: value lines)") }
+        for (k, v) in mapping {
+            guard let key = k.string else { throw fail(k, path, "expected a text key") }
+            guard let option = declared.first(where: { $0.key == key }) else {
+                let takes = declared.isEmpty ? "takes no options" : "takes: \(declared.map(\.key).joined(separator: ", "))"
+                throw fail(k, "\(path).\(key)", "unknown key; \(chain.joined(separator: ",")) \(takes)")
+            }
+            do {
+                try option.apply(optionValue(v), &options)
+            } catch {
+                throw TopologyError(source: source, line: error.line ?? v.mark?.line, path: "\(path).\(key)\(error.path)", message: error.message)
+            }
+        }
+    }
+
+    /// The YAML node as the stages read it, with its lines.
+    func optionValue(_ node: Node) -> OptionValue {
+        let line = node.mark?.line
+        switch node {
+        case .scalar(let scalar): return .scalar(scalar.string, line: line)
+        case .sequence(let items): return .list(items.map(optionValue), line: line)
+        case .mapping(let entries): return .mapping(entries.map { (key: $0.key.string ?? "", value: optionValue($0.value)) }, line: line)
+        case .alias: return .scalar("", line: line)
+        }
     }
 
     func topic(_ node: Node, _ path: String) throws(TopologyError) -> Topology.Topic {
@@ -240,6 +281,7 @@ private struct TopologyReader {
         var advance = Duration.seconds(1), checkpoint = Duration.seconds(1), commit = Duration.milliseconds(100)
         var maxRecords = 10_000, maxBytes = 64 << 20, concurrency = 16
         var options = StageCatalog.Options()
+        var optionsNode: Node?
         func topicName(_ value: Node, _ p: String) throws(TopologyError) -> String {
             let t = try string(value, p)
             guard topics[t] != nil else { throw fail(value, p, "topic '\(t)' is not among the topology's topics") }
@@ -298,92 +340,14 @@ private struct TopologyReader {
             case "max-in-flight-records": maxRecords = try int(value, p)
             case "max-in-flight-bytes": maxBytes = try int(value, p)
             case "concurrency": concurrency = try int(value, p)
-            default:
-                let keys = [
-                    "candle-lateness", "new-products-interval", "feed-top-n", "utc-offset-hours", "alerts", "thumbnail-sizes",
-                    "render-threads", "fetch-timeout", "fetch-attempts", "fetch-backoff", "allow-networks", "max-image-bytes",
-                    "max-pixels", "store-directory", "store-sync", "file-roots", "hangout-image-base",
-                ]
-                for (ok, ov) in try mapping(value, p, allowed: keys) {
-                    let op = "\(p).\(ok)"
-                    switch ok {
-                    case "thumbnail-sizes":
-                        guard let list = ov.sequence, !list.isEmpty else {
-                            throw fail(ov, op, "expected a list of {name, width, height, fit, format, quality}")
-                        }
-                        var sizes: [ThumbnailOptions.Size] = []
-                        for (i, item) in list.enumerated() {
-                            let ip = "\(op)[\(i)]"
-                            var size = ThumbnailOptions.Size(name: "", width: 0, height: 0)
-                            var seen = Set<String>()
-                            for (sk, sv) in try mapping(item, ip, allowed: ["name", "width", "height", "fit", "format", "quality"]) {
-                                seen.insert(sk)
-                                switch sk {
-                                case "name": size.name = try string(sv, "\(ip).name")
-                                case "width": size.width = try int(sv, "\(ip).width")
-                                case "height": size.height = try int(sv, "\(ip).height")
-                                case "fit":
-                                    size.fit = try string(sv, "\(ip).fit")
-                                    guard ["fit", "cover"].contains(size.fit) else { throw fail(sv, "\(ip).fit", "expected fit or cover, found '\(size.fit)'") }
-                                case "format":
-                                    size.format = try string(sv, "\(ip).format")
-                                    guard ["jpeg", "webp"].contains(size.format) else { throw fail(sv, "\(ip).format", "expected jpeg or webp, found '\(size.format)'") }
-                                default:
-                                    size.quality = try int(sv, "\(ip).quality")
-                                    guard size.quality <= 100 else { throw fail(sv, "\(ip).quality", "expected 1...100, found \(size.quality)") }
-                                }
-                            }
-                            for required in ["name", "width", "height"] where !seen.contains(required) {
-                                throw fail(item, "\(ip).\(required)", "missing; a size needs name, width and height")
-                            }
-                            sizes.append(size)
-                        }
-                        options.thumbnails.sizes = sizes
-                    case "render-threads": options.thumbnails.renderThreads = try int(ov, op)
-                    case "fetch-timeout": options.thumbnails.fetchTimeoutMillis = try duration(ov, op).wholeMillis
-                    case "fetch-attempts": options.thumbnails.fetchAttempts = try int(ov, op)
-                    case "fetch-backoff": options.thumbnails.fetchBackoffMillis = try duration(ov, op).wholeMillis
-                    case "allow-networks": options.thumbnails.allowNetworks = try strings(ov, op)
-                    case "max-image-bytes": options.thumbnails.maxImageBytes = try int(ov, op)
-                    case "max-pixels": options.thumbnails.maxPixels = try int(ov, op)
-                    case "store-directory": options.thumbnails.storeDirectory = try string(ov, op)
-                    case "store-sync":
-                        guard let flag = ov.bool else { throw fail(ov, op, "expected true or false, found '\(ov.string ?? kind(ov))'") }
-                        options.thumbnails.storeSync = flag
-                    case "file-roots": options.thumbnails.fileRoots = try strings(ov, op)
-                    case "hangout-image-base": options.hangoutImageBase = try string(ov, op)
-                    case "alerts":
-                        guard let list = ov.sequence else { throw fail(ov, op, "expected a list of {subscriber, market, threshold}") }
-                        for (i, item) in list.enumerated() {
-                            var subscriber: String?, market: String?, threshold: Double?
-                            for (ak, av) in try mapping(item, "\(op)[\(i)]", allowed: ["subscriber", "market", "threshold"]) {
-                                switch ak {
-                                case "subscriber": subscriber = try string(av, "\(op)[\(i)].subscriber")
-                                case "market": market = try string(av, "\(op)[\(i)].market")
-                                default:
-                                    guard let text = av.string, let d = Double(text) else {
-                                        throw fail(av, "\(op)[\(i)].threshold", "expected a signed ratio such as 0.05 (+5 %) or -0.03")
-                                    }
-                                    threshold = d
-                                }
-                            }
-                            guard let subscriber, let market, let threshold else {
-                                throw fail(item, "\(op)[\(i)]", "an alert needs subscriber, market and threshold")
-                            }
-                            options.alerts.append(.init(subscriber: subscriber, market: market, threshold: threshold))
-                        }
-                    case "candle-lateness": options.candleLatenessMillis = try duration(ov, op).wholeMillis
-                    case "new-products-interval": options.newProductsIntervalMillis = try duration(ov, op).wholeMillis
-                    case "feed-top-n": options.feedTopN = try int(ov, op)
-                    default: options.utcOffsetSeconds = try int(ov, op, min: -12) * 3600
-                    }
-                }
+            default: optionsNode = value
             }
         }
         guard let name else { throw fail(node, "\(path).name", "missing; every stage needs a name") }
         guard let chain else { throw fail(node, "\(path).chain", "missing; name the catalog stage(s) to run") }
         guard let inputs else { throw fail(node, "\(path).inputs", "missing; name the input topic(s)") }
         guard let deadLetter else { throw fail(node, "\(path).dead-letter-topic", "missing; every stage needs a dead-letter topic") }
+        if let optionsNode { try stageOptions(optionsNode, "\(path).options", chain: chain, into: &options) }
         if changelog != nil, inputs.count > 1 {
             let counts = Set(inputs.compactMap { topics[$0]?.partitions })
             guard counts.count == 1 else {
@@ -399,15 +363,7 @@ private struct TopologyReader {
 }
 
 /// `250ms`, `2s`, `5m`, `1h` (a bare number is seconds).
-public func parseDuration(_ text: String) -> Duration? {
-    let t = text.trimmingCharacters(in: .whitespaces)
-    let units: [(String, Int64)] = [("ms", 1), ("s", 1000), ("m", 60_000), ("h", 3_600_000)]
-    for (suffix, millis) in units where t.hasSuffix(suffix) {
-        guard let n = Int64(t.dropLast(suffix.count)), n >= 0 else { return nil }
-        return .milliseconds(n * millis)
-    }
-    return Int64(t).map { .seconds($0) }
-}
+public func parseDuration(_ text: String) -> Duration? { parseMilliseconds(text).map { .milliseconds($0) } }
 
 extension Duration {
     var wholeMillis: Int64 { wholeMilliseconds }

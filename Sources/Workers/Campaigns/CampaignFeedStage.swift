@@ -235,3 +235,15 @@ public struct CampaignNotificationStage: Stage {
         return out
     }
 }
+
+extension CampaignFeedStage {
+    /// `feed-top-n`: campaigns per user feed (default 60).
+    public static let options = [
+        StageOption.utcOffset,
+        StageOption("feed-top-n") { value, options throws(OptionError) in options.feedTopN = try value.int() },
+    ]
+}
+
+extension CampaignNotificationStage {
+    public static let options = [StageOption.utcOffset]
+}

@@ -286,3 +286,11 @@ public struct ChallengeThumbnailStage: Stage {
         return out
     }
 }
+
+extension ChallengeStandingsStage {
+    public static let options = [StageOption.utcOffset]
+}
+
+extension ChallengeNotificationStage {
+    public static let options = [StageOption.utcOffset]
+}

@@ -175,6 +175,27 @@ public struct StageCatalog: Sendable {
         }
     }
 
+    /// The option keys a stage takes in the topology's `options:` (what each means is written
+    /// where the stage declares it).
+    public static func options(forStage name: String) -> [StageOption] {
+        switch name {
+        case "prices.candles": CandleStage.options
+        case "prices.alerts": WatchlistAlertStage.options
+        case "products.decode": ProductDecodeStage.options
+        case "products.thumbnails": ThumbnailRequestStage.options
+        case "products.new-notifications": NewProductsNotificationStage.options
+        case "campaigns.feed": CampaignFeedStage.options
+        case "campaigns.notifications": CampaignNotificationStage.options
+        case "hangouts.decode": HangoutDecodeStage.options
+        case "hangouts.notifications": HangoutNotificationStage.options
+        case "hangouts.thumbnails": HangoutThumbnailStage.options
+        case "challenges.standings": ChallengeStandingsStage.options
+        case "challenges.notifications": ChallengeNotificationStage.options
+        case "thumbnails.render": ThumbnailOptions.stageOptions
+        default: []
+        }
+    }
+
     /// The chain of the named stages, in order (`["prices.decode", "prices.candles"]`).
     public func runner(for names: [String]) throws(UnknownStage) -> StageRunner {
         var stages: [any Stage] = []

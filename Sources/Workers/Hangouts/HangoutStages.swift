@@ -320,3 +320,19 @@ public struct HangoutThumbnailStage: Stage {
         return out
     }
 }
+
+extension HangoutDecodeStage {
+    public static let options = [StageOption.utcOffset]
+}
+
+extension HangoutNotificationStage {
+    public static let options = [StageOption.utcOffset]
+}
+
+extension HangoutThumbnailStage {
+    /// `hangout-image-base`: `<base>static-file/` of the meetup app's API, where hangout images are.
+    public static let options = [
+        StageOption.utcOffset,
+        StageOption("hangout-image-base") { value, options throws(OptionError) in options.hangoutImageBase = try value.string() },
+    ]
+}

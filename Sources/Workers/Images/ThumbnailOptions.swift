@@ -49,3 +49,49 @@ public struct ThumbnailOptions: Sendable, Hashable {
 
     public init() {}
 }
+
+extension ThumbnailOptions {
+    /// The thumbnail worker's keys (`thumbnails.render`).
+    public static let stageOptions: [StageOption] = [
+        StageOption("thumbnail-sizes") { value, options throws(OptionError) in
+            guard case .list(let items, _) = value, !items.isEmpty else {
+                throw OptionError(value, "expected a list of {name, width, height, fit, format, quality}")
+            }
+            options.thumbnails.sizes = try value.list("sizes") { item throws(OptionError) in
+                var size = Size(name: "", width: 0, height: 0)
+                var seen = Set<String>()
+                try item.mapping(allowed: ["name", "width", "height", "fit", "format", "quality"]) { key, v throws(OptionError) in
+                    seen.insert(key)
+                    switch key {
+                    case "name": size.name = try v.string()
+                    case "width": size.width = try v.int()
+                    case "height": size.height = try v.int()
+                    case "fit":
+                        size.fit = try v.string()
+                        guard ["fit", "cover"].contains(size.fit) else { throw OptionError(v, "expected fit or cover, found '\(size.fit)'") }
+                    case "format":
+                        size.format = try v.string()
+                        guard ["jpeg", "webp"].contains(size.format) else { throw OptionError(v, "expected jpeg or webp, found '\(size.format)'") }
+                    default:
+                        size.quality = try v.int()
+                        guard size.quality <= 100 else { throw OptionError(v, "expected 1...100, found \(size.quality)") }
+                    }
+                }
+                for required in ["name", "width", "height"] where !seen.contains(required) {
+                    throw OptionError(item, "missing; a size needs name, width and height").inside(".\(required)")
+                }
+                return size
+            }
+        },
+        StageOption("render-threads") { value, options throws(OptionError) in options.thumbnails.renderThreads = try value.int() },
+        StageOption("fetch-timeout") { value, options throws(OptionError) in options.thumbnails.fetchTimeoutMillis = try value.milliseconds() },
+        StageOption("fetch-attempts") { value, options throws(OptionError) in options.thumbnails.fetchAttempts = try value.int() },
+        StageOption("fetch-backoff") { value, options throws(OptionError) in options.thumbnails.fetchBackoffMillis = try value.milliseconds() },
+        StageOption("allow-networks") { value, options throws(OptionError) in options.thumbnails.allowNetworks = try value.strings() },
+        StageOption("max-image-bytes") { value, options throws(OptionError) in options.thumbnails.maxImageBytes = try value.int() },
+        StageOption("max-pixels") { value, options throws(OptionError) in options.thumbnails.maxPixels = try value.int() },
+        StageOption("store-directory") { value, options throws(OptionError) in options.thumbnails.storeDirectory = try value.string() },
+        StageOption("store-sync") { value, options throws(OptionError) in options.thumbnails.storeSync = try value.bool() },
+        StageOption("file-roots") { value, options throws(OptionError) in options.thumbnails.fileRoots = try value.strings() },
+    ]
+}

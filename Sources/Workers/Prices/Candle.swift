@@ -173,3 +173,10 @@ public struct CandleStage: Stage {
         return r >= 0 ? t - r : t - r - Self.minute
     }
 }
+
+extension CandleStage {
+    /// `candle-lateness`: how long past its minute a candle waits for late ticks (default 10s).
+    public static let options = [
+        StageOption("candle-lateness") { value, options throws(OptionError) in options.candleLatenessMillis = try value.milliseconds() }
+    ]
+}

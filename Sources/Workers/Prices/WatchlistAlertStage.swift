@@ -84,3 +84,25 @@ func formatPrice(_ v: Double) -> String {
     if abs(v) < 1e15, v == Double(Int64(v)) { return String(Int64(v)) }
     return v.description
 }
+
+extension WatchlistAlertStage {
+    /// `alerts`: a list of `{subscriber, market, threshold}`; threshold is a signed ratio (0.05 is +5 %).
+    public static let options = [
+        StageOption("alerts") { value, options throws(OptionError) in
+            options.alerts += try value.list("{subscriber, market, threshold}") { item throws(OptionError) in
+                var subscriber: String?, market: String?, threshold: Double?
+                try item.mapping(allowed: ["subscriber", "market", "threshold"]) { key, v throws(OptionError) in
+                    switch key {
+                    case "subscriber": subscriber = try v.string()
+                    case "market": market = try v.string()
+                    default:
+                        guard let d = try? v.double() else { throw OptionError(v, "expected a signed ratio such as 0.05 (+5 %) or -0.03") }
+                        threshold = d
+                    }
+                }
+                guard let subscriber, let market, let threshold else { throw OptionError(item, "an alert needs subscriber, market and threshold") }
+                return Subscription(subscriber: subscriber, market: market, threshold: threshold)
+            }
+        }
+    ]
+}

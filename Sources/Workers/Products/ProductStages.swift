@@ -202,3 +202,19 @@ public struct NewProductsNotificationStage: Stage {
         return out
     }
 }
+
+extension ProductDecodeStage {
+    public static let options = [StageOption.utcOffset]
+}
+
+extension ThumbnailRequestStage {
+    public static let options = [StageOption.utcOffset]
+}
+
+extension NewProductsNotificationStage {
+    /// `new-products-interval`: how long new products are gathered into one notification (default 5m).
+    public static let options = [
+        StageOption.utcOffset,
+        StageOption("new-products-interval") { value, options throws(OptionError) in options.newProductsIntervalMillis = try value.milliseconds() },
+    ]
+}

@@ -1,0 +1,71 @@
+import Kafka
+import Logging
+
+/// `delivery: at-least-once`: settled offsets are stored for the consumer's next commit; the
+/// loop commits on every tick and before partitions are revoked, and the consumer commits once
+/// more when it closes. A crash re-reads from the last commit: outputs may repeat, under the
+/// same dedupe key; nothing is skipped, because nothing is stored before it is settled.
+final class AtLeastOnce: DeliveryGuarantee {
+    let consumer: KafkaConsumer
+    let checkpointInterval: Duration
+    let recorder: StageRecorder
+    let health: WorkerHealth
+    let logLimiter: LogRateLimiter
+    let logger: Logger
+
+    init(consumer: KafkaConsumer, checkpointInterval: Duration, recorder: StageRecorder, health: WorkerHealth, logLimiter: LogRateLimiter, logger: Logger) {
+        self.consumer = consumer
+        self.checkpointInterval = checkpointInterval
+        self.recorder = recorder
+        self.health = health
+        self.logLimiter = logLimiter
+        self.logger = logger
+    }
+
+    var retriesDeliveries: Bool { true }
+
+    func deliveryFailed(_ error: KafkaError) {}
+
+    func settled(_ offsets: [TopicPartitionOffset]) {
+        do {
+            try consumer.store(offsets: offsets)
+        } catch {
+            // Revoked or lost meanwhile: the next owner reads from the last commit (at least once).
+            logger.info("offset not stored (partition no longer assigned)", metadata: ["offsets": "\(offsets)", "error": "\(error)"])
+        }
+    }
+
+    func willChange(_ lane: PartitionLane, first: [TopicPartition: Int64]) throws(KafkaError) {}
+
+    func checkpointDue(_ lane: PartitionLane) -> Bool { ContinuousClock.now - lane.lastCheckpoint >= checkpointInterval }
+
+    func makeDurable(_ moment: DurableMoment, lanes: [PartitionLane]) async throws {
+        switch moment {
+        case .batch, .lost:
+            return
+        case .tick:
+            await commit("tick")
+        case .revocation(let going):
+            for lane in going { await lane.settled() }
+            await commit("revocation")
+        case .shutdown:
+            // The consumer's close commits what is stored by then.
+            for lane in lanes { await lane.settled() }
+        }
+    }
+
+    /// A failed commit (a lost assignment, a group mid-rebalance) is never a reason to stop the
+    /// worker: the next owner reads from the last commit. Failing for long turns it not-ready.
+    private func commit(_ reason: String) async {
+        do {
+            try await consumer.commit()
+            health.committed(ok: true)
+        } catch {
+            recorder.commitFailed()
+            health.committed(ok: false)
+            if let suppressed = logLimiter.admit("commit-failure") {
+                logger.warning("commit on \(reason) failed: \(error)", metadata: ["suppressed-before": "\(suppressed)"])
+            }
+        }
+    }
+}

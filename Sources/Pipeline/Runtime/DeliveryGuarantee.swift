@@ -1,0 +1,49 @@
+import Kafka
+
+/// How a settled stretch of input becomes durable: the one thing the two delivery modes do
+/// differently. Everything else (processing, the order of settlement, checkpoints, retries,
+/// dead letters) is the same code for both.
+///
+/// - ``AtLeastOnce``: settled offsets are stored for the consumer's next commit, which runs on
+///   every tick, before partitions go, and on close. Failed deliveries are retried.
+/// - ``ExactlyOnce``: outputs, checkpoints and settled offsets of a stretch go to Kafka in one
+///   transaction; a failed delivery dooms it, and an abort rewinds the stretch.
+///
+/// The settlement queues call ``settled(_:)`` and ``deliveryFailed(_:)`` from their tasks; the
+/// event loop calls the rest.
+protocol DeliveryGuarantee: AnyObject, Sendable {
+    /// Whether a settlement queue retries failed deliveries itself (and dead-letters inputs whose
+    /// outputs keep failing), or reports them with ``deliveryFailed(_:)``.
+    var retriesDeliveries: Bool { get }
+
+    /// From a settlement queue: a delivery failed and is not retried.
+    func deliveryFailed(_ error: KafkaError)
+
+    /// From a settlement queue: these input offsets, and everything of their partitions before
+    /// them, are settled.
+    func settled(_ offsets: [TopicPartitionOffset])
+
+    /// Before a lane's state changes for inputs beginning at `first` (per input partition).
+    func willChange(_ lane: PartitionLane, first: [TopicPartition: Int64]) throws(KafkaError)
+
+    /// Whether a stateful lane's state is checkpointed now, after it changed.
+    func checkpointDue(_ lane: PartitionLane) -> Bool
+
+    /// Makes what is settled durable at this moment of the loop. Throws only when the worker
+    /// must stop.
+    func makeDurable(_ moment: DurableMoment, lanes: [PartitionLane]) async throws
+}
+
+/// When the loop asks for durability.
+enum DurableMoment {
+    /// After a batch of records.
+    case batch
+    /// On the loop's timer.
+    case tick
+    /// These lanes' partitions are being revoked: what they owe must be durable before they go.
+    case revocation([PartitionLane])
+    /// These lanes' partitions were lost: they are someone else's, nothing of theirs may become durable.
+    case lost([PartitionLane])
+    /// The worker stops: everything.
+    case shutdown
+}

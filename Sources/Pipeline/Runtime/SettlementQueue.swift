@@ -1,0 +1,275 @@
+import Foundation
+import Kafka
+import Logging
+import Synchronization
+import Workers
+
+/// What one input partition (a lane) owes the broker, in input order: the outputs and dead
+/// letters of each stretch of input, its checkpoints, its offsets. One task settles the entries
+/// strictly in order, and nothing behind an entry that is not settled becomes durable:
+///
+/// - a delivery is settled when every record of it is acknowledged (failed ones retried with
+///   backoff while the lane's partitions are paused; inputs whose outputs keep failing, or fail
+///   for good, dead-lettered);
+/// - a checkpoint is handed to the producer only when everything before it is acknowledged, and
+///   the next one only when it is: the changelog never holds a state whose outputs are not
+///   delivered, and its last record is always the newest state;
+/// - offsets (of a delivery, a checkpoint, or a restored checkpoint) go to the delivery
+///   guarantee only when everything before them is settled: stored for the next commit (at least
+///   once) or sent with the transaction (exactly once).
+///
+/// A record that can never be delivered and belongs to no input (a checkpoint or a dead letter
+/// larger than `message.max.bytes`, say) stops the worker with the reason; the lane settles
+/// nothing after it.
+final class SettlementQueue: Sendable {
+    /// Records handed to the producer for a stretch of input (or an `advance`).
+    struct Delivery: Sendable {
+        var records: [ProducerRecord]
+        /// Per record, the index in `inputs` of the input it is an output of; ``noInput`` for a
+        /// record that belongs to no single input (a dead letter, an `advance` output),
+        /// ``checkpoint`` for a checkpoint.
+        var sources: [Int32]
+        var inputs: [InputRecord]
+        var ticket: DeliveryTicket?
+        /// The next input offsets once this is settled; empty: none (a stateful lane's offsets
+        /// come with its checkpoints).
+        var offsets: [TopicPartitionOffset]
+        /// Inputs this settles (for the counters).
+        var inputCount: Int
+        /// Counted in flight by ``Backpressure``.
+        var heldRecords: Int
+        var heldBytes: Int
+
+        static let noInput: Int32 = -1
+        static let checkpoint: Int32 = -2
+    }
+
+    enum Entry: Sendable {
+        case delivery(Delivery)
+        /// A concurrent stage's record: its task runs the stage and submits the outputs (nil if
+        /// the producer was closed).
+        case running(Task<Delivery?, Never>)
+        /// A checkpoint record and the input offsets its state covers; handed to the producer
+        /// when it reaches the head of the queue.
+        case checkpoint(ProducerRecord, offsets: [TopicPartitionOffset])
+        /// Input offsets alone (those of a restored checkpoint).
+        case offsets([TopicPartitionOffset])
+        /// Resumed once everything enqueued before it is settled.
+        case barrier(CheckedContinuation<Void, Never>)
+    }
+
+    /// What the settlement task needs, for every lane alike.
+    struct Context: Sendable {
+        let stageName: String
+        let deadLetterTopic: String
+        let retry: Topology.RetryPolicy
+        let consumer: KafkaConsumer
+        let producer: KafkaProducer
+        let backpressure: Backpressure
+        let guarantee: any DeliveryGuarantee
+        let recorder: StageRecorder
+        let logLimiter: LogRateLimiter
+        let logger: Logger
+        /// Stops the worker: something can never be settled.
+        let fail: @Sendable (WorkerError) -> Void
+    }
+
+    private let queue: AsyncStream<Entry>.Continuation
+    private let task: Task<Void, Never>
+    /// Entries settled so far (the task counts, the loop reads).
+    private final class Count: Sendable { let value = Atomic<Int>(0) }
+    private let settledCount = Count()
+
+    /// - Parameter partitions: the lane's input partitions (paused together while retrying).
+    init(partitions: [TopicPartition], context: Context) {
+        let (stream, continuation) = AsyncStream<Entry>.makeStream()
+        queue = continuation
+        let settled = settledCount
+        let settler = Settler(partitions: partitions, context: context)
+        task = Task {
+            // Once something could not be settled, nothing after it becomes durable: it would
+            // skip that input.
+            var broken = false
+            for await entry in stream {
+                switch entry {
+                case .barrier(let continuation):
+                    continuation.resume()
+                    continue
+                case .delivery(let delivery):
+                    if !(await settler.settle(delivery, durable: !broken)) { broken = true }
+                case .running(let task):
+                    if let delivery = await task.value {
+                        if !(await settler.settle(delivery, durable: !broken)) { broken = true }
+                    } else {
+                        broken = true
+                    }
+                case .checkpoint(let record, let offsets):
+                    if !broken, !(await settler.checkpoint(record, offsets: offsets)) { broken = true }
+                case .offsets(let offsets):
+                    if !broken { context.guarantee.settled(offsets) }
+                }
+                settled.value.add(1)
+            }
+        }
+    }
+
+    func enqueue(_ entry: Entry) { queue.yield(entry) }
+
+    /// Entries settled so far.
+    var settled: Int { settledCount.value.value }
+
+    /// Waits until everything enqueued so far is settled; the queue goes on taking entries.
+    func settledSoFar() async {
+        await withCheckedContinuation { continuation in
+            if case .terminated = queue.yield(.barrier(continuation)) { continuation.resume() }
+        }
+    }
+
+    /// Waits until everything enqueued is settled; the queue takes nothing more.
+    func finish() async {
+        queue.finish()
+        await task.value
+    }
+}
+
+/// Settles one entry at a time for a lane.
+private struct Settler: Sendable {
+    let partitions: [TopicPartition]
+    let context: SettlementQueue.Context
+
+    private var partitionName: String { partitions.count == 1 ? "\(partitions[0])" : "\(partitions)" }
+
+    /// Hands a checkpoint to the producer (everything before it is acknowledged) and settles it.
+    func checkpoint(_ record: ProducerRecord, offsets: [TopicPartitionOffset]) async -> Bool {
+        let bytes = RecordMapping.size(record)
+        context.backpressure.add(records: 1, bytes: bytes)
+        let ticket = try? await context.producer.submit([record])
+        let settled = await settle(
+            SettlementQueue.Delivery(
+                records: [record], sources: [SettlementQueue.Delivery.checkpoint], inputs: [], ticket: ticket, offsets: offsets,
+                inputCount: 0, heldRecords: 1, heldBytes: bytes),
+            durable: true)
+        if settled { context.recorder.checkpointed() }
+        return settled
+    }
+
+    /// Waits for a delivery's reports, retries what failed (at least once) or reports it
+    /// (exactly once), dead-letters inputs whose outputs keep failing, then hands its offsets to
+    /// the guarantee when `durable`. False when it could not be settled (the producer closed, or
+    /// something that belongs to no input can never be delivered).
+    func settle(_ delivery: SettlementQueue.Delivery, durable: Bool) async -> Bool {
+        defer { context.backpressure.remove(records: delivery.heldRecords, bytes: delivery.heldBytes, resume: resumeAll) }
+        guard let ticket = delivery.ticket else { return producerClosed() }
+        var records = delivery.records
+        var sources = delivery.sources
+        var reports = await ticket.reports()
+        var attempt = 1
+        var firstFailure: Int64?
+        var paused = false
+        var delivered = DeliveredRecords()
+        defer { if paused { endRetry() } }
+        while true {
+            var failed: [Int] = []
+            for i in reports.indices {
+                if reports[i].error != nil {
+                    failed.append(i)
+                } else if records[i].topic == context.deadLetterTopic {
+                    delivered.deadLetter(records[i])
+                } else if sources[i] != SettlementQueue.Delivery.checkpoint {
+                    delivered.output(topic: records[i].topic)
+                }
+            }
+            if failed.isEmpty { break }
+            let error = reports[failed[0]].error!
+            guard context.guarantee.retriesDeliveries else {
+                // Exactly once: the open transaction cannot commit; it is aborted and its inputs redone.
+                context.guarantee.deliveryFailed(error)
+                context.recorder.deliveryFailed(records: failed.count, retrying: false)
+                break
+            }
+            // Something that belongs to no input and can never be delivered: nothing after it may
+            // become durable, and retrying would block the partition (and its revocation) for good.
+            if let i = failed.first(where: { sources[$0] < 0 && reports[$0].error!.cannotSucceed }) {
+                let what = sources[i] == SettlementQueue.Delivery.checkpoint
+                    ? "the checkpoint of \(partitionName) (\(RecordMapping.size(records[i])) bytes)"
+                    : records[i].topic == context.deadLetterTopic ? "a dead letter of \(partitionName)" : "an advance output of \(partitionName)"
+                let limit = reports[i].error!.rdKafkaCode == 10 ? " (larger than the producer's message.max.bytes or the topic's max.message.bytes)" : ""
+                context.fail(.undeliverable("\(what) to \(records[i].topic) can never be delivered\(limit): \(reports[i].error!)"))
+                return false
+            }
+            firstFailure = firstFailure ?? Int64(Date().timeIntervalSince1970 * 1000)
+            context.recorder.deliveryFailed(records: failed.count, retrying: true)
+            var again: [ProducerRecord] = []
+            var againSources: [Int32] = []
+            // Inputs whose outputs failed for good, or kept failing past the attempts, go to the
+            // dead-letter topic once, with the error; what belongs to no input is retried on.
+            var dead: [Int32: KafkaError] = [:]
+            var retried = 0
+            for i in failed {
+                let failure = reports[i].error!
+                if sources[i] >= 0, records[i].topic != context.deadLetterTopic, failure.cannotSucceed || attempt >= context.retry.attempts {
+                    dead[sources[i]] = dead[sources[i]] ?? failure
+                } else {
+                    again.append(records[i])
+                    againSources.append(sources[i])
+                    retried += 1
+                }
+            }
+            for (s, failure) in dead.sorted(by: { $0.key < $1.key }) {
+                let letter = DeadLetter(
+                    stage: context.stageName, input: delivery.inputs[Int(s)],
+                    failure: DecodeFailure(field: "$", reason: .deliveryFailed, detail: "\(failure)"),
+                    errorCode: failure.rdKafkaCode.map(String.init) ?? failure.code.rawValue, attempts: attempt,
+                    firstFailure: firstFailure)
+                again.append(RecordMapping.deadLetter(letter, topic: context.deadLetterTopic))
+                againSources.append(SettlementQueue.Delivery.noInput)
+            }
+            if !dead.isEmpty {
+                context.logger.error(
+                    "delivery failed after \(attempt) attempt(s); inputs go to the dead-letter topic",
+                    metadata: ["partition": "\(partitionName)", "error": "\(error)", "inputs": "\(dead.count)"])
+            } else if let suppressed = context.logLimiter.admit("retry") {
+                context.logger.warning(
+                    "delivery failed, retrying",
+                    metadata: ["partition": "\(partitionName)", "attempt": "\(attempt)", "error": "\(error)", "suppressed-before": "\(suppressed)"])
+            }
+            if !paused {
+                paused = true
+                beginRetry()
+            }
+            attempt += 1
+            // Only fresh dead letters to send: no reason to wait.
+            if retried > 0 { try? await Task.sleep(for: context.retry.backoff(beforeAttempt: min(attempt, 30))) }
+            guard let next = try? await context.producer.submit(again) else { return producerClosed() }
+            records = again
+            sources = againSources
+            reports = await next.reports()
+        }
+        if durable, !delivery.offsets.isEmpty { context.guarantee.settled(delivery.offsets) }
+        context.recorder.settled(inputs: delivery.inputCount, delivered: delivered, newestInput: delivery.inputs.last?.timestamp)
+        return true
+    }
+
+    private func producerClosed() -> Bool {
+        context.logger.error("producer closed while settling; the partition's later offsets stay uncommitted", metadata: ["partition": "\(partitionName)"])
+        return false
+    }
+
+    /// The lane's partitions are paused while its deliveries are retried (the others go on).
+    private func beginRetry() {
+        for p in partitions { context.backpressure.beginRetry(p) }
+        try? context.consumer.pause(partitions)
+        context.recorder.pausedForRetry(1)
+    }
+
+    private func endRetry() {
+        context.recorder.pausedForRetry(-1)
+        let resumable = partitions.filter { context.backpressure.endRetry($0) }
+        if !resumable.isEmpty { try? context.consumer.resume(resumable) }
+    }
+
+    /// Resumes what the in-flight bound paused, except partitions held by a retry.
+    private func resumeAll(except retrying: Set<TopicPartition>) {
+        if let assigned = try? context.consumer.assignment() { try? context.consumer.resume(assigned.filter { !retrying.contains($0) }) }
+    }
+}

@@ -1,0 +1,415 @@
+import Foundation
+import Kafka
+import Logging
+import Workers
+
+/// What the event loop reacts to: a consumer event (acknowledged when handled), a timer tick, or
+/// an error that stops the worker (the consumer's, or a settlement queue's).
+enum LoopInput: Sendable {
+    case event(ConsumerEvent, CheckedContinuation<Void, Never>)
+    case tick
+    case failed(any Error)
+}
+
+/// What the loop runs: an ordered stage (a chain from the catalogue, one copy per lane, with its
+/// changelog when it keeps state), or a concurrent I/O stage.
+enum StageWork: Sendable {
+    case ordered(template: StageRunner, changelog: Changelog?)
+    case concurrent(any ConcurrentStage, gate: AsyncGate)
+}
+
+/// What the event loop needs of its worker, and nothing more: the stage's definition and
+/// settings, what it runs, where it records, reports health and logs.
+struct LoopContext: Sendable {
+    let definition: Topology.Stage
+    let settings: WorkerSettings
+    let work: StageWork
+    /// Name in dead letters: the chain's or the concurrent stage's.
+    let stageName: String
+    let recorder: StageRecorder
+    let health: WorkerHealth
+    let logLimiter: LogRateLimiter
+    let logger: Logger
+    /// Begins a graceful stop (``WorkerSettings/stopAfterInputs``).
+    let requestStop: @Sendable () -> Void
+
+    var changelog: Changelog? {
+        if case .ordered(_, let changelog) = work { return changelog }
+        return nil
+    }
+
+    /// A stage's outputs and dead letters for one input (or an `advance`), as records to produce
+    /// with the input's timestamp. Each output is tagged `source` in `sources` (its input's
+    /// index in a delivery), each dead letter ``SettlementQueue/Delivery/noInput``; dead letters
+    /// are logged, rate-limited.
+    func append(_ out: StageOutput, of input: InputRecord, source: Int32, to outgoing: inout [ProducerRecord], sources: inout [Int32]) {
+        var route: (output: String, topic: String)?
+        for o in out.records {
+            // Looked up once per output name in a row, not hashed per record.
+            if route?.output != o.output { route = (o.output, definition.topic(forOutput: o.output)) }
+            outgoing.append(RecordMapping.output(o, topic: route!.topic, timestamp: input.timestamp))
+            sources.append(source)
+        }
+        for f in out.failures {
+            outgoing.append(RecordMapping.deadLetter(DeadLetter(stage: stageName, input: input, failure: f), topic: definition.deadLetterTopic))
+            sources.append(SettlementQueue.Delivery.noInput)
+            if let suppressed = logLimiter.admit("dead-letter") {
+                logger.warning(
+                    "dead letter",
+                    metadata: [
+                        "origin": "\(input.origin.topic)[\(input.origin.partition)]@\(input.origin.offset)",
+                        "reason": "\(f.reason.rawValue)", "field": "\(f.field)", "detail": "\(f.detail)",
+                        "suppressed-before": "\(suppressed)",
+                    ])
+            }
+        }
+    }
+}
+
+/// The worker's event loop: owns the partition lanes and their stage states, and is confined to
+/// the task that runs ``StageService/run()``. Per partition it runs the stage in offset order,
+/// submits outputs and dead letters, and enqueues them, then checkpoints and offsets, on the
+/// lane's ``SettlementQueue``; when they become durable is the ``DeliveryGuarantee``'s business.
+final class StageLoop {
+    let context: LoopContext
+    let consumer: KafkaConsumer
+    let producer: KafkaProducer
+    /// Reads changelogs (a stateful stage only).
+    let reader: KafkaConsumer?
+    let guarantee: any DeliveryGuarantee
+    let backpressure: Backpressure
+    let settlement: SettlementQueue.Context
+    private var lanes: [TopicPartition: PartitionLane] = [:]
+    /// Consumer events received so far (the consumer's numbering: the forwarder hands on each).
+    private var eventIndex = 0
+    private var definition: Topology.Stage { context.definition }
+    private var logger: Logger { context.logger }
+
+    init(
+        context: LoopContext, consumer: KafkaConsumer, producer: KafkaProducer, reader: KafkaConsumer?, guarantee: any DeliveryGuarantee,
+        backpressure: Backpressure, settlement: SettlementQueue.Context
+    ) {
+        self.context = context
+        self.consumer = consumer
+        self.producer = producer
+        self.reader = reader
+        self.guarantee = guarantee
+        self.backpressure = backpressure
+        self.settlement = settlement
+    }
+
+    static func wallClock() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
+
+    func run(_ inputs: AsyncStream<LoopInput>) async throws {
+        for await input in inputs {
+            context.health.loopTurned()
+            let started = ContinuousClock.now
+            defer { context.recorder.loopTurned(busy: ContinuousClock.now - started) }
+            switch input {
+            case .event(let event, let ack):
+                eventIndex += 1
+                do {
+                    try await handle(event)
+                } catch {
+                    ack.resume()
+                    throw error
+                }
+                ack.resume()
+                if let limit = context.settings.stopAfterInputs, context.recorder.counters.processed.value >= limit { context.requestStop() }
+            case .tick:
+                try await advance(now: Self.wallClock())
+                try await guarantee.makeDurable(.tick, lanes: Array(lanes.values))
+                observe()
+            case .failed(let error):
+                throw error
+            }
+        }
+    }
+
+    private func handle(_ event: ConsumerEvent) async throws {
+        switch event {
+        case .records(let batch):
+            try await process(batch)
+            try await guarantee.makeDurable(.batch, lanes: Array(lanes.values))
+        case .assigned(let partitions):
+            logger.info("partitions assigned", metadata: ["partitions": "\(partitions)"])
+            try await assign(partitions, startAtCheckpoints: true)
+            if backpressure.gate == .paused { try? consumer.pause(partitions) }
+            context.health.assigned(total: assignedCount)
+            context.recorder.rebalanced(assigned: assignedCount)
+        case .revoked(let partitions):
+            logger.info("partitions revoked", metadata: ["partitions": "\(partitions)"])
+            context.health.revoked(total: max(0, assignedCount - partitions.count))
+            let going = lanes(of: partitions)
+            // A lane that goes checkpoints its state; everything it owes becomes durable first.
+            if let changelog = context.changelog {
+                for lane in going where lane.dirty { try lane.checkpoint(to: changelog) }
+            }
+            try await guarantee.makeDurable(.revocation(going), lanes: Array(lanes.values))
+            await remove(going)
+            context.recorder.rebalanced(assigned: assignedCount)
+        case .lost(let partitions):
+            logger.warning("partitions lost (this member's session expired); their new owner takes over from the last commit", metadata: ["partitions": "\(partitions)"])
+            context.health.revoked(total: max(0, assignedCount - partitions.count))
+            let going = lanes(of: partitions)
+            try await guarantee.makeDurable(.lost(going), lanes: Array(lanes.values))
+            await remove(going)
+            context.recorder.rebalanced(assigned: assignedCount)
+        case .endOfPartition:
+            break
+        }
+    }
+
+    /// The lanes of these input partitions (a joined lane goes with the first of its partitions:
+    /// they are assigned and revoked together; one left behind gets a lane again, restored, at
+    /// its next record).
+    private func lanes(of partitions: [TopicPartition]) -> [PartitionLane] {
+        var seen = Set<TopicPartition>()
+        return partitions.compactMap { tp in
+            let id = laneID(tp)
+            guard seen.insert(id).inserted else { return nil }
+            return lanes[id]
+        }
+    }
+
+    private func remove(_ going: [PartitionLane]) async {
+        for lane in going {
+            lanes[lane.id] = nil
+            await lane.finish()
+            for gauges in lane.lagGauges.values {
+                gauges.records.record(0)
+                gauges.seconds.record(0)
+            }
+        }
+    }
+
+    /// The lane an input partition belongs to: its own, or for a stage that joins its inputs,
+    /// the one of that partition number across every input topic.
+    private func laneID(_ tp: TopicPartition) -> TopicPartition {
+        definition.joinsInputs ? TopicPartition(definition.inputs.joined(separator: "+"), tp.partition) : tp
+    }
+
+    /// Input partitions held in lanes.
+    private var assignedCount: Int { definition.joinsInputs ? lanes.count * definition.inputs.count : lanes.count }
+
+    private func makeLane(_ id: TopicPartition) -> PartitionLane {
+        let members = definition.joinsInputs ? definition.inputs.map { TopicPartition($0, id.partition) } : [id]
+        var runner: StageRunner?
+        if case .ordered(let template, _) = context.work { runner = template }
+        return PartitionLane(
+            id: id, partitions: members, runner: runner, settlement: SettlementQueue(partitions: members, context: settlement),
+            lagGauges: Dictionary(uniqueKeysWithValues: members.map { ($0, context.recorder.metrics.lag($0)) }))
+    }
+
+    /// New partitions get a lane. A stateful stage's state is restored before their first record.
+    /// With `startAtCheckpoints` (while the assignment event is handled) each restored partition
+    /// starts at the offset its checkpoint covers, not at the group's commit: the state and the
+    /// position agree even when the commit is behind the checkpoint (a stop between the two) or
+    /// ahead of it (a checkpoint of an older state, e.g. one written by a member that was stopped
+    /// past its session and came back). Otherwise (a record of a partition without a lane)
+    /// inputs the state already holds are skipped.
+    private func assign(_ partitions: [TopicPartition], startAtCheckpoints: Bool) async throws {
+        var ids: [TopicPartition] = []
+        for tp in partitions where lanes[laneID(tp)] == nil && !ids.contains(laneID(tp)) { ids.append(laneID(tp)) }
+        var restored: [TopicPartition: Changelog.Checkpoint] = [:]
+        if case .ordered(let template, let changelog?) = context.work, let reader, !ids.isEmpty {
+            restored = try await changelog.restore(ids, stateType: template.stateType, using: reader)
+        }
+        var starts: [TopicPartitionOffset] = []
+        for id in ids {
+            let lane = makeLane(id)
+            if let checkpoint = restored[id] {
+                try lane.runner?.restore(checkpoint.state)
+                lane.skipBelow = checkpoint.offsets
+                lane.next = checkpoint.offsets
+                lane.restoredOffsets = checkpoint.offsets.map { TopicPartitionOffset($0.key.topic, $0.key.partition, offset: $0.value) }
+                starts += lane.restoredOffsets
+                context.recorder.restored()
+                logger.info("state restored", metadata: ["partition": "\(id)", "offsets": "\(checkpoint.offsets.values.sorted())"])
+            }
+            lanes[id] = lane
+        }
+        // During the assignment event a seek sets where the partition starts.
+        if startAtCheckpoints, !starts.isEmpty { try await consumer.seek(starts) }
+    }
+
+    private func process(_ batch: [ConsumerRecord]) async throws {
+        // A batch holds records of one or more partitions, each in offset order.
+        var start = 0
+        while start < batch.count {
+            let tp = batch[start].topicPartition
+            var end = start + 1
+            while end < batch.count, batch[end].partition == batch[start].partition, batch[end].topic == batch[start].topic { end += 1 }
+            if lanes[laneID(tp)] == nil { try await assign([tp], startAtCheckpoints: false) }
+            let lane = lanes[laneID(tp)]!
+            if let stale = lane.staleThrough[tp] {
+                // Fetched before the partition was rewound (an event the forwarder already held).
+                guard eventIndex > stale else {
+                    start = end
+                    continue
+                }
+                lane.staleThrough[tp] = nil
+            }
+            switch context.work {
+            case .ordered(_, let changelog): try await process(batch[start..<end], lane: lane, changelog: changelog)
+            case .concurrent(let stage, let gate): try startConcurrent(batch[start..<end], lane: lane, stage: stage, gate: gate)
+            }
+            start = end
+        }
+    }
+
+    /// Runs the ordered stage over one partition's records and submits what it made: for a
+    /// stateless stage with the offset after them, for a stateful one without (its offsets go
+    /// with its checkpoints).
+    private func process(_ records: ArraySlice<ConsumerRecord>, lane: PartitionLane, changelog: Changelog?) async throws {
+        guard let tp = records.first?.topicPartition else { return }
+        let skipBelow = lane.skipBelow[tp] ?? -1
+        guard let first = records.first(where: { $0.offset >= skipBelow }) else { return }
+        try guarantee.willChange(lane, first: [tp: first.offset])
+        lane.settleRestoredOffsets()
+        let now = Self.wallClock()
+        let started = ContinuousClock.now
+        var outgoing: [ProducerRecord] = []
+        var sources: [Int32] = []
+        var inputs: [InputRecord] = []
+        outgoing.reserveCapacity(records.count)
+        sources.reserveCapacity(records.count)
+        inputs.reserveCapacity(records.count)
+        var last: Int64 = first.offset
+        for record in records where record.offset >= skipBelow {
+            let input = RecordMapping.input(record, now: now)
+            let out = lane.runner!.process(input, context: StageContext(now: input.timestamp))
+            let index = Int32(inputs.count)
+            inputs.append(input)
+            context.append(out, of: input, source: index, to: &outgoing, sources: &sources)
+            last = record.offset
+            lane.lastTimestamp = input.timestamp
+        }
+        lane.next[tp] = last + 1
+        context.recorder.processed(inputs.count, startedAt: started, took: ContinuousClock.now - started)
+        context.health.progressed()
+        if let changelog {
+            lane.dirty = true
+            try await submit(outgoing, sources: sources, inputs: inputs, to: lane, offsets: [])
+            if guarantee.checkpointDue(lane) { try lane.checkpoint(to: changelog) }
+        } else {
+            try await submit(outgoing, sources: sources, inputs: inputs, to: lane, offsets: [TopicPartitionOffset(tp.topic, tp.partition, offset: last + 1)])
+        }
+    }
+
+    /// A concurrent stage: each record becomes a task (bounded by the stage's concurrency) that
+    /// runs the stage and submits the outputs once every earlier record of the same key has
+    /// submitted its own. The lane settles the tasks in offset order, so an offset becomes
+    /// durable only when it and every earlier input of the partition are done.
+    private func startConcurrent(_ records: ArraySlice<ConsumerRecord>, lane: PartitionLane, stage: any ConcurrentStage, gate: AsyncGate) throws {
+        guard let first = records.first else { return }
+        try guarantee.willChange(lane, first: [first.topicPartition: first.offset])
+        let now = Self.wallClock()
+        let producer = self.producer, context = self.context
+        var heldBytes = 0
+        for record in records {
+            let input = RecordMapping.input(record, now: now)
+            let bytes = (record.value?.count ?? 0) + (record.key?.count ?? 0)
+            let earlier = lane.lastTask(forKey: record.key)
+            let task = Task<SettlementQueue.Delivery?, Never> {
+                await gate.acquire()
+                let began = ContinuousClock.now
+                let out = await stage.process(input)
+                gate.release()
+                context.recorder.concurrentRecordTook(ContinuousClock.now - began)
+                var outgoing: [ProducerRecord] = []
+                var sources: [Int32] = []
+                context.append(out, of: input, source: 0, to: &outgoing, sources: &sources)
+                // Same key, input order: submit after the earlier record of the key submitted.
+                _ = await earlier?.value
+                guard let ticket = try? await producer.submit(outgoing) else { return nil }
+                return SettlementQueue.Delivery(
+                    records: outgoing, sources: sources, inputs: [input], ticket: ticket,
+                    offsets: [TopicPartitionOffset(record.topic, record.partition, offset: record.offset + 1)],
+                    inputCount: 1, heldRecords: 1, heldBytes: bytes)
+            }
+            lane.enqueue(task, key: record.key)
+            lane.next[record.topicPartition] = record.offset + 1
+            lane.lastTimestamp = input.timestamp
+            heldBytes += bytes
+        }
+        context.recorder.processed(records.count, startedAt: .now, took: nil)
+        context.health.progressed()
+        if backpressure.add(records: records.count, bytes: heldBytes) { boundReached() }
+    }
+
+    private func submit(
+        _ records: [ProducerRecord], sources: [Int32], inputs: [InputRecord], to lane: PartitionLane, offsets: [TopicPartitionOffset]
+    ) async throws {
+        let bytes = records.reduce(0) { $0 + RecordMapping.size($1) }
+        let ticket = try await producer.submit(records)
+        lane.enqueue(.delivery(SettlementQueue.Delivery(
+            records: records, sources: sources, inputs: inputs, ticket: ticket, offsets: offsets,
+            inputCount: inputs.count, heldRecords: records.count, heldBytes: bytes)))
+        if backpressure.add(records: records.count, bytes: bytes) { boundReached() }
+    }
+
+    /// The in-flight bound was just crossed: the forwarder waits for deliveries before it takes
+    /// the next batch. Counted, and logged at most 10 times per 10 s.
+    private func boundReached() {
+        context.recorder.boundReached()
+        if let suppressed = context.logLimiter.admit("in-flight-bound") {
+            logger.info(
+                "in-flight bound reached: waiting for deliveries before taking more input",
+                metadata: ["records": "\(backpressure.inFlight.records)", "suppressed-before": "\(suppressed)"])
+        }
+    }
+
+    /// Lets time pass for every partition's state (closes windows on an idle stream), then
+    /// checkpoints the states that are due.
+    private func advance(now: Int64) async throws {
+        guard case .ordered(_, let changelog) = context.work else { return }
+        for lane in lanes.values {
+            try guarantee.willChange(lane, first: [:])
+            lane.settleRestoredOffsets()
+            guard let out = lane.runner?.advance(context: StageContext(now: now)) else { continue }
+            if !out.records.isEmpty || !out.failures.isEmpty {
+                var outgoing: [ProducerRecord] = []
+                var sources: [Int32] = []
+                context.append(out, of: .advance(at: now), source: SettlementQueue.Delivery.noInput, to: &outgoing, sources: &sources)
+                if changelog != nil { lane.dirty = true }
+                try await submit(outgoing, sources: sources, inputs: [], to: lane, offsets: [])
+            }
+            if let changelog, lane.dirty, guarantee.checkpointDue(lane) { try lane.checkpoint(to: changelog) }
+        }
+    }
+
+    /// Lag per partition (from the high watermark of the last fetch, which every broker reports
+    /// right), queue depths, librdkafka statistics and group state, once per tick.
+    private func observe() {
+        let now = Self.wallClock()
+        var total: Int64 = 0
+        for lane in lanes.values {
+            for (tp, gauges) in lane.lagGauges {
+                guard let high = consumer.cachedHighWatermark(tp), high >= 0 else { continue }
+                let position = lane.next[tp] ?? high
+                let lag = max(0, high - position)
+                total += lag
+                gauges.records.record(lag)
+                gauges.seconds.record(lag > 0 && lane.lastTimestamp > 0 ? Double(max(0, now - lane.lastTimestamp)) / 1000 : 0)
+            }
+        }
+        context.health.lag(records: total)
+        let stats = consumer.statistics
+        context.recorder.observed(
+            producerQueue: producer.inFlight, inFlightRecords: backpressure.inFlight.records, consumer: stats, producer: producer.statistics,
+            group: definition.group)
+        if let group = stats?.group { context.health.groupState(joinState: group.joinState, assignmentSize: group.assignmentSize) }
+    }
+
+    /// Checkpoints every changed state, makes everything durable, and settles every lane (the
+    /// consumer's close then commits, at least once).
+    func shutdown() async throws {
+        if let changelog = context.changelog {
+            for lane in lanes.values where lane.dirty { try lane.checkpoint(to: changelog) }
+        }
+        try await guarantee.makeDurable(.shutdown, lanes: Array(lanes.values))
+        for lane in lanes.values { await lane.finish() }
+        lanes.removeAll()
+    }
+}

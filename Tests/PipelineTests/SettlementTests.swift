@@ -1,0 +1,294 @@
+import Foundation
+import MetricsTestKit
+import Synchronization
+import Testing
+@testable import Kafka
+import Operations
+@testable import Pipeline
+import PipelineTesting
+import Workers
+
+/// The order in which a partition settles what it owes the broker (outputs and dead letters of
+/// each input, then its checkpoint, then its offset) when deliveries are slow or failing, on
+/// librdkafka's mock cluster: two brokers, one of them taken down under a topic.
+@Suite(.serialized, .timeLimit(.minutes(3))) struct SettlementTests {
+    static let candlesTopology = """
+        topics:
+          - {name: prices.raw}
+          - {name: prices.candles}
+          - {name: prices.changelog, config: {cleanup.policy: compact}}
+          - {name: dlq}
+        stages:
+          - name: candles
+            chain: [prices.candles]
+            inputs: [prices.raw]
+            outputs: {prices.candles.1m: prices.candles}
+            dead-letter-topic: dlq
+            changelog: prices.changelog
+            checkpoint-interval: 50ms
+            advance-interval: 50ms
+        """
+
+    /// A two-broker mock cluster with the candle topology's topics, each of one partition: every
+    /// topic led by broker 1 except `onBroker2`, and `inputs` ticks in `prices.raw`.
+    static func cluster(onBroker2: [String], inputs: Int) async throws -> (KafkaMockCluster, [(record: ProducerRecord, report: DeliveryReport)]) {
+        let mock = try KafkaMockCluster(brokers: 2)
+        for t in ["prices.raw", "prices.candles", "prices.changelog", "dlq"] {
+            try mock.createTopic(t, partitions: 1)
+            mock.setPartitionLeader(t, partition: 0, brokerID: onBroker2.contains(t) ? 2 : 1)
+        }
+        mock.setCoordinator("group", key: "candles", brokerID: 1)
+        return (mock, try await produce(0..<inputs, to: mock))
+    }
+
+    static func produce(_ range: Range<Int>, to mock: KafkaMockCluster) async throws -> [(record: ProducerRecord, report: DeliveryReport)] {
+        guard !range.isEmpty else { return [] }
+        let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [mock.bootstrapServers]))
+        let records = range.map { PriceTicks.tick($0) }
+        let reports = try await producer.send(records)
+        await producer.close()
+        #expect(reports.allSatisfy { $0.error == nil })
+        return Array(zip(records, reports)).map { (record: $0.0, report: $0.1) }
+    }
+
+    static func settings(_ mock: KafkaMockCluster) -> WorkerSettings {
+        var settings = WorkerSettings(bootstrapServers: [mock.bootstrapServers])
+        settings.sessionTimeout = .seconds(6)
+        settings.heartbeatInterval = .milliseconds(300)
+        settings.statisticsInterval = nil
+        return settings
+    }
+
+    /// Every record of a topic's partition 0, read to its end without a group.
+    static func read(_ topic: String, from mock: KafkaMockCluster) async throws -> [ConsumerRecord] {
+        var records: [ConsumerRecord] = []
+        try await TopicReader(kafka: KafkaConfiguration(bootstrapServers: [mock.bootstrapServers]))
+            .read(from: [TopicPartitionOffset(topic, 0, offset: TopicPartitionOffset.beginning)]) { batch in
+                records += batch
+                return true
+            }
+        return records
+    }
+
+    /// The input offset a checkpoint covers (the next offset after its inputs).
+    static func coveredOffset(_ checkpoint: ConsumerRecord) -> Int64? {
+        checkpoint.header(Changelog.offsetsHeader).flatMap { Changelog.offsets(String(decoding: $0, as: UTF8.self)) }?.values.max()
+    }
+
+    /// A checkpoint must not become durable before the outputs of the inputs it covers: a
+    /// crash would restore it and skip those inputs, whose outputs were never delivered. Here
+    /// the candle topic's leader is down while 3,000 ticks are processed: no checkpoint may
+    /// cover the input that closed the first candle until that candle is delivered. (Watched for
+    /// three seconds, sixty checkpoint intervals: a checkpoint that shows up is the defect.)
+    /// Once the broker is back everything is delivered and the last checkpoint covers every input.
+    @Test func aCheckpointIsNeverDurableBeforeTheOutputsItCovers() async throws {
+        let (mock, inputs) = try await Self.cluster(onBroker2: ["prices.candles"], inputs: 3_000)
+        // The input after which the first candle is due: a checkpoint covering it covers that candle.
+        var runner = try StageCatalog().runner(for: ["prices.candles"])
+        var firstCandle: Int64?
+        for (i, (record, _)) in inputs.enumerated() where firstCandle == nil {
+            let input = InputRecord(key: record.key, value: record.value, timestamp: record.timestamp ?? 0, origin: RecordOrigin(topic: "prices.raw", partition: 0, offset: Int64(i)))
+            if !runner.process(input, context: StageContext(now: input.timestamp)).records.isEmpty { firstCandle = Int64(i) }
+        }
+        let first = try #require(firstCandle)
+        mock.setBrokerDown(2)
+        let topology = try Topology.parse(Self.candlesTopology)
+        let service = try StageService(definition: try topology.stage(named: "candles"), topology: topology, settings: Self.settings(mock))
+        let running = Task { try await service.run() }
+        try await eventually("every input processed") { service.counters.processed.value == 3_000 }
+        var premature: Int64?
+        try? await eventually("a checkpoint past an undelivered candle", within: .seconds(3)) {
+            premature = try await Self.read("prices.changelog", from: mock).compactMap(Self.coveredOffset).last { $0 > first }
+            return premature != nil
+        }
+        #expect(premature == nil, "a checkpoint covers the inputs up to offset \(premature ?? -1) while the candle of input \(first) is undelivered")
+
+        mock.setBrokerUp(2)
+        try await eventually("every input settled", within: .seconds(60)) { service.counters.inputsDone.value == 3_000 }
+        service.requestStop()
+        try await running.value
+        let checkpoints = try await Self.read("prices.changelog", from: mock)
+        #expect(checkpoints.last.flatMap(Self.coveredOffset) == 3_000, "the last checkpoint covers every input")
+        let reference = try PriceTicks.reference(inputs: inputs, stages: ["prices.candles"])
+        let candles = Set(try await Self.read("prices.candles", from: mock).compactMap { $0.header(OutputRecord.dedupeKeyHeader) }.map { String(decoding: $0, as: UTF8.self) })
+        #expect(candles == Set(reference.keys))
+    }
+
+    /// The last changelog record of a partition is always its newest state: a checkpoint whose
+    /// delivery failed is retried before any later one is written. Here the changelog's leader
+    /// answers slower than the message timeout, so the first checkpoint fails and waits a second
+    /// for its retry; then the broker is fast again and more input arrives, so a newer
+    /// checkpoint is due while the first still waits.
+    @Test func aRetriedCheckpointNeverLandsAfterANewerOne() async throws {
+        let (mock, _) = try await Self.cluster(onBroker2: ["prices.changelog"], inputs: 500)
+        mock.setBrokerRoundTrip(2, milliseconds: 1000)
+        let topology = try Topology.parse(Self.candlesTopology + "\n    retry: {attempts: 5, initial-backoff: 1s, max-backoff: 1s}\n")
+        var settings = Self.settings(mock)
+        settings.messageTimeout = .milliseconds(300)
+        let service = try StageService(definition: try topology.stage(named: "candles"), topology: topology, settings: settings)
+        let running = Task { try await service.run() }
+        try await eventually("the first checkpoint failed") { service.counters.retries.value >= 1 }
+        mock.setBrokerRoundTrip(2, milliseconds: 0)
+        _ = try await Self.produce(500..<1_000, to: mock)
+        try await eventually("a checkpoint of every input", within: .seconds(30)) {
+            try await Self.read("prices.changelog", from: mock).contains { Self.coveredOffset($0) == 1_000 }
+        }
+        service.requestStop()
+        try await running.value
+        let covered = try await Self.read("prices.changelog", from: mock).compactMap(Self.coveredOffset)
+        #expect(covered.last == 1_000, "checkpoints in log order cover \(covered): the last one must be the newest")
+        #expect(covered == covered.sorted(), "never an older state after a newer one: \(covered)")
+    }
+
+    /// A record too large for `message.max.bytes` can never be delivered. A checkpoint or a dead
+    /// letter that fails so stops the worker with the reason (retrying it would block the
+    /// partition and its revocation for good); nothing after it is committed.
+    @Test(arguments: ["checkpoint", "dead letter"]) func aRecordThatCanNeverBeDeliveredStopsTheWorkerWithTheReason(_ what: String) async throws {
+        let (mock, _) = try await Self.cluster(onBroker2: [], inputs: what == "checkpoint" ? 600 : 0)
+        if what == "dead letter" {
+            // Garbage of 900 bytes: the dead letter's headers take it past 1,000.
+            let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [mock.bootstrapServers]))
+            _ = try await producer.send(ProducerRecord(topic: "prices.raw", value: Array(repeating: UInt8(ascii: "x"), count: 900)))
+            await producer.close()
+        }
+        let topology = try Topology.parse(Self.candlesTopology)
+        var settings = Self.settings(mock)
+        settings.kafka.raw["message.max.bytes"] = "1000"
+        let service = try StageService(definition: try topology.stage(named: "candles"), topology: topology, settings: settings)
+        let outcome = await Deadline.race(.seconds(60)) { () -> String in
+            do {
+                try await service.run()
+                return "returned without an error"
+            } catch {
+                return "\(error)"
+            }
+        }
+        let message = try #require(outcome, "the worker stopped within 60 s")
+        #expect(message.contains(what) && message.contains("message.max.bytes"), "\(message)")
+        let admin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: [mock.bootstrapServers]))
+        let committed = try await admin.committedOffsets(group: "candles", partitions: [TopicPartition("prices.raw", 0)])
+        await admin.close()
+        #expect(committed.allSatisfy { $0.offset <= 0 }, "nothing committed past what could not be delivered: \(committed)")
+    }
+
+    /// The shutdown deadline holds for every stop, not only a signal's: here `--stop-after` stops
+    /// a worker whose outputs cannot be delivered (their leader is down), and it must give up
+    /// within its deadline instead of waiting for the broker.
+    @Test func aStopAfterTheInputLimitKeepsTheShutdownDeadline() async throws {
+        let (mock, _) = try await Self.cluster(onBroker2: ["prices.candles"], inputs: 3_000)
+        mock.setBrokerDown(2)
+        let topology = try Topology.parse(Self.candlesTopology)
+        var settings = Self.settings(mock)
+        settings.stopAfterInputs = 3_000
+        settings.shutdownDeadline = .seconds(2)
+        let service = try StageService(definition: try topology.stage(named: "candles"), topology: topology, settings: settings)
+        let clock = ContinuousClock()
+        let start = clock.now
+        let outcome = await Deadline.race(.seconds(30)) { () -> String in
+            do {
+                try await service.run()
+                return "returned"
+            } catch {
+                return "\(error)"
+            }
+        }
+        #expect(outcome != nil, "run() ended within 30 s")
+        #expect(outcome?.contains("shutdown") == true, "it says the shutdown overran: \(outcome ?? "")")
+        #expect(clock.now - start < .seconds(20))
+    }
+
+    /// Deliveries that fail and are retried are counted in the metrics once each, whichever
+    /// attempt delivered them: records-out counts every output delivered, not only the last
+    /// attempt's. Here the outputs go to two partitions led by two brokers; one broker is down
+    /// for a while, so a batch's outputs to the other are delivered at the first attempt and the
+    /// rest later.
+    @Test func metricsCountEveryDeliveryOfARetriedBatch() async throws {
+        let mock = try KafkaMockCluster(brokers: 2)
+        try mock.createTopic("in", partitions: 1)
+        try mock.createTopic("out", partitions: 2)
+        try mock.createTopic("dlq", partitions: 1)
+        mock.setPartitionLeader("in", partition: 0, brokerID: 1)
+        mock.setPartitionLeader("dlq", partition: 0, brokerID: 1)
+        mock.setPartitionLeader("out", partition: 0, brokerID: 1)
+        mock.setPartitionLeader("out", partition: 1, brokerID: 2)
+        mock.setCoordinator("group", key: "relay", brokerID: 1)
+        let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [mock.bootstrapServers]))
+        _ = try await producer.send((0..<200).map { ProducerRecord(topic: "in", key: Array("k\($0)".utf8), value: Array("v\($0)".utf8)) })
+        await producer.close()
+        let topology = try Topology.parse("""
+            topics:
+              - {name: in}
+              - {name: out, partitions: 2}
+              - {name: dlq}
+            stages:
+              - name: relay
+                chain: [pass-through]
+                inputs: [in]
+                outputs: {out: out}
+                dead-letter-topic: dlq
+                retry: {attempts: 1000, initial-backoff: 50ms, max-backoff: 100ms}
+            """)
+        let metrics = TestMetrics()
+        var settings = Self.settings(mock)
+        settings.metricsFactory = metrics
+        settings.messageTimeout = .milliseconds(300)
+        mock.setBrokerDown(2)
+        let service = try StageService(definition: try topology.stage(named: "relay"), topology: topology, settings: settings)
+        let running = Task { try await service.run() }
+        try await eventually("a retry") { service.counters.retries.value >= 1 }
+        mock.setBrokerUp(2)
+        try await eventually("every input settled") { service.counters.inputsDone.value == 200 }
+        service.requestStop()
+        try await running.value
+        #expect(service.counters.produced.value == 200)
+        let out = metrics.counterTotal(label: MetricName.recordsOut, dimensions: [("stage", "relay"), ("topic", "out")])
+        #expect(out == 200, "pipeline_records_out_total counts every delivered output once: \(out)")
+        #expect(metrics.counterTotal(label: MetricName.recordsIn, dimensions: [("stage", "relay")]) == 200)
+    }
+
+    /// A stand-in for the thumbnail worker: an I/O stage that relays each record after a yield.
+    struct RelayIO: ConcurrentStage {
+        var name: String { "thumbnails.render" }
+        func process(_ record: InputRecord) async -> StageOutput {
+            await Task.yield()
+            return StageOutput(records: [OutputRecord(output: "out", key: record.key, value: record.value, dedupeKey: "relay:\(record.origin.offset)")])
+        }
+    }
+
+    /// Exactly-once with a concurrent (I/O) stage: input offsets are committed only with a
+    /// transaction, never stored for the consumer to commit. Here every transaction fails to
+    /// commit (as a broker refusal would), so the worker stops after its attempts, and the
+    /// group must have no committed offset.
+    @Test func exactlyOnceWithAConcurrentStageCommitsOffsetsOnlyInTransactions() async throws {
+        let mock = try KafkaMockCluster(brokers: 1)
+        for t in ["in", "out", "dlq"] { try mock.createTopic(t, partitions: 1) }
+        let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [mock.bootstrapServers]))
+        _ = try await producer.send((0..<50).map { ProducerRecord(topic: "in", key: Array("k\($0)".utf8), value: Array("v\($0)".utf8)) })
+        await producer.close()
+        let topology = try Topology.parse("""
+            topics:
+              - {name: in}
+              - {name: out}
+              - {name: dlq}
+            stages:
+              - name: io
+                chain: [thumbnails.render]
+                inputs: [in]
+                outputs: {out: out}
+                dead-letter-topic: dlq
+                delivery: exactly-once
+                commit-interval: 20ms
+                retry: {attempts: 3, initial-backoff: 20ms, max-backoff: 50ms}
+            """)
+        var settings = Self.settings(mock)
+        settings.transactionFault = { KafkaError(code: .broker, message: "injected: the coordinator refused the offsets") }
+        let service = try StageService(
+            definition: try topology.stage(named: "io"), topology: topology, settings: settings, concurrent: RelayIO())
+        await #expect(throws: KafkaError.self) { try await service.run() }
+        #expect(service.counters.transactionsAborted.value >= 3)
+        let admin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: [mock.bootstrapServers]))
+        let committed = try await admin.committedOffsets(group: "io", partitions: [TopicPartition("in", 0)])
+        await admin.close()
+        #expect(committed.allSatisfy { $0.offset < 0 }, "no transaction committed, so no offset may be: \(committed)")
+    }
+}
