@@ -115,29 +115,60 @@ import Workers
     }
 
     /// The last changelog record of a partition is always its newest state: a checkpoint whose
-    /// delivery failed is retried before any later one is written. Here the changelog's leader
-    /// answers slower than the message timeout, so the first checkpoint fails and waits a second
-    /// for its retry; then the broker is fast again and more input arrives, so a newer
-    /// checkpoint is due while the first still waits.
+    /// delivery failed is retried before any later one is written. Here a new-products stage
+    /// holds one product in its window when its first checkpoint is refused (NOT_ENOUGH_REPLICAS,
+    /// once; the producer makes no retries of its own, so the failure is reported at once) and
+    /// waits 10 s for the worker's retry. Meanwhile the window closes on the timer (the
+    /// notification goes out, the state changes), so a newer checkpoint is due while the first
+    /// still waits. The changelog must end with the newer one, whose window is empty.
     @Test func aRetriedCheckpointNeverLandsAfterANewerOne() async throws {
-        let (mock, _) = try await Self.cluster(onBroker2: ["prices.changelog"], inputs: 500)
-        mock.setBrokerRoundTrip(2, milliseconds: 1000)
-        let topology = try Topology.parse(Self.candlesTopology + "\n    retry: {attempts: 5, initial-backoff: 1s, max-backoff: 1s}\n")
+        let mock = try KafkaMockCluster(brokers: 2)
+        for t in ["products.raw", "notifications", "products.changelog", "dlq"] {
+            try mock.createTopic(t, partitions: 1)
+            mock.setPartitionLeader(t, partition: 0, brokerID: t == "products.changelog" ? 2 : 1)
+        }
+        mock.setCoordinator("group", key: "new-products", brokerID: 1)
+        let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [mock.bootstrapServers]))
+        _ = try await producer.send(ProducerRecord(topic: "products.raw", key: Array("2012".utf8), value: Array(StageServiceMockTests.product.utf8)))
+        await producer.close()
+        let topology = try Topology.parse("""
+            topics:
+              - {name: products.raw}
+              - {name: notifications}
+              - {name: products.changelog, config: {cleanup.policy: compact}}
+              - {name: dlq}
+            stages:
+              - name: new-products
+                chain: [products.new-notifications]
+                inputs: [products.raw]
+                dead-letter-topic: dlq
+                changelog: products.changelog
+                checkpoint-interval: 500ms
+                advance-interval: 50ms
+                retry: {attempts: 5, initial-backoff: 10s, max-backoff: 10s}
+                options: {new-products-interval: 6s}
+            """)
         var settings = Self.settings(mock)
-        settings.messageTimeout = .milliseconds(300)
-        let service = try StageService(definition: try topology.stage(named: "candles"), topology: topology, settings: settings)
+        settings.kafka.raw["enable.idempotence"] = "false"
+        settings.kafka.raw["retries"] = "0"
+        let service = try StageService(definition: try topology.stage(named: "new-products"), topology: topology, settings: settings)
         let running = Task { try await service.run() }
+        // Restored (an empty changelog) and processed; the first checkpoint is due 500 ms after the assignment.
+        try await eventually("the product processed") { service.counters.processed.value == 1 }
+        // Produce (API key 0): the next request, the first checkpoint's, is refused.
+        mock.pushRequestErrors(apiKey: 0, errorCodes: [19])
         try await eventually("the first checkpoint failed") { service.counters.retries.value >= 1 }
-        mock.setBrokerRoundTrip(2, milliseconds: 0)
-        _ = try await Self.produce(500..<1_000, to: mock)
-        try await eventually("a checkpoint of every input", within: .seconds(30)) {
-            try await Self.read("prices.changelog", from: mock).contains { Self.coveredOffset($0) == 1_000 }
+        func windows(_ checkpoint: ConsumerRecord) -> String {
+            let json = String(decoding: checkpoint.value ?? [], as: UTF8.self)
+            return json.contains(#""windows":{}"#) ? "empty" : "holding"
+        }
+        try await eventually("a checkpoint after the window closed", within: .seconds(30)) {
+            try await Self.read("products.changelog", from: mock).contains { windows($0) == "empty" }
         }
         service.requestStop()
         try await running.value
-        let covered = try await Self.read("prices.changelog", from: mock).compactMap(Self.coveredOffset)
-        #expect(covered.last == 1_000, "checkpoints in log order cover \(covered): the last one must be the newest")
-        #expect(covered == covered.sorted(), "never an older state after a newer one: \(covered)")
+        let states = try await Self.read("products.changelog", from: mock).map(windows)
+        #expect(states.last == "empty", "checkpoints in log order: \(states); the last one must be the newest state")
     }
 
     /// A record too large for `message.max.bytes` can never be delivered. A checkpoint or a dead
