@@ -4,6 +4,7 @@ import NIOWebSocket
 import PipelineTesting
 import Synchronization
 import Testing
+import Workers
 import WorkersTesting
 @testable import Pipeline
 @testable import Kafka

@@ -1,0 +1,263 @@
+import Foundation
+import Kafka
+
+/// One tick the chaos verifier's producer sends: an Upbit ticker message, or garbage in its place.
+public struct ChaosTick: Sendable {
+    /// Sent as the `input-id` header (dead letters keep it).
+    public var id: Int
+    public var market: String
+    public var tradeTime: Int64
+    public var price: Double
+    public var volume: Double
+    public var garbage: Bool
+
+    public static let markets = (0..<24).map { "KRW-C\($0)" }
+    public static let base: Int64 = 1_700_000_000_000
+
+    /// Tick `i` of a run: market `i % 24`, trade time 90 ms after the previous tick's (so per
+    /// partition too), every 20th one garbage.
+    public static func make(_ i: Int) -> ChaosTick {
+        ChaosTick(
+            id: i, market: markets[i % markets.count], tradeTime: base + Int64(i) * 90, price: 1000 + Double((i * 7919) % 500),
+            volume: Double(1 + i % 5), garbage: i % 20 == 7)
+    }
+
+    /// One tick per market an hour after tick `after`: every minute before closes.
+    public static func closing(after: Int) -> [ChaosTick] {
+        markets.enumerated().map { m, market in
+            ChaosTick(id: after + 1 + m, market: market, tradeTime: base + Int64(after) * 90 + 3_600_000, price: 1, volume: 1, garbage: false)
+        }
+    }
+
+    public func record(topic: String) -> ProducerRecord {
+        let json = garbage
+            ? #"{"type":"ticker","code":"\#(market)","trade_price":"garbage \#(id)""#
+            : #"{"type":"ticker","code":"\#(market)","trade_price":\#(price),"trade_volume":\#(volume),"signed_change_rate":0.01,"trade_timestamp":\#(tradeTime),"timestamp":\#(tradeTime + 5),"stream_type":"REALTIME"}"#
+        return ProducerRecord(
+            topic: topic, key: Array(market.utf8), value: Array(json.utf8), headers: [KafkaHeader(key: "input-id", string: String(id))],
+            timestamp: tradeTime)
+    }
+}
+
+/// A tick as it landed: its partition and offset.
+public struct ChaosInput: Sendable {
+    public var tick: ChaosTick
+    public var partition: Int32
+    public var offset: Int64
+
+    public init(tick: ChaosTick, partition: Int32, offset: Int64) {
+        self.tick = tick
+        self.partition = partition
+        self.offset = offset
+    }
+}
+
+/// The one-minute candles the inputs must produce, computed here from the inputs alone (not by
+/// the stage's code): per market and minute of trade time, open (earliest trade), high, low,
+/// close (latest trade), volume, Σ price × volume and the last trade time; a minute is complete
+/// once its partition's latest trade time is a minute plus the lateness past its start.
+public struct CandleOracle: Sendable {
+    public struct Candle: Sendable, Equatable {
+        public var market: String
+        public var minute: Int64
+        public var open, high, low, close, volume, value: Double
+        public var lastTrade: Int64
+    }
+
+    /// By "market minute".
+    public private(set) var candles: [String: Candle] = [:]
+
+    public static func key(market: String, minute: Int64) -> String { "\(market) \(minute)" }
+
+    public init(_ inputs: [ChaosInput], latenessMillis: Int64) {
+        let byPartition = Dictionary(grouping: inputs.filter { !$0.tick.garbage }, by: \.partition)
+        for (_, partition) in byPartition {
+            let ordered = partition.sorted { $0.offset < $1.offset }
+            guard let watermark = ordered.map(\.tick.tradeTime).max() else { continue }
+            var open: [String: (first: Int64, candle: Candle)] = [:]
+            for input in ordered {
+                let t = input.tick
+                let minute = t.tradeTime - ((t.tradeTime % 60_000) + 60_000) % 60_000
+                let key = Self.key(market: t.market, minute: minute)
+                if var c = open[key] {
+                    if t.tradeTime < c.first {
+                        c.first = t.tradeTime
+                        c.candle.open = t.price
+                    }
+                    if t.tradeTime >= c.candle.lastTrade {
+                        c.candle.lastTrade = t.tradeTime
+                        c.candle.close = t.price
+                    }
+                    c.candle.high = max(c.candle.high, t.price)
+                    c.candle.low = min(c.candle.low, t.price)
+                    c.candle.volume += t.volume
+                    c.candle.value += t.price * t.volume
+                    open[key] = c
+                } else {
+                    open[key] = (t.tradeTime, Candle(
+                        market: t.market, minute: minute, open: t.price, high: t.price, low: t.price, close: t.price,
+                        volume: t.volume, value: t.price * t.volume, lastTrade: t.tradeTime))
+                }
+            }
+            for (key, c) in open where c.candle.minute + 60_000 + latenessMillis <= watermark { candles[key] = c.candle }
+        }
+    }
+}
+
+/// What a chaos run found. It passes when nothing is lost or wrong, every garbage input and
+/// nothing else is dead-lettered, first occurrences keep their order, the group's offsets reach
+/// the end, every changelog key ends at its partition's end, every worker exited as it should,
+/// and (exactly once) nothing is duplicated.
+public struct ChaosReport: Sendable, CustomStringConvertible {
+    public var expected = 0
+    public var lost: [String] = []
+    public var wrong: [String] = []
+    public var unexpected: [String] = []
+    public var duplicates = 0
+    public var outOfOrder: [String] = []
+    public var garbage = 0
+    public var garbageNotDeadLettered: [Int] = []
+    public var goodDeadLettered: [String] = []
+    public var offsetsAtEnd = false
+    public var offsetsDetail = ""
+    public var changelogKeys = 0
+    public var changelogKeysBehind: [String] = []
+    /// Checkpoints older than an earlier one of the same key (a zombie's, after its partitions moved on).
+    public var changelogRegressions = 0
+    public var badExits: [String] = []
+    /// Set when the broker stopped serving the group (tansu's known wedges), with what was seen.
+    public var wedged: String?
+    public var exactlyOnce = false
+
+    public init() {}
+
+    public var passed: Bool {
+        wedged == nil && lost.isEmpty && wrong.isEmpty && unexpected.isEmpty && outOfOrder.isEmpty && garbageNotDeadLettered.isEmpty
+            && goodDeadLettered.isEmpty && offsetsAtEnd && changelogKeysBehind.isEmpty && badExits.isEmpty && (!exactlyOnce || duplicates == 0)
+    }
+
+    public var verdict: String { wedged != nil ? "BROKER WEDGED" : passed ? "PASS" : "FAIL" }
+
+    public var description: String {
+        func list<T>(_ items: [T]) -> String { items.isEmpty ? "0" : "\(items.count) \(items.prefix(3).map { "\($0)" })" }
+        var lines = [
+            "candles: expected \(expected), lost \(list(lost)), wrong \(list(wrong)), unexpected \(list(unexpected)), duplicates \(duplicates)\(exactlyOnce ? " (must be 0)" : ""), out of order \(list(outOfOrder))",
+            "dead letters: garbage \(garbage), garbage not dead-lettered \(list(garbageNotDeadLettered)), good input dead-lettered \(list(goodDeadLettered))",
+            "offsets: \(offsetsAtEnd ? "the group's offsets reached the end" : "NOT at the end: \(offsetsDetail)")",
+            "changelog: \(changelogKeys) keys, behind the end \(list(changelogKeysBehind)), regressions \(changelogRegressions)",
+            "workers: \(badExits.isEmpty ? "every exit as expected" : "unexpected exits \(badExits)")",
+        ]
+        if let wedged { lines.append("broker wedged: \(wedged)") }
+        return lines.joined(separator: "\n")
+    }
+}
+
+/// Compares what a chaos run left in Kafka with the oracle.
+public enum ChaosChecker {
+    /// - Parameters:
+    ///   - outputs: every record of the candle topic (read past the end, committed only).
+    ///   - deadLetters: every record of the dead-letter topic.
+    ///   - changelog: every record of the changelog topic.
+    ///   - committed: the group's committed offsets per input partition; `ends` the end of each.
+    public static func check(
+        inputs: [ChaosInput], oracle: CandleOracle, outputs: [ConsumerRecord], deadLetters: [ConsumerRecord], changelog: [ConsumerRecord],
+        committed: [Int32: Int64], ends: [Int32: Int64], exactlyOnce: Bool
+    ) -> ChaosReport {
+        var report = ChaosReport()
+        report.exactlyOnce = exactlyOnce
+        report.expected = oracle.candles.count
+        var seen: [String: CandleOracle.Candle] = [:]
+        var lastMinute: [String: Int64] = [:]
+        for r in outputs.sorted(by: { ($0.partition, $0.offset) < ($1.partition, $1.offset) }) {
+            guard let candle = parseCandle(r.value ?? []) else {
+                report.unexpected.append("unreadable \(r.partition)@\(r.offset)")
+                continue
+            }
+            let key = CandleOracle.key(market: candle.market, minute: candle.minute)
+            if let earlier = seen[key] {
+                report.duplicates += 1
+                if !same(earlier, candle) { report.wrong.append("\(key) (copies differ)") }
+                continue
+            }
+            seen[key] = candle
+            guard let expected = oracle.candles[key] else {
+                report.unexpected.append(key)
+                continue
+            }
+            if !same(expected, candle) { report.wrong.append("\(key): \(candle) expected \(expected)") }
+            // First occurrences of a market's candles come in minute order within an output partition.
+            let slot = "\(r.partition)/\(candle.market)"
+            if let last = lastMinute[slot], last >= candle.minute { report.outOfOrder.append(key) }
+            lastMinute[slot] = candle.minute
+        }
+        report.lost = oracle.candles.keys.filter { seen[$0] == nil }.sorted()
+
+        let garbage = Set(inputs.filter(\.tick.garbage).map(\.tick.id))
+        report.garbage = garbage.count
+        var dead = Set<Int>()
+        for letter in deadLetters {
+            guard let id = letter.header("input-id").flatMap({ Int(String(decoding: $0, as: UTF8.self)) }) else { continue }
+            dead.insert(id)
+            if !garbage.contains(id) {
+                let reason = letter.header("dead-letter.reason").map { String(decoding: $0, as: UTF8.self) } ?? "?"
+                report.goodDeadLettered.append("\(id) (\(reason))")
+            }
+        }
+        report.garbageNotDeadLettered = garbage.subtracting(dead).sorted()
+
+        let behind = ends.filter { committed[$0.key] != $0.value }.sorted { $0.key < $1.key }
+        report.offsetsAtEnd = behind.isEmpty
+        report.offsetsDetail = behind.map { "partition \($0.key): committed \(committed[$0.key].map(String.init) ?? "none"), end \($0.value)" }.joined(separator: "; ")
+
+        var latest: [String: [String: Int64]] = [:]
+        for record in changelog.sorted(by: { ($0.partition, $0.offset) < ($1.partition, $1.offset) }) {
+            guard let key = record.key.map({ String(decoding: $0, as: UTF8.self) }),
+                let header = record.header("checkpoint.offsets").map({ String(decoding: $0, as: UTF8.self) })
+            else { continue }
+            var offsets: [String: Int64] = [:]
+            for item in header.split(separator: ",") {
+                let parts = item.split(separator: "=")
+                if parts.count == 2, let o = Int64(parts[1]) { offsets[String(parts[0])] = o }
+            }
+            if let previous = latest[key], offsets.contains(where: { $0.value < (previous[$0.key] ?? .min) }) { report.changelogRegressions += 1 }
+            latest[key] = offsets
+        }
+        report.changelogKeys = latest.count
+        for (key, offsets) in latest.sorted(by: { $0.key < $1.key }) {
+            for (tp, offset) in offsets {
+                guard let partition = tp.split(separator: "/").last.flatMap({ Int32($0) }), let end = ends[partition] else { continue }
+                if offset != end { report.changelogKeysBehind.append("\(key) at \(offset), end \(end)") }
+            }
+        }
+        return report
+    }
+
+    static func same(_ a: CandleOracle.Candle, _ b: CandleOracle.Candle) -> Bool {
+        func close(_ x: Double, _ y: Double) -> Bool { abs(x - y) <= 1e-9 * max(1, abs(x), abs(y)) }
+        return a.market == b.market && a.minute == b.minute && a.lastTrade == b.lastTrade && close(a.open, b.open) && close(a.high, b.high)
+            && close(a.low, b.low) && close(a.close, b.close) && close(a.volume, b.volume) && close(a.value, b.value)
+    }
+
+    /// An output candle (Upbit's minute-candle JSON) read with JSONSerialization, not the stage's writer.
+    static func parseCandle(_ bytes: [UInt8]) -> CandleOracle.Candle? {
+        guard let object = try? JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any],
+            let market = object["market"] as? String, let utc = object["candle_date_time_utc"] as? String,
+            let minute = minuteStart(utc),
+            let open = (object["opening_price"] as? NSNumber)?.doubleValue, let high = (object["high_price"] as? NSNumber)?.doubleValue,
+            let low = (object["low_price"] as? NSNumber)?.doubleValue, let close = (object["trade_price"] as? NSNumber)?.doubleValue,
+            let volume = (object["candle_acc_trade_volume"] as? NSNumber)?.doubleValue,
+            let value = (object["candle_acc_trade_price"] as? NSNumber)?.doubleValue,
+            let last = (object["timestamp"] as? NSNumber)?.int64Value
+        else { return nil }
+        return CandleOracle.Candle(market: market, minute: minute, open: open, high: high, low: low, close: close, volume: volume, value: value, lastTrade: last)
+    }
+
+    /// `2023-11-14T22:13:00` (UTC) as epoch milliseconds.
+    static func minuteStart(_ utc: String) -> Int64? {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withFullDate, .withTime, .withColonSeparatorInTime, .withDashSeparatorInDate]
+        formatter.timeZone = TimeZone(identifier: "UTC")
+        guard let date = formatter.date(from: utc) else { return nil }
+        return Int64((date.timeIntervalSince1970 * 1000).rounded())
+    }
+}

@@ -1,0 +1,67 @@
+import Workers
+
+/// What the chaos verifier does to a running pipeline, drawn from a seed so that a run can be
+/// repeated: faults at random moments of the fault window, in the manner of Jepsen's nemesis.
+public struct ChaosPlan: Sendable, Equatable, CustomStringConvertible {
+    public enum Fault: String, CaseIterable, Sendable {
+        /// SIGKILL a worker at once (no waiting for a settled group) and start a new one after `hold`.
+        case kill
+        /// SIGSTOP a worker for `hold` (longer than its session timeout: the group moves on without
+        /// it), then SIGCONT: a zombie comes back with its old state and deliveries in flight.
+        case pause
+        /// A worker joins; after `hold` it leaves with SIGTERM.
+        case joinLeave = "join-leave"
+        /// The output topic's leader broker is down for `hold`: output deliveries fail and are
+        /// retried (librdkafka's mock cluster only).
+        case outputsDown = "outputs-down"
+        /// The broker is killed and restarted on its storage (the local broker with S3 storage only).
+        case brokerRestart = "broker-restart"
+    }
+
+    public struct Step: Sendable, Equatable, CustomStringConvertible {
+        /// From the start of the fault window.
+        public var at: Duration
+        public var fault: Fault
+        /// Which running worker (an index into those running then, modulo their number).
+        public var worker: Int
+        public var hold: Duration
+
+        public var description: String { "+\(at.seconds)s \(fault.rawValue) w\(worker) hold \(hold.seconds)s" }
+    }
+
+    public var seed: UInt64
+    public var steps: [Step]
+
+    public var description: String { "seed \(seed): " + steps.map(\.description).joined(separator: ", ") }
+
+    /// `count` faults drawn from `faults` over `window`; pauses last past `sessionTimeout`.
+    public static func make(seed: UInt64, window: Duration, faults: [Fault], count: Int, sessionTimeout: Duration) -> ChaosPlan {
+        var rng = SplitMix64(seed: seed)
+        let windowMs = max(1, window.milliseconds)
+        var steps: [Step] = []
+        guard !faults.isEmpty else { return ChaosPlan(seed: seed, steps: []) }
+        for _ in 0..<count {
+            let fault = faults[Int(rng.next() % UInt64(faults.count))]
+            let at = Int64(rng.next() % UInt64(windowMs))
+            let holdMs: Int64
+            switch fault {
+            case .kill: holdMs = 200 + Int64(rng.next() % 2_800)
+            case .pause: holdMs = sessionTimeout.milliseconds + 1_000 + Int64(rng.next() % 2_000)
+            case .joinLeave: holdMs = 2_000 + Int64(rng.next() % 6_000)
+            case .outputsDown: holdMs = 1_000 + Int64(rng.next() % 5_000)
+            case .brokerRestart: holdMs = 0
+            }
+            steps.append(Step(at: .milliseconds(at), fault: fault, worker: Int(rng.next() % 16), hold: .milliseconds(holdMs)))
+        }
+        steps.sort { $0.at < $1.at }
+        return ChaosPlan(seed: seed, steps: steps)
+    }
+}
+
+extension Duration {
+    var milliseconds: Int64 { components.seconds * 1000 + components.attoseconds / 1_000_000_000_000_000 }
+    var seconds: String {
+        let ms = milliseconds
+        return ms % 1000 == 0 ? "\(ms / 1000)" : String(Double(ms) / 1000)
+    }
+}

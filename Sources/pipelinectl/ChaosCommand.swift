@@ -1,0 +1,547 @@
+import ArgumentParser
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Kafka
+import Logging
+import Operations
+import Pipeline
+import Synchronization
+import Workers
+
+/// `pipelinectl chaos`: runs a stateful stage's workers against a broker while a producer feeds
+/// them and a nemesis applies faults drawn from a seed, then reads everything the run left and
+/// checks it against an oracle computed from the input.
+struct Chaos: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Check the worker runtime's guarantees under faults (a Jepsen-style nemesis and checker).",
+        discussion: """
+            Each seed is one run: a fresh topology of one candle stage (prices.candles, with its
+            changelog), `--workers` `pipelinectl worker` processes, a producer feeding `--ticks`
+            Upbit ticks (5 % garbage) over the fault window, and a nemesis applying faults at
+            random moments drawn from the seed:
+
+              kill            SIGKILL a worker, no waiting for a settled group; a new one starts
+              pause           SIGSTOP a worker past its session timeout, then SIGCONT (a zombie)
+              join-leave      a worker joins, later leaves with SIGTERM
+              outputs-down    the output topic's leader is down for a while (--broker mock only)
+              broker-restart  the broker is killed and restarted (--broker local, S3 storage, only)
+
+            Then everything heals, one tick per market an hour later closes every minute, the run
+            waits until the group's offsets reach the end, stops the workers with SIGTERM, reads
+            every output, dead letter and changelog record (read_committed, past the end) and
+            prints: candles lost, wrong (against candles computed here from the input, not by the
+            stage's code), duplicated and out of order; dead letters of good input, garbage not
+            dead-lettered; whether the offsets reached the end and every changelog key with them;
+            unexpected worker exits. A group that stops being served (tansu wedges a group when a
+            member dies or joins mid-rebalance) is reported as BROKER WEDGED, not as a pass.
+
+            Brokers: `--broker mock` (librdkafka's mock cluster, in this process, on loopback
+            ports), `--broker local` (tansu, started here), or `--bootstrap-server` for any
+            cluster (process faults only; topics and group get a fresh name per run). With
+            `--delivery exactly-once` on a broker that hides aborted transactions (Apache Kafka),
+            duplicates must be 0.
+
+            Profiles: `ci` (what the test suite runs: two mock seeds with every fault, one local
+            seed with the faults tansu survives), `long` (ten seeds per broker, every fault,
+            longer windows).
+
+            Exit status: 0 every run passed; 1 a run found a violation; 3 no violation, but a run
+            ended with the broker wedged.
+
+            Examples:
+              pipelinectl chaos --profile ci
+              pipelinectl chaos --broker mock --seed 7 --faults kill,pause --window 60s
+              pipelinectl chaos --bootstrap-server kafka:9092 --delivery exactly-once --seed 1 --seed 2
+            """)
+
+    enum BrokerKind: String, ExpressibleByArgument, CaseIterable { case mock, local }
+    enum Profile: String, ExpressibleByArgument, CaseIterable { case ci, long }
+
+    @Option(help: "mock or local (ignored with --bootstrap-server).") var broker: BrokerKind?
+    @Option(name: .customLong("bootstrap-server"), help: "Run against this cluster (process faults only).") var bootstrapServer: String?
+    @Option(help: "A seed (repeatable). Default: the profile's.") var seed: [UInt64] = []
+    @Option(help: "ci or long: seeds, brokers, faults and windows when not given.") var profile: Profile?
+    @Option(help: "Comma-separated faults (see above). Default: every one the broker allows.") var faults: String?
+    @Option(help: "How long faults are applied while input flows (e.g. 30s).", transform: { text in
+        guard let d = parseDuration(text), d > .zero else { throw ValidationError("--window: '\(text)' is not a duration such as 30s") }
+        return d
+    })
+    var window: Duration?
+    @Option(help: "Faults per run (default: one per 5 s of window).") var faultCount: Int?
+    @Option(help: "Ticks fed per run (default 12,000).") var ticks: Int?
+    @Option(help: "Workers running at the start.") var workers = 2
+    @Option(help: "at-least-once or exactly-once.") var delivery = "at-least-once"
+    @Option(help: "Report a stall as a wedged broker after this long without progress.", transform: { text in
+        guard let d = parseDuration(text), d > .zero else { throw ValidationError("--stall-after: '\(text)' is not a duration such as 60s") }
+        return d
+    })
+    var stallAfter: Duration = .seconds(60)
+    @Flag(help: "Go on with the next seed after a failing one.") var keepGoing = false
+    @Option(help: "The pipelinectl binary that runs the workers (default: this one), e.g. an older build to compare.")
+    var workerBinary: String?
+
+    func validate() throws {
+        if let bootstrapServer { try validateServers(bootstrapServer) }
+        guard Topology.Delivery(rawValue: delivery) != nil else { throw ValidationError("--delivery: expected at-least-once or exactly-once, found '\(delivery)'") }
+        guard workers >= 1 else { throw ValidationError("--workers: at least 1") }
+        if let faults {
+            for name in faults.split(separator: ",") where ChaosPlan.Fault(rawValue: String(name)) == nil {
+                throw ValidationError("--faults: unknown fault '\(name)'; expected: \(ChaosPlan.Fault.allCases.map(\.rawValue).joined(separator: ", "))")
+            }
+        }
+        if broker != nil, bootstrapServer != nil { throw ValidationError("--broker and --bootstrap-server: give one of them") }
+        if let workerBinary, !FileManager.default.isExecutableFile(atPath: workerBinary) {
+            throw ValidationError("--worker-binary: '\(workerBinary)' is not an executable file")
+        }
+    }
+
+    /// One run to make: where, which seed, which faults, for how long.
+    struct RunSpec {
+        var target: ChaosTarget.Kind
+        var seed: UInt64
+        var faults: [ChaosPlan.Fault]
+        var window: Duration
+        var faultCount: Int
+        var ticks: Int
+    }
+
+    func specs() -> [RunSpec] {
+        let explicit = faults.map { $0.split(separator: ",").compactMap { ChaosPlan.Fault(rawValue: String($0)) } }
+        func make(_ kind: ChaosTarget.Kind, seeds: [UInt64], faults defaults: [ChaosPlan.Fault], window defaultWindow: Duration, ticks defaultTicks: Int) -> [RunSpec] {
+            let w = window ?? defaultWindow
+            let allowed = (explicit ?? defaults).filter(kind.allows)
+            return seeds.map { RunSpec(target: kind, seed: $0, faults: allowed, window: w, faultCount: faultCount ?? max(1, Int(w.components.seconds / 5)), ticks: ticks ?? defaultTicks) }
+        }
+        if let bootstrapServer {
+            let kind = ChaosTarget.Kind.external(bootstrapServer)
+            return make(kind, seeds: seed.isEmpty ? [1, 2, 3] : seed, faults: [.kill, .pause, .joinLeave], window: .seconds(30), ticks: 12_000)
+        }
+        switch profile {
+        case .ci:
+            // Tansu wedges a group when a member dies or joins while a rebalance is under way (see
+            // the README): on it the CI profile restarts the broker and pauses workers; kills and
+            // joins run on the mock cluster.
+            return make(.mock, seeds: seed.isEmpty ? [11, 12] : seed, faults: [.kill, .pause, .joinLeave, .outputsDown], window: .seconds(25), ticks: 10_000)
+                + make(.local, seeds: seed.isEmpty ? [21] : seed, faults: [.brokerRestart, .pause], window: .seconds(20), ticks: 8_000)
+        case .long:
+            return make(.mock, seeds: seed.isEmpty ? Array(101...110) : seed, faults: ChaosPlan.Fault.allCases, window: .seconds(60), ticks: 30_000)
+                + make(.local, seeds: seed.isEmpty ? Array(201...210) : seed, faults: ChaosPlan.Fault.allCases, window: .seconds(60), ticks: 30_000)
+        case nil:
+            let kind: ChaosTarget.Kind = broker == .local ? .local : .mock
+            return make(kind, seeds: seed.isEmpty ? [1] : seed, faults: ChaosPlan.Fault.allCases, window: .seconds(30), ticks: 12_000)
+        }
+    }
+
+    func run() async throws {
+        try Preflight.checkRuntime()
+        LoggingSystem.bootstrap { label in
+            var h = StreamLogHandler.standardError(label: label)
+            h.logLevel = .warning
+            return h
+        }
+        let exactlyOnce = delivery == Topology.Delivery.exactlyOnce.rawValue
+        var failed = 0, wedged = 0
+        for spec in specs() {
+            let plan = ChaosPlan.make(seed: spec.seed, window: spec.window, faults: spec.faults, count: spec.faultCount, sessionTimeout: spec.target.sessionTimeout)
+            print("== \(spec.target.name), \(plan)")
+            fflush(stdout)
+            let report: ChaosReport
+            do {
+                report = try await ChaosRun(
+                    spec: spec, plan: plan, workers: workers, exactlyOnce: exactlyOnce, stallAfter: stallAfter,
+                    workerBinary: workerBinary ?? ChaosRun.executable
+                ).run()
+            } catch {
+                print("   the run could not complete: \(error)")
+                failed += 1
+                if !keepGoing { break }
+                continue
+            }
+            print(report.description.split(separator: "\n").map { "   \($0)" }.joined(separator: "\n"))
+            print("   \(report.verdict) (\(spec.target.name), seed \(spec.seed))")
+            fflush(stdout)
+            if report.wedged != nil { wedged += 1 } else if !report.passed { failed += 1 }
+            if !report.passed, !keepGoing { break }
+        }
+        if failed > 0 { throw ExitCode(1) }
+        if wedged > 0 { throw ExitCode(3) }
+    }
+}
+
+/// Where a chaos run happens: librdkafka's mock cluster, the local broker, or a given cluster.
+struct ChaosTarget {
+    enum Kind {
+        case mock
+        case local
+        case external(String)
+
+        var name: String {
+            switch self {
+            case .mock: "mock cluster"
+            case .local: "local broker (tansu)"
+            case .external(let servers): servers
+            }
+        }
+
+        func allows(_ fault: ChaosPlan.Fault) -> Bool {
+            switch (self, fault) {
+            case (.mock, .brokerRestart), (.local, .outputsDown), (.external, .outputsDown), (.external, .brokerRestart): false
+            default: true
+            }
+        }
+
+        /// Tansu answers a join after about half the session timeout: keep it short there.
+        var sessionTimeout: Duration {
+            if case .local = self { return .seconds(2) }
+            return .seconds(6)
+        }
+    }
+
+    let kind: Kind
+    private(set) var bootstrap: String
+    private var mock: KafkaMockCluster?
+    private var local: LocalBroker?
+
+    /// The output topic's leader on the mock cluster (the others lead everything else).
+    static let outputBroker: Int32 = 2
+
+    static func start(_ kind: Kind, topics: [Topology.Topic], outputs: String, group: String, restartable: Bool) async throws -> ChaosTarget {
+        switch kind {
+        case .mock:
+            let mock = try KafkaMockCluster(brokers: 3)
+            for t in topics {
+                try mock.createTopic(t.name, partitions: t.partitions)
+                for p in 0..<t.partitions { mock.setPartitionLeader(t.name, partition: Int32(p), brokerID: t.name == outputs ? outputBroker : 1 + Int32(p % 2) * 2) }
+            }
+            mock.setCoordinator("group", key: group, brokerID: 1)
+            return ChaosTarget(kind: kind, bootstrap: mock.bootstrapServers, mock: mock, local: nil)
+        case .local:
+            var options = LocalBroker.Options(storage: restartable ? .s3 : .memory)
+            options.startTimeout = .seconds(60)
+            let broker = try await LocalBroker.start(options)
+            try await Self.create(topics, bootstrap: broker.bootstrapServers)
+            return ChaosTarget(kind: kind, bootstrap: broker.bootstrapServers, mock: nil, local: broker)
+        case .external(let servers):
+            try await Self.create(topics, bootstrap: servers)
+            return ChaosTarget(kind: kind, bootstrap: servers, mock: nil, local: nil)
+        }
+    }
+
+    private static func create(_ topics: [Topology.Topic], bootstrap: String) async throws {
+        let admin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: [bootstrap]))
+        for t in topics { try await admin.createTopic(TopicSpec(name: t.name, partitions: t.partitions, config: t.config), ignoreExisting: true) }
+        await admin.close()
+    }
+
+    func outputs(up: Bool) {
+        if up { mock?.setBrokerUp(Self.outputBroker) } else { mock?.setBrokerDown(Self.outputBroker) }
+    }
+
+    mutating func restartBroker() async throws {
+        guard let local else { return }
+        self.local = try await local.restart()
+    }
+
+    func stop() async {
+        await local?.stop()
+    }
+}
+
+/// One seed's run: broker, workers, producer, nemesis, then the checker.
+actor ChaosRun {
+    let spec: Chaos.RunSpec
+    let plan: ChaosPlan
+    let initialWorkers: Int
+    let exactlyOnce: Bool
+    let stallAfter: Duration
+    let workerBinary: String
+    let id: String
+    let stage: String
+    let topics: (input: String, output: String, changelog: String, deadLetters: String)
+    private var workers: [ManagedProcess.Handle] = []
+    /// Workers stopped for good by the nemesis, and how each had to end.
+    private var ended: [(ManagedProcess.Handle, expected: String)] = []
+    private var paused: Set<pid_t> = []
+    private var target: ChaosTarget?
+    private let topologyPath: String
+
+    init(spec: Chaos.RunSpec, plan: ChaosPlan, workers: Int, exactlyOnce: Bool, stallAfter: Duration, workerBinary: String) {
+        self.workerBinary = workerBinary
+        self.spec = spec
+        self.plan = plan
+        self.initialWorkers = workers
+        self.exactlyOnce = exactlyOnce
+        self.stallAfter = stallAfter
+        id = "\(spec.seed)-\(UInt32.random(in: 0..<UInt32.max) % 100_000)"
+        stage = "chaos-candles-\(id)"
+        topics = ("chaos.raw-\(id)", "chaos.candles-\(id)", "chaos.changelog-\(id)", "chaos.dead-letters-\(id)")
+        topologyPath = FileManager.default.temporaryDirectory.appendingPathComponent("chaos-topology-\(id).yaml").path
+    }
+
+    static let latenessMillis: Int64 = 5_000
+
+    var topologyYAML: String {
+        """
+        topics:
+          - {name: \(topics.input), partitions: 4}
+          - {name: \(topics.output), partitions: 4}
+          - {name: \(topics.changelog), partitions: 4, config: {cleanup.policy: compact}}
+          - {name: \(topics.deadLetters), partitions: 1}
+        stages:
+          - name: \(stage)
+            chain: [prices.candles]
+            inputs: [\(topics.input)]
+            outputs: {prices.candles.1m: \(topics.output)}
+            dead-letter-topic: \(topics.deadLetters)
+            changelog: \(topics.changelog)
+            delivery: \(exactlyOnce ? "exactly-once" : "at-least-once")
+            checkpoint-interval: 200ms
+            retry: {attempts: 1000, initial-backoff: 100ms, max-backoff: 1s}
+            options: {candle-lateness: \(Self.latenessMillis / 1000)s}
+        """
+    }
+
+    func run() async throws -> ChaosReport {
+        try topologyYAML.write(toFile: topologyPath, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(atPath: topologyPath) }
+        let topology = try Topology.load(path: topologyPath)
+        target = try await ChaosTarget.start(
+            spec.target, topics: topology.topics, outputs: topics.output, group: stage, restartable: spec.faults.contains(.brokerRestart))
+        defer { for w in workers + ended.map(\.0) { w.kill() } }
+        do {
+            let report = try await runOnBroker()
+            await target?.stop()
+            return report
+        } catch {
+            for w in workers { print("   worker \(w.pid):\n\(w.recentOutput(lines: 15))") }
+            await target?.stop()
+            throw error
+        }
+    }
+
+    private var bootstrap: String { target!.bootstrap }
+
+    private func runOnBroker() async throws -> ChaosReport {
+        for _ in 0..<initialWorkers { try startWorker() }
+        // The fault window opens once the group has formed (tansu's first join takes a second).
+        try await awaitAssignment()
+        let clock = ContinuousClock()
+        let windowStart = clock.now
+        let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [bootstrap]))
+        let feed = Task { [topics, spec, bootstrap] () throws -> [ChaosInput] in
+            try await Self.feed(producer, topic: topics.input, count: spec.ticks, over: spec.window, bootstrap: bootstrap)
+        }
+        for step in plan.steps {
+            let due = windowStart + step.at
+            if clock.now < due { try await Task.sleep(until: due, clock: clock) }
+            try await apply(step)
+        }
+        var inputs = try await feed.value
+        try await heal()
+        // One tick per market an hour later: every minute of the run closes.
+        let closing = ChaosTick.closing(after: spec.ticks)
+        let reports = try await producer.send(closing.map { $0.record(topic: topics.input) })
+        await producer.close()
+        for (tick, report) in zip(closing, reports) {
+            if let error = report.error { throw error }
+            inputs.append(ChaosInput(tick: tick, partition: report.partition, offset: report.offset))
+        }
+        var ends: [Int32: Int64] = [:]
+        for input in inputs { ends[input.partition] = max(ends[input.partition] ?? 0, input.offset + 1) }
+
+        var report = ChaosReport()
+        let committed = try await awaitOffsets(ends, wedge: &report.wedged)
+        for w in workers {
+            w.terminate()
+            ended.append((w, "0"))
+        }
+        for (w, expected) in ended {
+            let status = await Deadline.race(.seconds(30)) { await w.waitForExit() }
+            let seen = status.map(String.init) ?? "still running 30 s after it was stopped"
+            if seen != expected { report.badExits.append("pid \(w.pid): \(seen), expected \(expected)\n\(w.recentOutput(lines: 12))") }
+        }
+        workers = []
+        let reader = TopicReader(kafka: KafkaConfiguration(bootstrapServers: [bootstrap]))
+        let outputs = try await Self.readAll(reader, topics.output, partitions: 4)
+        let deadLetters = try await Self.readAll(reader, topics.deadLetters, partitions: 1)
+        let changelog = try await Self.readAll(reader, topics.changelog, partitions: 4)
+        let oracle = CandleOracle(inputs, latenessMillis: Self.latenessMillis)
+        var checked = ChaosChecker.check(
+            inputs: inputs, oracle: oracle, outputs: outputs, deadLetters: deadLetters, changelog: changelog, committed: committed, ends: ends,
+            exactlyOnce: exactlyOnce)
+        checked.wedged = report.wedged
+        checked.badExits = report.badExits
+        return checked
+    }
+
+    // MARK: Workers
+
+    static nonisolated let executable: String = {
+        let exe = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().path
+        return FileManager.default.isExecutableFile(atPath: exe) ? exe : CommandLine.arguments[0]
+    }()
+
+    private func startWorker() throws {
+        let session = spec.target.sessionTimeout
+        let w = try ManagedProcess.launch(
+            workerBinary,
+            arguments: [
+                "worker", stage, "--topology", topologyPath, "--bootstrap-server", bootstrap,
+                "--session-timeout", "\(session.components.seconds)s", "--shutdown-deadline", "20s",
+                "--metrics-address", "127.0.0.1:0", "--statistics-interval", "1s", "--transactional-id", "\(stage)-\(UInt32.random(in: 0..<UInt32.max))",
+            ],
+            environment: [:])
+        workers.append(w)
+    }
+
+    /// A worker's /readyz body (nil when it does not answer).
+    private func readiness(_ w: ManagedProcess.Handle) async -> String? {
+        let line = w.output().split(separator: "\n").last { $0.contains("metrics and health endpoint listening") } ?? ""
+        guard let range = line.range(of: #"port=(\d+)"#, options: .regularExpression), let port = Int(line[range].dropFirst(5)),
+            let (data, _) = try? await URLSession.shared.data(from: URL(string: "http://127.0.0.1:\(port)/readyz")!)
+        else { return nil }
+        return String(decoding: data, as: UTF8.self)
+    }
+
+    private func awaitAssignment() async throws {
+        let clock = ContinuousClock()
+        let deadline = clock.now + .seconds(60)
+        while clock.now < deadline {
+            for w in workers where w.output().contains("partitions assigned") { return }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        throw LocalBrokerError.timedOut("no worker was assigned partitions within 60 s")
+    }
+
+    private func apply(_ step: ChaosPlan.Step) async throws {
+        let running = workers.filter { !paused.contains($0.pid) }
+        switch step.fault {
+        case .kill:
+            guard !running.isEmpty else { return }
+            let victim = running[step.worker % running.count]
+            victim.kill()
+            _ = await victim.waitForExit()
+            workers.removeAll { $0.pid == victim.pid }
+            let hold = step.hold
+            try await Task.sleep(for: hold)
+            try startWorker()
+        case .pause:
+            // Keep one worker running: pausing the last would only stall the run.
+            guard running.count > 1 else { return }
+            let victim = running[step.worker % running.count]
+            Foundation.kill(victim.pid, SIGSTOP)
+            paused.insert(victim.pid)
+            let hold = step.hold, pid = victim.pid
+            Task { [weak self] in
+                try? await Task.sleep(for: hold)
+                Foundation.kill(pid, SIGCONT)
+                await self?.resumed(pid)
+            }
+        case .joinLeave:
+            try startWorker()
+            guard let joined = workers.last else { return }
+            let hold = step.hold
+            Task { [weak self] in
+                try? await Task.sleep(for: hold)
+                await self?.leave(joined)
+            }
+        case .outputsDown:
+            target?.outputs(up: false)
+            let hold = step.hold, target = self.target
+            Task {
+                try? await Task.sleep(for: hold)
+                target?.outputs(up: true)
+            }
+        case .brokerRestart:
+            guard var restarted = target else { return }
+            try await restarted.restartBroker()
+            target = restarted
+        }
+    }
+
+    private func resumed(_ pid: pid_t) { paused.remove(pid) }
+
+    private func leave(_ w: ManagedProcess.Handle) {
+        guard workers.contains(where: { $0.pid == w.pid }), workers.count > 1 else { return }
+        workers.removeAll { $0.pid == w.pid }
+        w.terminate()
+        ended.append((w, "0"))
+    }
+
+    /// Ends every fault: paused workers go on, the outputs' broker is up, and as many workers
+    /// run as at the start.
+    private func heal() async throws {
+        for pid in paused { Foundation.kill(pid, SIGCONT) }
+        paused = []
+        target?.outputs(up: true)
+        while workers.count < initialWorkers { try startWorker() }
+    }
+
+    /// Waits until the group's committed offsets reach the end of every input partition. A stall
+    /// (no offset moves for `stallAfter`) with every worker joining is the broker wedged.
+    private func awaitOffsets(_ ends: [Int32: Int64], wedge: inout String?) async throws -> [Int32: Int64] {
+        let admin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: [bootstrap]))
+        defer { Task { await admin.close() } }
+        let clock = ContinuousClock()
+        var last: [Int32: Int64] = [:]
+        var lastMove = clock.now
+        while true {
+            let offsets = (try? await admin.committedOffsets(group: stage, partitions: (0..<4).map { TopicPartition(topics.input, $0) })) ?? []
+            var committed: [Int32: Int64] = [:]
+            for o in offsets where o.offset >= 0 { committed[o.partition] = o.offset }
+            if ends.allSatisfy({ committed[$0.key] == $0.value }) { return committed }
+            if committed != last {
+                last = committed
+                lastMove = clock.now
+            } else if clock.now - lastMove > stallAfter {
+                var bodies: [String] = []
+                for w in workers { bodies.append(await readiness(w) ?? "no answer") }
+                let joining = !bodies.isEmpty && bodies.allSatisfy { $0.contains("joining") || $0.contains("rebalancing") }
+                let seen = "no committed offset moved for \(stallAfter); /readyz: \(bodies)"
+                if joining, case .local = spec.target {
+                    wedge = "the group has stayed in a rebalance: \(seen) (tansu: a member died or joined while a rebalance was under way)"
+                } else {
+                    print("   stalled: \(seen)")
+                    for w in workers { print("   worker \(w.pid):\n\(w.recentOutput(lines: 20))") }
+                }
+                return committed
+            }
+            try await Task.sleep(for: .milliseconds(500))
+        }
+    }
+
+    // MARK: Input and output
+
+    /// Sends `count` ticks spread over `duration` in chunks, and returns where each landed.
+    static func feed(_ producer: KafkaProducer, topic: String, count: Int, over duration: Duration, bootstrap: String) async throws -> [ChaosInput] {
+        let chunk = 200
+        let chunks = max(1, (count + chunk - 1) / chunk)
+        let pause = duration / chunks
+        var inputs: [ChaosInput] = []
+        inputs.reserveCapacity(count)
+        let clock = ContinuousClock()
+        let start = clock.now
+        for c in 0..<chunks {
+            let ticks = (c * chunk..<min(count, (c + 1) * chunk)).map(ChaosTick.make)
+            let reports = try await producer.send(ticks.map { $0.record(topic: topic) })
+            for (tick, report) in zip(ticks, reports) {
+                if let error = report.error { throw error }
+                inputs.append(ChaosInput(tick: tick, partition: report.partition, offset: report.offset))
+            }
+            let next = start + pause * (c + 1)
+            if clock.now < next { try await Task.sleep(until: next, clock: clock) }
+        }
+        return inputs
+    }
+
+    static func readAll(_ reader: TopicReader, _ topic: String, partitions: Int) async throws -> [ConsumerRecord] {
+        var records: [ConsumerRecord] = []
+        try await reader.read(from: (0..<partitions).map { TopicPartitionOffset(topic, Int32($0), offset: TopicPartitionOffset.beginning) }) { batch in
+            records += batch
+            return true
+        }
+        return records
+    }
+}

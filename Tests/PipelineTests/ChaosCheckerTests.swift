@@ -1,0 +1,95 @@
+import Foundation
+import Testing
+import Kafka
+@testable import Operations
+import Workers
+
+/// The chaos verifier's plan and checker, on made-up runs: the checker must see each kind of
+/// violation, and a plan must be the same for the same seed.
+@Suite struct ChaosCheckerTests {
+    @Test func aPlanIsTheSameForTheSameSeed() {
+        let a = ChaosPlan.make(seed: 7, window: .seconds(30), faults: ChaosPlan.Fault.allCases, count: 6, sessionTimeout: .seconds(6))
+        let b = ChaosPlan.make(seed: 7, window: .seconds(30), faults: ChaosPlan.Fault.allCases, count: 6, sessionTimeout: .seconds(6))
+        let c = ChaosPlan.make(seed: 8, window: .seconds(30), faults: ChaosPlan.Fault.allCases, count: 6, sessionTimeout: .seconds(6))
+        #expect(a == b)
+        #expect(a != c)
+        #expect(a.steps.count == 6)
+        #expect(a.steps.map(\.at) == a.steps.map(\.at).sorted())
+        #expect(a.steps.allSatisfy { $0.at < .seconds(30) })
+        #expect(a.steps.filter { $0.fault == .pause }.allSatisfy { $0.hold > .seconds(6) }, "a pause outlasts the session")
+    }
+
+    /// 2,000 ticks on two partitions by market, as a run would send them.
+    static func inputs() -> [ChaosInput] {
+        var next: [Int32: Int64] = [:]
+        return ((0..<2_000).map(ChaosTick.make) + ChaosTick.closing(after: 2_000)).map { tick in
+            let partition = Int32((ChaosTick.markets.firstIndex(of: tick.market) ?? 0) % 2)
+            defer { next[partition, default: 0] += 1 }
+            return ChaosInput(tick: tick, partition: partition, offset: next[partition, default: 0])
+        }
+    }
+
+    /// The candles as the stage would publish them, one record each, and the dead letters.
+    static func published(_ oracle: CandleOracle, _ inputs: [ChaosInput]) -> (outputs: [ConsumerRecord], deadLetters: [ConsumerRecord]) {
+        var offset: Int64 = 0
+        let formatter = ISO8601DateFormatter()
+        formatter.timeZone = TimeZone(identifier: "UTC")
+        let outputs = oracle.candles.values.sorted { ($0.minute, $0.market) < ($1.minute, $1.market) }.map { c -> ConsumerRecord in
+            let utc = String(formatter.string(from: Date(timeIntervalSince1970: Double(c.minute) / 1000)).prefix(19))
+            let json = #"{"market":"\#(c.market)","candle_date_time_utc":"\#(utc)","opening_price":\#(c.open),"high_price":\#(c.high),"low_price":\#(c.low),"trade_price":\#(c.close),"timestamp":\#(c.lastTrade),"candle_acc_trade_price":\#(c.value),"candle_acc_trade_volume":\#(c.volume),"unit":1}"#
+            defer { offset += 1 }
+            return ConsumerRecord(topic: "out", partition: 0, offset: offset, key: Array(c.market.utf8), value: Array(json.utf8), headers: [], timestamp: nil)
+        }
+        let deadLetters = inputs.filter(\.tick.garbage).enumerated().map { i, input in
+            ConsumerRecord(
+                topic: "dlq", partition: 0, offset: Int64(i), key: nil, value: nil,
+                headers: [KafkaHeader(key: "input-id", string: String(input.tick.id))], timestamp: nil)
+        }
+        return (outputs, deadLetters)
+    }
+
+    @Test func aCleanRunPassesAndEachViolationIsSeen() throws {
+        let inputs = Self.inputs()
+        let oracle = CandleOracle(inputs, latenessMillis: 5_000)
+        #expect(oracle.candles.count > 50)
+        let (outputs, deadLetters) = Self.published(oracle, inputs)
+        var ends: [Int32: Int64] = [:]
+        for i in inputs { ends[i.partition] = max(ends[i.partition] ?? 0, i.offset + 1) }
+        func check(_ outputs: [ConsumerRecord], _ deadLetters: [ConsumerRecord], committed: [Int32: Int64]? = nil) -> ChaosReport {
+            ChaosChecker.check(
+                inputs: inputs, oracle: oracle, outputs: outputs, deadLetters: deadLetters, changelog: [], committed: committed ?? ends, ends: ends,
+                exactlyOnce: false)
+        }
+        let clean = check(outputs, deadLetters)
+        #expect(clean.passed, "\(clean)")
+        #expect(clean.expected == oracle.candles.count)
+
+        let lost = check(Array(outputs.dropFirst()), deadLetters)
+        #expect(lost.lost.count == 1 && !lost.passed)
+
+        var changed = outputs
+        changed[3].value = Array(String(decoding: changed[3].value!, as: UTF8.self).replacingOccurrences(of: #""unit":1"#, with: #""unit":1,"x":0"#)
+            .replacingOccurrences(of: #""high_price":"#, with: #""high_price":1"#).utf8)
+        let wrong = check(changed, deadLetters)
+        #expect(wrong.wrong.count == 1 && !wrong.passed, "\(wrong)")
+
+        let twice = check(outputs + [outputs[5]], deadLetters)
+        #expect(twice.duplicates == 1 && twice.passed, "a duplicate is allowed at least once")
+
+        var early = outputs[60]
+        early.offset = -1
+        let reordered = check([early] + outputs.filter { $0.offset != 60 }, deadLetters)
+        #expect(!reordered.outOfOrder.isEmpty, "\(reordered)")
+
+        let missingLetter = check(outputs, Array(deadLetters.dropLast()))
+        #expect(missingLetter.garbageNotDeadLettered.count == 1 && !missingLetter.passed)
+
+        var extra = deadLetters
+        extra.append(ConsumerRecord(topic: "dlq", partition: 0, offset: 999, key: nil, value: nil, headers: [KafkaHeader(key: "input-id", string: "0")], timestamp: nil))
+        let goodLettered = check(outputs, extra)
+        #expect(goodLettered.goodDeadLettered.count == 1 && !goodLettered.passed)
+
+        let behind = check(outputs, deadLetters, committed: ends.mapValues { $0 - 1 })
+        #expect(!behind.offsetsAtEnd && !behind.passed)
+    }
+}
