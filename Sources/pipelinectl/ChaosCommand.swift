@@ -146,7 +146,7 @@ struct Chaos: AsyncParsableCommand {
         for spec in specs() {
             let plan = ChaosPlan.make(seed: spec.seed, window: spec.window, faults: spec.faults, count: spec.faultCount, sessionTimeout: spec.target.sessionTimeout)
             print("== \(spec.target.name), \(plan)")
-            fflush(stdout)
+            fflush(nil)
             let report: ChaosReport
             do {
                 report = try await ChaosRun(
@@ -161,7 +161,7 @@ struct Chaos: AsyncParsableCommand {
             }
             print(report.description.split(separator: "\n").map { "   \($0)" }.joined(separator: "\n"))
             print("   \(report.verdict) (\(spec.target.name), seed \(spec.seed))")
-            fflush(stdout)
+            fflush(nil)
             if report.wedged != nil { wedged += 1 } else if !report.passed { failed += 1 }
             if !report.passed, !keepGoing { break }
         }
