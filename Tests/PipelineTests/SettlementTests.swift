@@ -70,6 +70,18 @@ import Workers
         return records
     }
 
+    /// How `run()` ended, if it did within `limit`: its error, or "returned without an error".
+    static func stopped(_ service: StageService, within limit: Duration) async -> String? {
+        await Deadline.race(limit) { () -> String in
+            do {
+                try await service.run()
+                return "returned without an error"
+            } catch {
+                return "\(error)"
+            }
+        }
+    }
+
     /// The input offset a checkpoint covers (the next offset after its inputs).
     static func coveredOffset(_ checkpoint: ConsumerRecord) -> Int64? {
         checkpoint.header(Changelog.offsetsHeader).flatMap { Changelog.offsets(String(decoding: $0, as: UTF8.self)) }?.values.max()
@@ -186,15 +198,7 @@ import Workers
         var settings = Self.settings(mock)
         settings.kafka.raw["message.max.bytes"] = "1000"
         let service = try StageService(definition: try topology.stage(named: "candles"), topology: topology, settings: settings)
-        let outcome = await Deadline.race(.seconds(60)) { () -> String in
-            do {
-                try await service.run()
-                return "returned without an error"
-            } catch {
-                return "\(error)"
-            }
-        }
-        let message = try #require(outcome, "the worker stopped within 60 s")
+        let message = try #require(await Self.stopped(service, within: .seconds(60)), "the worker stopped within 60 s")
         #expect(message.contains(what) && message.contains("message.max.bytes"), "\(message)")
         let admin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: [mock.bootstrapServers]))
         let committed = try await admin.committedOffsets(group: "candles", partitions: [TopicPartition("prices.raw", 0)])
@@ -215,14 +219,7 @@ import Workers
         let service = try StageService(definition: try topology.stage(named: "candles"), topology: topology, settings: settings)
         let clock = ContinuousClock()
         let start = clock.now
-        let outcome = await Deadline.race(.seconds(30)) { () -> String in
-            do {
-                try await service.run()
-                return "returned"
-            } catch {
-                return "\(error)"
-            }
-        }
+        let outcome = await Self.stopped(service, within: .seconds(30))
         #expect(outcome != nil, "run() ended within 30 s")
         #expect(outcome?.contains("shutdown") == true, "it says the shutdown overran: \(outcome ?? "")")
         #expect(clock.now - start < .seconds(20))
