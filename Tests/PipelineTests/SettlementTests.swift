@@ -183,6 +183,40 @@ import Workers
         #expect(states.last == "empty", "checkpoints in log order: \(states); the last one must be the newest state")
     }
 
+    /// A restored partition starts where its state does, not at the group's commit: here the
+    /// changelog's last record is an older state (covering 500 of 1,000 inputs, as a member that
+    /// was stopped past its session would write when it comes back) while the group committed
+    /// all 1,000. The next owner must read inputs 500 to 999 again, or they never reach the state.
+    @Test func aRestoredPartitionStartsWhereItsStateDoes() async throws {
+        let (mock, inputs) = try await Self.cluster(onBroker2: [], inputs: 1_000)
+        let topology = try Topology.parse(Self.candlesTopology)
+        let first = try StageService(definition: try topology.stage(named: "candles"), topology: topology, settings: Self.settings(mock))
+        let running = Task { try await first.run() }
+        try await eventually("every input settled") { first.counters.inputsDone.value == 1_000 }
+        first.requestStop()
+        try await running.value
+        // An older checkpoint lands last: the state after inputs 0..<500.
+        var runner = try StageCatalog().runner(for: ["prices.candles"])
+        for (i, (record, _)) in inputs.prefix(500).enumerated() {
+            let input = InputRecord(key: record.key, value: record.value, timestamp: record.timestamp ?? 0, origin: RecordOrigin(topic: "prices.raw", partition: 0, offset: Int64(i)))
+            _ = runner.process(input, context: StageContext(now: input.timestamp))
+        }
+        let changelog = Changelog(topic: "prices.changelog", partitions: 1, stage: "candles")
+        let older = try changelog.record(state: runner.state, offsets: [TopicPartitionOffset("prices.raw", 0, offset: 500)], for: TopicPartition("prices.raw", 0))
+        let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [mock.bootstrapServers]))
+        #expect(try await producer.send(older).error == nil)
+        await producer.close()
+
+        let second = try StageService(definition: try topology.stage(named: "candles"), topology: topology, settings: Self.settings(mock))
+        let again = Task { try await second.run() }
+        try await eventually("the inputs after the restored state read again") { second.counters.processed.value >= 500 }
+        second.requestStop()
+        try await again.value
+        #expect(second.counters.restoredPartitions.value == 1)
+        #expect(second.counters.processed.value == 500, "inputs 500..<1000, once each")
+        #expect(try await Self.read("prices.changelog", from: mock).last.flatMap(Self.coveredOffset) == 1_000, "and the state covers them again")
+    }
+
     /// A record too large for `message.max.bytes` can never be delivered. A checkpoint or a dead
     /// letter that fails so stops the worker with the reason (retrying it would block the
     /// partition and its revocation for good); nothing after it is committed.

@@ -167,7 +167,11 @@ public final class StageService: Service, Sendable {
         let settlement = SettlementQueue.Context(
             stageName: stageName, deadLetterTopic: definition.deadLetterTopic, retry: definition.retry, consumer: consumer, producer: producer,
             backpressure: backpressure, guarantee: guarantee, recorder: recorder, logLimiter: logLimiter, logger: logger,
-            fail: { error in feed.yield(.failed(error)) })
+            fail: { [logger] error in
+                // Also while stopping, when the loop no longer reads its input.
+                logger.error("a partition cannot settle: \(error)")
+                feed.yield(.failed(error))
+            })
         let loop = StageLoop(
             context: context, consumer: consumer, producer: producer, reader: reader, guarantee: guarantee, backpressure: backpressure,
             settlement: settlement)
