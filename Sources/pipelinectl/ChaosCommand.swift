@@ -360,7 +360,15 @@ actor ChaosRun {
         for (w, expected) in ended {
             let status = await Deadline.race(.seconds(30)) { await w.waitForExit() }
             let seen = status.map(String.init) ?? "still running 30 s after it was stopped"
-            if seen != expected { report.badExits.append("pid \(w.pid): \(seen), expected \(expected)\n\(w.recentOutput(lines: 12))") }
+            if seen != expected {
+                // The whole log goes to a file; the report names it and quotes the crash or the end.
+                let log = FileManager.default.temporaryDirectory.appendingPathComponent("chaos-worker-\(id)-\(w.pid).log").path
+                try? w.output().write(toFile: log, atomically: true, encoding: .utf8)
+                let lines = w.output().split(separator: "\n").filter { !$0.contains("dead letter") && !$0.contains("Connect to") }
+                let crash = lines.firstIndex { $0.contains("crashed:") || $0.contains("Fatal error") }
+                let quoted = crash.map { Array(lines[max(0, $0 - 2)..<min(lines.count, $0 + 25)]) } ?? Array(lines.suffix(15))
+                report.badExits.append("pid \(w.pid): \(seen), expected \(expected) (log: \(log))\n" + quoted.joined(separator: "\n"))
+            }
         }
         workers = []
         let reader = TopicReader(kafka: KafkaConfiguration(bootstrapServers: [bootstrap]))
@@ -370,7 +378,7 @@ actor ChaosRun {
         let oracle = CandleOracle(inputs, latenessMillis: Self.latenessMillis)
         var checked = ChaosChecker.check(
             inputs: inputs, oracle: oracle, outputs: outputs, deadLetters: deadLetters, changelog: changelog, committed: committed, ends: ends,
-            exactlyOnce: exactlyOnce)
+            exactlyOnce: exactlyOnce, zombies: plan.steps.contains { $0.fault == .pause })
         checked.wedged = report.wedged
         checked.badExits = report.badExits
         return checked

@@ -744,16 +744,21 @@ final class ConsumerCore: @unchecked Sendable {
         while ContinuousClock.now < deadline {
             _ = consumer.poll(timeoutMilliseconds: 100, names: &names)
             guard !stored.withLock({ $0.isEmpty }) else { return nil }
-            // The rebalance has handed out the partitions once an assignment callback came (an
-            // eager one always comes; a cooperative one too, with nothing new when nothing moved).
-            guard consumer.rebalance.assignments.value > assignmentsBefore else { continue }
+            // What this member holds now: a commit of them succeeds only once the group has
+            // settled with this member in it, and then they are its own.
             guard let held = try? Set(consumer.assignment()) else { continue }
             let offsets = stored.withLock { s in
                 s.filter { held.contains($0.key) }.map { TopicPartitionOffset($0.key.topic, $0.key.partition, offset: $0.value) }
             }
-            guard !offsets.isEmpty else {
-                consumer.client.logger.info("after the rebalance this member holds none of the partitions it stored offsets for; their new owners read from the last commit")
-                return nil
+            if offsets.isEmpty {
+                // Holding none of them: once the rebalance has handed out partitions (an eager one
+                // always calls back; a cooperative one too, with nothing new when nothing moved),
+                // there is nothing to commit.
+                if consumer.rebalance.assignments.value > assignmentsBefore {
+                    consumer.client.logger.info("after the rebalance this member holds none of the partitions it stored offsets for; their new owners read from the last commit")
+                    return nil
+                }
+                continue
             }
             do {
                 try consumer.commit(offsets)

@@ -9,14 +9,19 @@ final class AtLeastOnce: DeliveryGuarantee {
     let consumer: KafkaConsumer
     let checkpointInterval: Duration
     let recorder: StageRecorder
+    let membership: MembershipGate
     let health: WorkerHealth
     let logLimiter: LogRateLimiter
     let logger: Logger
 
-    init(consumer: KafkaConsumer, checkpointInterval: Duration, recorder: StageRecorder, health: WorkerHealth, logLimiter: LogRateLimiter, logger: Logger) {
+    init(
+        consumer: KafkaConsumer, checkpointInterval: Duration, recorder: StageRecorder, membership: MembershipGate, health: WorkerHealth,
+        logLimiter: LogRateLimiter, logger: Logger
+    ) {
         self.consumer = consumer
         self.checkpointInterval = checkpointInterval
         self.recorder = recorder
+        self.membership = membership
         self.health = health
         self.logLimiter = logLimiter
         self.logger = logger
@@ -57,6 +62,7 @@ final class AtLeastOnce: DeliveryGuarantee {
     /// A failed commit (a lost assignment, a group mid-rebalance) is never a reason to stop the
     /// worker: the next owner reads from the last commit. Failing for long turns it not-ready.
     private func commit(_ reason: String) async {
+        await membership.waitUntilSure()
         do {
             try await consumer.commit()
             health.committed(ok: true)

@@ -26,6 +26,7 @@ final class ExactlyOnce: DeliveryGuarantee {
     /// Fault injection (tests): asked before a transaction that carries offsets commits.
     let fault: (@Sendable () -> KafkaError?)?
     let recorder: StageRecorder
+    let membership: MembershipGate
     let health: WorkerHealth
     let logger: Logger
 
@@ -57,8 +58,9 @@ final class ExactlyOnce: DeliveryGuarantee {
 
     init(
         consumer: KafkaConsumer, producer: KafkaProducer, changelog: Changelog?, definition: Topology.Stage, settings: WorkerSettings,
-        recorder: StageRecorder, health: WorkerHealth, logger: Logger
+        recorder: StageRecorder, membership: MembershipGate, health: WorkerHealth, logger: Logger
     ) {
+        self.membership = membership
         self.consumer = consumer
         self.producer = producer
         self.changelog = changelog
@@ -140,6 +142,7 @@ final class ExactlyOnce: DeliveryGuarantee {
                 return (s.failure, s.offsets.map { TopicPartitionOffset($0.key.topic, $0.key.partition, offset: $0.value) })
             }
             if let failure { throw failure }
+            await membership.waitUntilSure()
             if !settled.isEmpty, let injected = fault?() { throw injected }
             if !settled.isEmpty {
                 try await producer.sendOffsetsToTransaction(settled, group: consumer.groupMetadata(), timeout: transactionTimeout)

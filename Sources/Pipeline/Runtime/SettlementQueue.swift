@@ -68,6 +68,8 @@ final class SettlementQueue: Sendable {
         let backpressure: Backpressure
         let guarantee: any DeliveryGuarantee
         let recorder: StageRecorder
+        /// Checkpoints wait while this worker may have lost its partitions unawares.
+        let membership: MembershipGate
         let logLimiter: LogRateLimiter
         let logger: Logger
         /// Stops the worker: something can never be settled.
@@ -79,18 +81,23 @@ final class SettlementQueue: Sendable {
     /// Entries settled so far (the task counts, the loop reads).
     private final class Count: Sendable { let value = Atomic<Int>(0) }
     private let settledCount = Count()
+    /// The partitions were lost: what is left is delivered, nothing more becomes durable.
+    private final class Flag: Sendable { let value = Atomic<Bool>(false) }
+    private let abandoned = Flag()
 
     /// - Parameter partitions: the lane's input partitions (paused together while retrying).
     init(partitions: [TopicPartition], context: Context) {
         let (stream, continuation) = AsyncStream<Entry>.makeStream()
         queue = continuation
         let settled = settledCount
+        let abandoned = abandoned
         let settler = Settler(partitions: partitions, context: context)
         task = Task {
             // Once something could not be settled, nothing after it becomes durable: it would
             // skip that input.
             var broken = false
             for await entry in stream {
+                if abandoned.value.load(ordering: .relaxed) { broken = true }
                 switch entry {
                 case .barrier(let continuation):
                     continuation.resume()
@@ -104,7 +111,15 @@ final class SettlementQueue: Sendable {
                         broken = true
                     }
                 case .checkpoint(let record, let offsets):
-                    if !broken, !(await settler.checkpoint(record, offsets: offsets)) { broken = true }
+                    if !broken {
+                        // Not while this worker may no longer own the partition: its state is stale then.
+                        await context.membership.waitUntilSure()
+                        if abandoned.value.load(ordering: .relaxed) {
+                            broken = true
+                        } else if !(await settler.checkpoint(record, offsets: offsets)) {
+                            broken = true
+                        }
+                    }
                 case .offsets(let offsets):
                     if !broken { context.guarantee.settled(offsets) }
                 }
@@ -114,6 +129,10 @@ final class SettlementQueue: Sendable {
     }
 
     func enqueue(_ entry: Entry) { queue.yield(entry) }
+
+    /// The partitions were lost (another member owns them): checkpoints and offsets not yet
+    /// durable never become so; deliveries already submitted are still settled.
+    func abandon() { abandoned.value.store(true, ordering: .relaxed) }
 
     /// Entries settled so far.
     var settled: Int { settledCount.value.value }

@@ -27,6 +27,8 @@ struct LoopContext: Sendable {
     /// Name in dead letters: the chain's or the concurrent stage's.
     let stageName: String
     let recorder: StageRecorder
+    /// Whether this worker may still own its partitions after a long pause.
+    let membership: MembershipGate
     let health: WorkerHealth
     let logLimiter: LogRateLimiter
     let logger: Logger
@@ -132,12 +134,14 @@ final class StageLoop {
             try await process(batch)
             try await guarantee.makeDurable(.batch, lanes: Array(lanes.values))
         case .assigned(let partitions):
+            context.membership.confirmed()
             logger.info("partitions assigned", metadata: ["partitions": "\(partitions)"])
             try await assign(partitions, startAtCheckpoints: true)
             if backpressure.gate == .paused { try? consumer.pause(partitions) }
             context.health.assigned(total: assignedCount)
             context.recorder.rebalanced(assigned: assignedCount)
         case .revoked(let partitions):
+            context.membership.confirmed()
             logger.info("partitions revoked", metadata: ["partitions": "\(partitions)"])
             context.health.revoked(total: max(0, assignedCount - partitions.count))
             let going = lanes(of: partitions)
@@ -152,6 +156,8 @@ final class StageLoop {
             logger.warning("partitions lost (this member's session expired); their new owner takes over from the last commit", metadata: ["partitions": "\(partitions)"])
             context.health.revoked(total: max(0, assignedCount - partitions.count))
             let going = lanes(of: partitions)
+            for lane in going { lane.settlement.abandon() }
+            context.membership.confirmed()
             try await guarantee.makeDurable(.lost(going), lanes: Array(lanes.values))
             await remove(going)
             context.recorder.rebalanced(assigned: assignedCount)

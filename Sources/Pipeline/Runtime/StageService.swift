@@ -153,20 +153,26 @@ public final class StageService: Service, Sendable {
 
         let (inputs, feed) = AsyncStream<LoopInput>.makeStream()
         let logLimiter = LogRateLimiter()
+        let membership = MembershipGate(sessionTimeout: settings.sessionTimeout ?? .seconds(45), heartbeat: settings.heartbeatInterval ?? .seconds(3))
+        let clock = Task { await membership.run() }
+        defer {
+            membership.stop()
+            clock.cancel()
+        }
         let context = LoopContext(
-            definition: definition, settings: settings, work: work, stageName: stageName, recorder: recorder, health: health,
+            definition: definition, settings: settings, work: work, stageName: stageName, recorder: recorder, membership: membership, health: health,
             logLimiter: logLimiter, logger: logger, requestStop: { [weak self] in self?.requestStop() })
         let guarantee: any DeliveryGuarantee = exactlyOnce
             ? ExactlyOnce(
                 consumer: consumer, producer: producer, changelog: context.changelog, definition: definition, settings: settings,
-                recorder: recorder, health: health, logger: logger)
+                recorder: recorder, membership: membership, health: health, logger: logger)
             : AtLeastOnce(
-                consumer: consumer, checkpointInterval: definition.checkpointInterval, recorder: recorder, health: health,
+                consumer: consumer, checkpointInterval: definition.checkpointInterval, recorder: recorder, membership: membership, health: health,
                 logLimiter: logLimiter, logger: logger)
         let backpressure = Backpressure(maxRecords: definition.maxInFlightRecords, maxBytes: definition.maxInFlightBytes)
         let settlement = SettlementQueue.Context(
             stageName: stageName, deadLetterTopic: definition.deadLetterTopic, retry: definition.retry, consumer: consumer, producer: producer,
-            backpressure: backpressure, guarantee: guarantee, recorder: recorder, logLimiter: logLimiter, logger: logger,
+            backpressure: backpressure, guarantee: guarantee, recorder: recorder, membership: membership, logLimiter: logLimiter, logger: logger,
             fail: { [logger] error in
                 // Also while stopping, when the loop no longer reads its input.
                 logger.error("a partition cannot settle: \(error)")
@@ -232,8 +238,7 @@ public final class StageService: Service, Sendable {
         // worker: past it, what is still in flight is given up (the next owner reads from the
         // last commit) and run() throws.
         let deadline = settings.shutdownDeadline
-        let clock = ContinuousClock()
-        let stopBy = clock.now + deadline
+        let stopBy = ContinuousClock.now + deadline
         let stopped = await Deadline.race(deadline) { [logger, recorder] () -> (any Error)? in
             // Drain what the forwarder still holds so it can end.
             let drain = Task { for await input in inputs { if case .event(_, let ack) = input { ack.resume() } } }
@@ -247,15 +252,15 @@ public final class StageService: Service, Sendable {
             }
             drain.cancel()
             do {
-                try await consumer.close(deadline: max(.zero, stopBy - clock.now))
+                try await consumer.close(deadline: max(.zero, stopBy - .now))
             } catch {
                 // The final commit failed or the close overran: the inputs since the last commit
                 // are read again by the next owner (at least once). Not a failed run.
                 recorder.commitFailed()
                 logger.warning("closing the consumer: \(error)")
             }
-            if let reader { try? await reader.close(deadline: max(.zero, stopBy - clock.now)) }
-            await producer.close(deadline: max(.zero, stopBy - clock.now))
+            if let reader { try? await reader.close(deadline: max(.zero, stopBy - .now)) }
+            await producer.close(deadline: max(.zero, stopBy - .now))
             return lastError
         }
         switch stopped {

@@ -66,16 +66,37 @@ public struct CandleOracle: Sendable {
 
     /// By "market minute".
     public private(set) var candles: [String: Candle] = [:]
+    /// Good inputs per partition in offset order.
+    let partitions: [Int32: [ChaosInput]]
+    let latenessMillis: Int64
 
     public static func key(market: String, minute: Int64) -> String { "\(market) \(minute)" }
 
     public init(_ inputs: [ChaosInput], latenessMillis: Int64) {
-        let byPartition = Dictionary(grouping: inputs.filter { !$0.tick.garbage }, by: \.partition)
-        for (_, partition) in byPartition {
-            let ordered = partition.sorted { $0.offset < $1.offset }
+        self.latenessMillis = latenessMillis
+        partitions = Dictionary(grouping: inputs.filter { !$0.tick.garbage }, by: \.partition).mapValues { $0.sorted { $0.offset < $1.offset } }
+        for (_, ordered) in partitions {
             guard let watermark = ordered.map(\.tick.tradeTime).max() else { continue }
-            var open: [String: (first: Int64, candle: Candle)] = [:]
-            for input in ordered {
+            let open = Self.fold(ordered[...])
+            for (key, c) in open where c.candle.minute + 60_000 + latenessMillis <= watermark { candles[key] = c.candle }
+        }
+    }
+
+    /// What a candle stage's state must hold once it has taken a partition's inputs before
+    /// `offset`: the candles not yet published (their minute plus the lateness not yet passed by
+    /// the latest trade time), and that latest trade time.
+    public func state(partition: Int32, before offset: Int64) -> (open: [String: Candle], watermark: Int64?) {
+        let taken = (partitions[partition] ?? []).prefix { $0.offset < offset }
+        guard let watermark = taken.map(\.tick.tradeTime).max() else { return ([:], nil) }
+        var open: [String: Candle] = [:]
+        for (key, c) in Self.fold(taken) where c.candle.minute + 60_000 + latenessMillis > watermark { open[key] = c.candle }
+        return (open, watermark)
+    }
+
+    /// Folds ticks (in offset order) into candles by market and minute.
+    private static func fold(_ ordered: ArraySlice<ChaosInput>) -> [String: (first: Int64, candle: Candle)] {
+        var open: [String: (first: Int64, candle: Candle)] = [:]
+        for input in ordered {
                 let t = input.tick
                 let minute = t.tradeTime - ((t.tradeTime % 60_000) + 60_000) % 60_000
                 let key = Self.key(market: t.market, minute: minute)
@@ -98,9 +119,8 @@ public struct CandleOracle: Sendable {
                         market: t.market, minute: minute, open: t.price, high: t.price, low: t.price, close: t.price,
                         volume: t.volume, value: t.price * t.volume, lastTrade: t.tradeTime))
                 }
-            }
-            for (key, c) in open where c.candle.minute + 60_000 + latenessMillis <= watermark { candles[key] = c.candle }
         }
+        return open
     }
 }
 
@@ -121,9 +141,15 @@ public struct ChaosReport: Sendable, CustomStringConvertible {
     public var offsetsAtEnd = false
     public var offsetsDetail = ""
     public var changelogKeys = 0
+    public var checkpoints = 0
+    /// Checkpoints whose state is not what the inputs before their offset make.
+    public var checkpointsWrong: [String] = []
     public var changelogKeysBehind: [String] = []
-    /// Checkpoints older than an earlier one of the same key (a zombie's, after its partitions moved on).
+    /// Checkpoints older than an earlier one of the same key.
     public var changelogRegressions = 0
+    /// The run paused workers past their session: a zombie may write a stale checkpoint (at least
+    /// once allows it: a restore starts at the checkpoint's offsets and reads the rest again).
+    public var zombies = false
     public var badExits: [String] = []
     /// Set when the broker stopped serving the group (tansu's known wedges), with what was seen.
     public var wedged: String?
@@ -133,7 +159,8 @@ public struct ChaosReport: Sendable, CustomStringConvertible {
 
     public var passed: Bool {
         wedged == nil && lost.isEmpty && wrong.isEmpty && unexpected.isEmpty && outOfOrder.isEmpty && garbageNotDeadLettered.isEmpty
-            && goodDeadLettered.isEmpty && offsetsAtEnd && changelogKeysBehind.isEmpty && badExits.isEmpty && (!exactlyOnce || duplicates == 0)
+            && goodDeadLettered.isEmpty && offsetsAtEnd && checkpointsWrong.isEmpty && badExits.isEmpty && (!exactlyOnce || duplicates == 0)
+            && (zombies || (changelogKeysBehind.isEmpty && changelogRegressions == 0))
     }
 
     public var verdict: String { wedged != nil ? "BROKER WEDGED" : passed ? "PASS" : "FAIL" }
@@ -144,7 +171,8 @@ public struct ChaosReport: Sendable, CustomStringConvertible {
             "candles: expected \(expected), lost \(list(lost)), wrong \(list(wrong)), unexpected \(list(unexpected)), duplicates \(duplicates)\(exactlyOnce ? " (must be 0)" : ""), out of order \(list(outOfOrder))",
             "dead letters: garbage \(garbage), garbage not dead-lettered \(list(garbageNotDeadLettered)), good input dead-lettered \(list(goodDeadLettered))",
             "offsets: \(offsetsAtEnd ? "the group's offsets reached the end" : "NOT at the end: \(offsetsDetail)")",
-            "changelog: \(changelogKeys) keys, behind the end \(list(changelogKeysBehind)), regressions \(changelogRegressions)",
+            "changelog: \(checkpoints) checkpoints of \(changelogKeys) keys, state wrong \(list(checkpointsWrong)), last behind the end \(list(changelogKeysBehind)), regressions \(changelogRegressions)"
+                + (zombies && (!changelogKeysBehind.isEmpty || changelogRegressions > 0) ? " (from zombies: a restore starts at a checkpoint's offsets)" : ""),
             "workers: \(badExits.isEmpty ? "every exit as expected" : "unexpected exits \(badExits)")",
         ]
         if let wedged { lines.append("broker wedged: \(wedged)") }
@@ -161,10 +189,11 @@ public enum ChaosChecker {
     ///   - committed: the group's committed offsets per input partition; `ends` the end of each.
     public static func check(
         inputs: [ChaosInput], oracle: CandleOracle, outputs: [ConsumerRecord], deadLetters: [ConsumerRecord], changelog: [ConsumerRecord],
-        committed: [Int32: Int64], ends: [Int32: Int64], exactlyOnce: Bool
+        committed: [Int32: Int64], ends: [Int32: Int64], exactlyOnce: Bool, zombies: Bool = false
     ) -> ChaosReport {
         var report = ChaosReport()
         report.exactlyOnce = exactlyOnce
+        report.zombies = zombies
         report.expected = oracle.candles.count
         var seen: [String: CandleOracle.Candle] = [:]
         var lastMinute: [String: Int64] = [:]
@@ -219,6 +248,13 @@ public enum ChaosChecker {
                 let parts = item.split(separator: "=")
                 if parts.count == 2, let o = Int64(parts[1]) { offsets[String(parts[0])] = o }
             }
+            report.checkpoints += 1
+            if let (tp, offset) = offsets.first, offsets.count == 1, let partition = tp.split(separator: "/").last.flatMap({ Int32($0) }) {
+                let expected = oracle.state(partition: partition, before: offset)
+                if let problem = checkState(record.value ?? [], expected: expected) {
+                    report.checkpointsWrong.append("\(key) at \(offset) (\(record.partition)@\(record.offset)): \(problem)")
+                }
+            }
             if let previous = latest[key], offsets.contains(where: { $0.value < (previous[$0.key] ?? .min) }) { report.changelogRegressions += 1 }
             latest[key] = offsets
         }
@@ -230,6 +266,36 @@ public enum ChaosChecker {
             }
         }
         return report
+    }
+
+    /// Compares a checkpoint of the candle stage (its state as JSON: `open` by market, then
+    /// minute, `watermark`) with what the inputs before its offset make; nil when they agree.
+    static func checkState(_ bytes: [UInt8], expected: (open: [String: CandleOracle.Candle], watermark: Int64?)) -> String? {
+        guard let state = try? JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any] else { return "unreadable state" }
+        var open: [String: CandleOracle.Candle] = [:]
+        for (_, byMinute) in (state["open"] as? [String: Any]) ?? [:] {
+            // A dictionary keyed by Int64 encodes as [key, value, key, value, …].
+            let entries: [Any] = (byMinute as? [Any]) ?? ((byMinute as? [String: Any]).map { $0.flatMap { [$0.key, $0.value] } } ?? [])
+            for value in entries {
+                guard let entry = value as? [String: Any], let c = entry["candle"] as? [String: Any],
+                    let market = c["market"] as? String, let minute = (c["minuteStart"] as? NSNumber)?.int64Value,
+                    let o = (c["open"] as? NSNumber)?.doubleValue, let h = (c["high"] as? NSNumber)?.doubleValue,
+                    let l = (c["low"] as? NSNumber)?.doubleValue, let cl = (c["close"] as? NSNumber)?.doubleValue,
+                    let volume = (c["accTradeVolume"] as? NSNumber)?.doubleValue, let v = (c["accTradePrice"] as? NSNumber)?.doubleValue,
+                    let last = (c["lastTradeTimestamp"] as? NSNumber)?.int64Value
+                else { continue }
+                open[CandleOracle.key(market: market, minute: minute)] = CandleOracle.Candle(
+                    market: market, minute: minute, open: o, high: h, low: l, close: cl, volume: volume, value: v, lastTrade: last)
+            }
+        }
+        if let watermark = expected.watermark, (state["watermark"] as? NSNumber)?.int64Value != watermark {
+            return "watermark \(String(describing: state["watermark"])), expected \(watermark)"
+        }
+        let missing = expected.open.keys.filter { open[$0] == nil }.sorted()
+        let extra = open.keys.filter { expected.open[$0] == nil }.sorted()
+        let differing = expected.open.keys.filter { key in open[key].map { !same($0, expected.open[key]!) } ?? false }.sorted()
+        if missing.isEmpty, extra.isEmpty, differing.isEmpty { return nil }
+        return "open candles missing \(missing.prefix(2)), extra \(extra.prefix(2)), differing \(differing.prefix(2))"
     }
 
     static func same(_ a: CandleOracle.Candle, _ b: CandleOracle.Candle) -> Bool {

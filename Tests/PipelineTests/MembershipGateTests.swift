@@ -1,0 +1,33 @@
+import Testing
+@testable import Pipeline
+
+/// The gate that keeps a worker that stood still past its session from checkpointing and
+/// committing until the group has answered.
+@Suite struct MembershipGateTests {
+    @Test func aStandStillPastTheSessionMakesMembershipUnsureForAWindow() {
+        let gate = MembershipGate(sessionTimeout: .seconds(1), heartbeat: .milliseconds(100))
+        #expect(gate.window == .seconds(2))
+        let t0 = ContinuousClock.now
+        gate.ticked(now: t0 + .milliseconds(500))
+        #expect(gate.unsure(now: t0 + .milliseconds(600)) == nil, "ticking along: sure")
+        gate.ticked(now: t0 + .seconds(3))  // 2.5 s between two ticks: the process stood still
+        #expect(gate.unsure(now: t0 + .milliseconds(3100)) == t0 + .seconds(5), "unsure for the window")
+        #expect(gate.unsure(now: t0 + .milliseconds(3900)) == t0 + .seconds(5))
+        gate.confirmed()  // a rebalance event: the coordinator answered
+        #expect(gate.unsure(now: t0 + .milliseconds(3100)) == nil)
+        #expect(gate.unsure(now: t0 + .milliseconds(4500)) != nil, "a stand-still the clock task has not noticed yet")
+    }
+
+    @Test func aRunningClockKeepsItSure() async {
+        let gate = MembershipGate(sessionTimeout: .milliseconds(400), heartbeat: .milliseconds(10))
+        let clock = Task { await gate.run() }
+        let start = ContinuousClock.now
+        for _ in 0..<5 {
+            await gate.waitUntilSure()
+            try? await Task.sleep(for: .milliseconds(200))  // the caller busy: no reason to doubt
+        }
+        #expect(ContinuousClock.now - start < .seconds(2))
+        gate.stop()
+        await clock.value
+    }
+}
