@@ -210,6 +210,13 @@ public final class KafkaConsumer: AsyncSequence, Sendable {
     /// Events the poll thread has fetched ahead and not handed out yet (tests).
     var bufferedEvents: Int { core.bufferedEvents.value }
 
+    /// Whether any of these partitions was lost (``ConsumerEvent/lost(_:)``) and not assigned to
+    /// this member again, as of librdkafka's rebalance callback: true already while the
+    /// application is still handling earlier events.
+    public func wasLost(_ partitions: [TopicPartition]) -> Bool {
+        core.lostPartitions.withLock { lost in partitions.contains(where: lost.contains) }
+    }
+
     /// librdkafka's latest statistics, when ``ConsumerConfiguration/statisticsInterval`` is set.
     public var statistics: KafkaStatistics? { core.consumer.rebalance.statistics.withLock { $0 } }
 
@@ -295,6 +302,8 @@ final class ConsumerCore: @unchecked Sendable {
 
     /// Rebalance callbacks begun so far (tests wait for one while the application is busy).
     let rebalanceCallbacks = Atomic<Int>(0)
+    /// Partitions lost and not assigned again (written by the poll thread, read by anyone).
+    let lostPartitions = Mutex<Set<TopicPartition>>([])
 
     func start() {
         consumer.rebalance.handler = { [unowned self] kind, partitions, assignment in
@@ -306,7 +315,15 @@ final class ConsumerCore: @unchecked Sendable {
                 pendingBatch = []
             }
             if kind != .assigned { revokedWhileDraining.formUnion(partitions) }
-            if kind == .lost { forgetStored(partitions) }
+            switch kind {
+            case .lost:
+                forgetStored(partitions)
+                lostPartitions.withLock { $0.formUnion(partitions) }
+            case .assigned:
+                lostPartitions.withLock { $0.subtract(partitions) }
+            case .revoked:
+                break
+            }
             if isClosing {
                 // Closing (rd_kafka_consumer_close revokes everything): nobody acknowledges any
                 // more. Commit what the application stored while the partitions are still ours

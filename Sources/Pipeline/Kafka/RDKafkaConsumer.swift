@@ -95,7 +95,9 @@ private func rebalanceCallback(
     guard let rk, let partitions, let opaque else { return }
     let context = Unmanaged<RDKafkaRebalanceContext>.fromOpaque(opaque).takeUnretainedValue()
     let list = RDKafkaTopicPartitionList.partitions(of: partitions)
-    let cooperative = String(cString: rd_kafka_rebalance_protocol(rk)) == "COOPERATIVE"
+    // NULL while the consumer closes (it is leaving the group): librdkafka then expects the
+    // eager calls (a crash here, found by `pipelinectl chaos`, took a closing worker down).
+    let cooperative = rd_kafka_rebalance_protocol(rk).map { String(cString: $0) } == "COOPERATIVE"
     switch err {
     case RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS:
         context.assignments.add(1)

@@ -5,10 +5,11 @@ import Synchronization
 /// checkpoints or commit for partitions the group has given to another member meanwhile: its
 /// state is older than the new owner's, and a checkpoint of it would land after theirs.
 ///
-/// A clock task ticks twice a second; a gap of more than the session timeout between two ticks
-/// means the whole process stood still, and membership is unsure until the consumer has had
-/// `window` (a few heartbeats) to hear from the coordinator: an eviction arrives as a `.lost`
-/// event (the lanes are then abandoned), a rebalance event confirms membership at once.
+/// A clock task ticks a few times a second; a gap of more than the session timeout between two
+/// ticks means the whole process stood still, and membership is unsure until the consumer has
+/// had `window` (a few heartbeats) to hear from the coordinator: an eviction shows at once in
+/// ``KafkaConsumer/wasLost(_:)`` (checkpoints of those partitions are dropped) and later as a
+/// `.lost` event (the lanes are abandoned); a rebalance event confirms membership at once.
 /// Checkpoints and commits wait while it is unsure. (A busy event loop is no reason: the
 /// consumer's own thread keeps the session alive meanwhile.)
 final class MembershipGate: Sendable {

@@ -112,9 +112,10 @@ final class SettlementQueue: Sendable {
                     }
                 case .checkpoint(let record, let offsets):
                     if !broken {
-                        // Not while this worker may no longer own the partition: its state is stale then.
+                        // Not once this worker has lost the partition (nor while it may have
+                        // unawares): its state is older than the new owner's.
                         await context.membership.waitUntilSure()
-                        if abandoned.value.load(ordering: .relaxed) {
+                        if abandoned.value.load(ordering: .relaxed) || context.consumer.wasLost(partitions) {
                             broken = true
                         } else if !(await settler.checkpoint(record, offsets: offsets)) {
                             broken = true

@@ -153,21 +153,42 @@ public struct ChaosReport: Sendable, CustomStringConvertible {
     public var badExits: [String] = []
     /// Set when the broker stopped serving the group (tansu's known wedges), with what was seen.
     public var wedged: String?
+    /// Inputs the broker acknowledged that its topic no longer holds (a broker's loss, not the
+    /// workers'), and inputs held twice (the broker took a retried produce twice).
+    public var inputsAcknowledged = 0
+    public var inputsLostByBroker: [Int] = []
+    public var inputsDuplicatedByBroker = 0
     public var exactlyOnce = false
 
     public init() {}
 
     public var passed: Bool {
-        wedged == nil && lost.isEmpty && wrong.isEmpty && unexpected.isEmpty && outOfOrder.isEmpty && garbageNotDeadLettered.isEmpty
+        wedged == nil && inputsLostByBroker.isEmpty && lost.isEmpty && wrong.isEmpty && unexpected.isEmpty && outOfOrder.isEmpty && garbageNotDeadLettered.isEmpty
             && goodDeadLettered.isEmpty && offsetsAtEnd && checkpointsWrong.isEmpty && badExits.isEmpty && (!exactlyOnce || duplicates == 0)
             && (zombies || (changelogKeysBehind.isEmpty && changelogRegressions == 0))
     }
 
-    public var verdict: String { wedged != nil ? "BROKER WEDGED" : passed ? "PASS" : "FAIL" }
+    /// Whether the broker, not the workers, broke the run (wedged, or lost acknowledged input).
+    public var brokerFault: Bool { wedged != nil || !inputsLostByBroker.isEmpty }
+
+    public var verdict: String {
+        if wedged != nil { return "BROKER WEDGED" }
+        if !inputsLostByBroker.isEmpty { return "BROKER LOST INPUT" }
+        return passed ? "PASS" : "FAIL"
+    }
+
+    /// Compares what the producer was told with what the input topic holds.
+    public mutating func inputs(acknowledged: [ChaosInput], logged: [ChaosInput]) {
+        inputsAcknowledged = acknowledged.count
+        let held = Set(logged.map(\.tick.id))
+        inputsLostByBroker = acknowledged.map(\.tick.id).filter { !held.contains($0) }.sorted()
+        inputsDuplicatedByBroker = logged.count - held.count
+    }
 
     public var description: String {
         func list<T>(_ items: [T]) -> String { items.isEmpty ? "0" : "\(items.count) \(items.prefix(3).map { "\($0)" })" }
         var lines = [
+            "inputs: \(inputsAcknowledged) acknowledged, lost by the broker \(list(inputsLostByBroker)), held twice \(inputsDuplicatedByBroker)",
             "candles: expected \(expected), lost \(list(lost)), wrong \(list(wrong)), unexpected \(list(unexpected)), duplicates \(duplicates)\(exactlyOnce ? " (must be 0)" : ""), out of order \(list(outOfOrder))",
             "dead letters: garbage \(garbage), garbage not dead-lettered \(list(garbageNotDeadLettered)), good input dead-lettered \(list(goodDeadLettered))",
             "offsets: \(offsetsAtEnd ? "the group's offsets reached the end" : "NOT at the end: \(offsetsDetail)")",
