@@ -94,4 +94,14 @@ import Testing
         #expect(KafkaRuntime.isSupported(version: 0x0201_0000))
         #expect(!KafkaRuntime.isSupported(version: 0x0200_ffff))
     }
+
+    /// The consumer reads librdkafka's fetch buffer for the header count only on releases that
+    /// were checked for it; any other release parses headers the documented way.
+    @Test func theHeaderShortcutIsLimitedToVerifiedReleases() {
+        #expect(KafkaRuntime.headerShortcutVerified(version: 0x0210_00ff))  // 2.16.0
+        #expect(KafkaRuntime.headerShortcutVerified(version: 0x0210_01ff))  // 2.16.1
+        #expect(!KafkaRuntime.headerShortcutVerified(version: 0x020f_00ff))  // 2.15.0
+        #expect(!KafkaRuntime.headerShortcutVerified(version: 0x0211_00ff))  // 2.17.0
+        #expect(!KafkaRuntime.headerShortcutVerified(version: 0x0310_00ff))  // 3.16.0
+    }
 }

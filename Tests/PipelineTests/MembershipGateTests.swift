@@ -19,14 +19,17 @@ import Testing
     }
 
     @Test func aRunningClockKeepsItSure() async {
-        let gate = MembershipGate(sessionTimeout: .milliseconds(400), heartbeat: .milliseconds(10))
+        // A session long enough that a loaded test machine does not starve the clock task past
+        // it (400 ms was: parallel suites on two cores held it for seconds).
+        let gate = MembershipGate(sessionTimeout: .seconds(3), heartbeat: .milliseconds(10))
         let clock = Task { await gate.run() }
         let start = ContinuousClock.now
-        for _ in 0..<5 {
+        for _ in 0..<8 {
             await gate.waitUntilSure()
-            try? await Task.sleep(for: .milliseconds(200))  // the caller busy: no reason to doubt
+            try? await Task.sleep(for: .milliseconds(100))  // the caller busy: no reason to doubt
         }
-        #expect(ContinuousClock.now - start < .seconds(2))
+        // Had it ever been unsure, waitUntilSure would have waited out the whole window.
+        #expect(ContinuousClock.now - start < gate.window)
         gate.stop()
         await clock.value
     }

@@ -124,8 +124,11 @@ final class RDKafkaConsumer: @unchecked Sendable {  // immutable after init; lib
     private let consumerQueue: OpaquePointer
     /// `rd_kafka_message_leader_epoch` (librdkafka 2.1+; the package compiles against Debian's
     /// 2.0.2 headers, which lack it), looked up in the runtime actually loaded; nil without it.
+    /// Used only by ``hasNoHeaders(_:)``, so nil also where that shortcut is not verified.
     private let messageLeaderEpoch: (@convention(c) (UnsafeMutablePointer<rd_kafka_message_t>) -> Int32)? = {
-        guard let symbol = dlsym(dlopen(nil, RTLD_NOW), "rd_kafka_message_leader_epoch") else { return nil }
+        guard KafkaRuntime.headerShortcutVerified(version: KafkaRuntime.version),
+            let symbol = dlsym(dlopen(nil, RTLD_NOW), "rd_kafka_message_leader_epoch")
+        else { return nil }
         return unsafeBitCast(symbol, to: (@convention(c) (UnsafeMutablePointer<rd_kafka_message_t>) -> Int32).self)
     }()
 
@@ -289,6 +292,11 @@ final class RDKafkaConsumer: @unchecked Sendable {  // immutable after init; lib
     ///   back from v2 to v0/v1 only on a pre-3.0 broker whose `message.format.version` was
     ///   lowered. Even then the answer is right, as v0/v1 records have no headers; the byte read
     ///   is the next record's, past the buffer only for the very last record of a response.)
+    ///
+    /// This reads librdkafka's memory layout, not its API, so it is used only on the librdkafka
+    /// releases it was verified on (``KafkaRuntime/headerShortcutVerified(version:)``); any other
+    /// runtime asks `rd_kafka_message_headers` for every record. `MockClusterTests.headersSurviveMixedWithRecordsWithoutThem` fails if a
+    /// header is ever lost, on whichever runtime the tests load.
     @inline(__always)
     private func hasNoHeaders(_ message: UnsafeMutablePointer<rd_kafka_message_t>) -> Bool {
         let m = message.pointee

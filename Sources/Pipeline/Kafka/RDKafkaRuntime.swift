@@ -25,6 +25,18 @@ public enum KafkaRuntime {
         return version >= (v.major << 24 | v.minor << 16 | v.patch << 8)
     }
 
+    /// librdkafka releases (major, minor) whose v2 record parsing was read and tested for the
+    /// consumer's header shortcut (`RDKafkaConsumer.hasNoHeaders`: the header count byte right
+    /// after the value in the fetch buffer, `rd_kafka_msgset_reader_msg_v2`). Add a release only
+    /// after reading that function in it and running `MockClusterTests.headersSurviveMixedWithRecordsWithoutThem` on it.
+    static let headerShortcutReleases: [(major: Int, minor: Int)] = [(2, 16)]
+
+    /// Whether the consumer may skip `rd_kafka_message_headers` for records whose header count
+    /// byte is 0 on this `rd_kafka_version()`.
+    static func headerShortcutVerified(version: Int) -> Bool {
+        headerShortcutReleases.contains { $0.major == version >> 24 & 0xff && $0.minor == version >> 16 & 0xff }
+    }
+
     /// Throws ``KafkaError/Code/unsupportedRuntime`` when the loaded librdkafka is older than
     /// ``minimumVersion`` and the override is not set. Every program calls this at start.
     public static func check(environment: [String: String], version: Int = KafkaRuntime.version) throws(KafkaError) {
