@@ -147,7 +147,9 @@ let package = Package(
         // Benchmarks (release builds, run by scripts/bench-*; not tests).
         .executableTarget(
             name: "decode-bench", dependencies: ["Workers"], path: "Benchmarks/DecodeBench",
-            exclude: ["peer_pydantic.py"]),
+            exclude: ["peer_pydantic.py", "peer_msgspec.py"]),
+        .executableTarget(
+            name: "hotpath-bench", dependencies: ["Kafka", "Pipeline", "Workers", .product(name: "Logging", package: "swift-log")], path: "Benchmarks/HotPathBench"),
         .executableTarget(
             name: "thumbnail-bench", dependencies: ["Thumbnails"], path: "Benchmarks/ThumbnailBench", exclude: ["bench_worker.py"]),
 

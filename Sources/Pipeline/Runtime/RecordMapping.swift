@@ -2,14 +2,35 @@ import Workers
 import Kafka
 
 /// The one place Kafka records and stage records convert into each other.
-enum RecordMapping {
+package enum RecordMapping {
     /// A consumed record as a stage sees it. A record without a timestamp gets `now`.
-    static func input(_ r: ConsumerRecord, now: Int64) -> InputRecord {
+    package static func input(_ r: ConsumerRecord, now: Int64) -> InputRecord {
         InputRecord(
             key: r.key, value: r.value,
             headers: r.headers.map { RecordHeader(name: $0.key, value: $0.value ?? []) },
             timestamp: r.timestamp ?? now,
             origin: RecordOrigin(topic: r.topic, partition: r.partition, offset: r.offset))
+    }
+
+    /// A stage's outputs and dead letters for one input (or an `advance`), as records to produce
+    /// with the input's timestamp, appended to `outgoing`. Each output is tagged `source` in
+    /// `sources` (its input's index in a delivery), each dead letter `deadLetterSource`. `topic`
+    /// maps an output name to its topic; it is asked once per run of the same name.
+    @inline(__always)
+    package static func append(
+        _ out: StageOutput, of input: InputRecord, source: Int32, stage: String, topic: (String) -> String, deadLetterTopic: String,
+        deadLetterSource: Int32, to outgoing: inout [ProducerRecord], sources: inout [Int32]
+    ) {
+        var route: (output: String, topic: String)?
+        for o in out.records {
+            if route?.output != o.output { route = (o.output, topic(o.output)) }
+            outgoing.append(output(o, topic: route!.topic, timestamp: input.timestamp))
+            sources.append(source)
+        }
+        for f in out.failures {
+            outgoing.append(deadLetter(DeadLetter(stage: stage, input: input, failure: f), topic: deadLetterTopic))
+            sources.append(deadLetterSource)
+        }
     }
 
     /// A stage output as a record to produce, with its dedupe key as a header and the input's time.

@@ -45,16 +45,10 @@ struct LoopContext: Sendable {
     /// index in a delivery), each dead letter ``SettlementQueue/Delivery/noInput``; dead letters
     /// are logged, rate-limited.
     func append(_ out: StageOutput, of input: InputRecord, source: Int32, to outgoing: inout [ProducerRecord], sources: inout [Int32]) {
-        var route: (output: String, topic: String)?
-        for o in out.records {
-            // Looked up once per output name in a row, not hashed per record.
-            if route?.output != o.output { route = (o.output, definition.topic(forOutput: o.output)) }
-            outgoing.append(RecordMapping.output(o, topic: route!.topic, timestamp: input.timestamp))
-            sources.append(source)
-        }
+        RecordMapping.append(
+            out, of: input, source: source, stage: stageName, topic: { definition.topic(forOutput: $0) }, deadLetterTopic: definition.deadLetterTopic,
+            deadLetterSource: SettlementQueue.Delivery.noInput, to: &outgoing, sources: &sources)
         for f in out.failures {
-            outgoing.append(RecordMapping.deadLetter(DeadLetter(stage: stageName, input: input, failure: f), topic: definition.deadLetterTopic))
-            sources.append(SettlementQueue.Delivery.noInput)
             if let suppressed = logLimiter.admit("dead-letter") {
                 logger.warning(
                     "dead letter",

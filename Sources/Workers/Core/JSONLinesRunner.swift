@@ -77,7 +77,7 @@ public struct JSONLinesRunner: Sendable {
         }
         w.key("headers")
         w.beginObject()
-        for h in headers { w.key(h.name); w.string(String(decoding: h.value, as: UTF8.self)) }
+        for h in headers { w.key(text: h.name); w.string(String(decoding: h.value, as: UTF8.self)) }
         w.endObject()
         if let dedupeKey { w.key("dedupe_key"); w.string(dedupeKey) }
         w.endObject()

@@ -122,8 +122,8 @@ public struct Hangout: Sendable, Hashable, Codable {
         w.key("placeLongitude"); w.double(place.longitude)
         w.endObject()
         func users(_ ids: String, _ images: String, _ list: [HangoutUser]) {
-            w.key(ids); w.beginArray(); for u in list { w.string(u.id) }; w.endArray()
-            w.key(images); w.beginArray(); for u in list { w.optional(u.imageURL) }; w.endArray()
+            w.key(text: ids); w.beginArray(); for u in list { w.string(u.id) }; w.endArray()
+            w.key(text: images); w.beginArray(); for u in list { w.optional(u.imageURL) }; w.endArray()
         }
         users("hangoutJoinUserId", "hangoutJoinUserImageUrl", joined)
         users("hangoutLikeUserId", "hangoutLikeUserImageUrl", liked)

@@ -219,8 +219,14 @@ struct JSONScanner {
         while true {
             // Eight bytes at a time while none needs attention ('"', '\\' or a control character):
             // URLs and names are long, and string scanning was the largest share of decode time.
+            // A word with one goes straight to its first (the lowest flag is exact), so a short
+            // key costs one word, not a word per byte up to its closing quote.
             while pos &+ 8 <= count {
-                if JSONSpecialBytes.present(in: base.loadUnaligned(fromByteOffset: pos, as: UInt64.self)) { break }
+                let mask = JSONSpecialBytes.mask(base.loadUnaligned(fromByteOffset: pos, as: UInt64.self))
+                if mask != 0 {
+                    pos &+= mask.trailingZeroBitCount &>> 3
+                    break
+                }
                 pos &+= 8
             }
             guard pos < count else { break }

@@ -48,11 +48,34 @@ public struct JSONWriter: Sendable {
     public mutating func beginArray() { separate(); append(UInt8(ascii: "[")); needsComma = false }
     public mutating func endArray() { append(UInt8(ascii: "]")); needsComma = true }
 
-    /// Writes `"name":`; the next call writes its value.
-    public mutating func key(_ name: String) {
+    /// Writes `"name":` for a literal key; the next call writes its value. The common case:
+    /// no String bridging, one write of the bytes the literal already holds.
+    @inline(__always)
+    public mutating func key(_ name: StaticString) {
+        // A one-scalar literal has no pointer; a literal with a quote, backslash or control byte needs escaping.
+        guard name.hasPointerRepresentation,
+              Self.isPlain(UnsafeBufferPointer(start: name.utf8Start, count: name.utf8CodeUnitCount))
+        else { return key(text: name.description) }
+        let n = name.utf8CodeUnitCount, source = name.utf8Start
+        let comma = needsComma
+        write(upTo: n + 4) { out in
+            var i = 0
+            if comma { out[0] = UInt8(ascii: ","); i = 1 }
+            out[i] = UInt8(ascii: "\"")
+            (out + i + 1).update(from: source, count: n)
+            i += 1 + n
+            out[i] = UInt8(ascii: "\"")
+            out[i + 1] = UInt8(ascii: ":")
+            return i + 2
+        }
+        needsComma = false
+    }
+
+    /// Writes `"name":` for a key known only at run time (escaped when it needs it).
+    public mutating func key(text name: String) {
         var name = name
         name.withUTF8 { utf8 in
-            // `,"name":` in one write when the name needs no escape (keys are literals).
+            // `,"name":` in one write when the name needs no escape.
             if Self.isPlain(utf8) {
                 let comma = needsComma
                 write(upTo: utf8.count + 4) { out in
@@ -221,7 +244,14 @@ enum JSONSpecialBytes {
     /// Whether any of the eight bytes of `word` (little-endian) is one of them. The classic exact
     /// "has a zero byte" / "has a byte below n" bit tricks: no false positive, no false negative.
     @inline(__always)
-    static func present(in word: UInt64) -> Bool {
+    static func present(in word: UInt64) -> Bool { mask(word) != 0 }
+
+    /// The high bit of each flagged byte of `word` (loaded little-endian: byte 0 in the lowest
+    /// bits). A borrow can flag a byte above a special one that is not special itself, never
+    /// one below it, so the lowest flag is exact: `mask.trailingZeroBitCount / 8` is the index of
+    /// the first special byte.
+    @inline(__always)
+    static func mask(_ word: UInt64) -> UInt64 {
         let w = UInt64(littleEndian: word)
         let quote = w ^ 0x2222_2222_2222_2222
         let backslash = w ^ 0x5C5C_5C5C_5C5C_5C5C
@@ -229,6 +259,6 @@ enum JSONSpecialBytes {
             ((quote &- 0x0101_0101_0101_0101) & ~quote)
             | ((backslash &- 0x0101_0101_0101_0101) & ~backslash)
             | ((w &- 0x2020_2020_2020_2020) & ~w)
-        return special & 0x8080_8080_8080_8080 != 0
+        return special & 0x8080_8080_8080_8080
     }
 }

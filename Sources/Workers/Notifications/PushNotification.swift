@@ -82,7 +82,7 @@ public struct PushNotification: Sendable, Hashable, Codable {
         w.endObject()
         if let imageURL { w.key("image"); w.string(imageURL) }
         for key in data.keys.sorted() where key != "aps" {
-            w.key(key); w.string(data[key] ?? "")
+            w.key(text: key); w.string(data[key] ?? "")
         }
         w.key("dedupe_key"); w.string(dedupeKey)
         w.endObject()
@@ -93,7 +93,7 @@ public struct PushNotification: Sendable, Hashable, Codable {
         w.key("data")
         w.beginObject()
         for key in data.keys.sorted() {
-            w.key(key); w.string(data[key] ?? "")
+            w.key(text: key); w.string(data[key] ?? "")
         }
         if extra { w.key("dedupe_key"); w.string(dedupeKey) }
         w.endObject()

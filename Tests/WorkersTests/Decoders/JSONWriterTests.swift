@@ -72,10 +72,11 @@ import WorkersTesting
             w.key("a"); w.int(1)
             w.key(""); w.int(2)
             w.key("quote\"back\\slash\nline"); w.int(3)
-            w.key(long); w.string("v\u{1}")
+            w.key(text: long); w.string("v\u{1}")
             w.key("ünï"); w.bool(true)
+            w.key(text: "ünï\u{7f}"); w.int(4)
             w.endObject()
         }
-        #expect(json == #"{"a":1,"":2,"quote\"back\\slash\nline":3,"\#(long)":"v\u0001","ünï":true}"#)
+        #expect(json == #"{"a":1,"":2,"quote\"back\\slash\nline":3,"\#(long)":"v\u0001","ünï":true,"ünï\#u{7f}":4}"#)
     }
 }

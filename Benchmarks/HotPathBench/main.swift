@@ -1,0 +1,108 @@
+// The worker's per-record hot path on a fixed input, for instruction counts (scripts/bench-instructions).
+//
+//     hotpath-bench STAGES COUNT
+//
+// Builds COUNT Upbit DEFAULT tickers as consumed records (the shape `scripts/bench-pipeline`
+// produces: 24 markets keyed by market, 2 % invalid with a negative price, fixed seed), then
+// runs what the worker's event loop runs per batch of 1,000: the record mapping in, the stage
+// chain STAGES (e.g. `prices.decode`, `prices.candles`, `prices.decode,prices.alerts`), the
+// mapping out (outputs with their dedupe-key header, dead letters with their reasons) and the
+// produce call into librdkafka's queue (`KafkaProducer.submitUntilFull`, `rd_kafka_produceva`
+// with its copies), for a producer with no broker: nothing is sent, so no network thread
+// does work in the measured part. The first batch is a warm-up outside the measured function.
+//
+// `scripts/bench-instructions` runs it under `valgrind --tool=callgrind` counting only inside
+// `measuredBatches` (`--toggle-collect`), twice with different COUNTs, and prints the
+// difference per record: a figure that repeats to the instruction for the same binary.
+import Foundation
+import Kafka
+import Logging
+import Pipeline
+import Workers
+
+let arguments = CommandLine.arguments
+guard arguments.count == 3, let count = Int(arguments[2]), count > 1_000 else {
+    FileHandle.standardError.write(Data("usage: hotpath-bench STAGES COUNT (COUNT > 1000)\n".utf8))
+    exit(2)
+}
+let stageNames = arguments[1].split(separator: ",").map(String.init)
+
+let markets = (0..<24).map { "KRW-C\($0)" }
+var random = SplitMix64(seed: 7)
+let base: Int64 = 1_700_000_000_000
+let inputs: [ConsumerRecord] = (0..<count).map { i in
+    let market = markets[i % markets.count]
+    var price = 1000 + Double(random.next() % 5000) / 10
+    if i % 50 == 49 { price = -price }
+    let t = base + Int64(i) * 3
+    let value = """
+        {"type":"ticker","code":"\(market)","opening_price":1000.0,"high_price":1600.0,"low_price":990.0,\
+        "trade_price":\(price),"prev_closing_price":1001.0,"change":"RISE","signed_change_rate":0.0123,\
+        "trade_volume":\(1 + i % 7).5,"acc_trade_volume_24h":12345.678,"trade_timestamp":\(t),\
+        "timestamp":\(t + 4),"stream_type":"REALTIME"}
+        """
+    return ConsumerRecord(topic: "bench.raw", partition: 0, offset: Int64(i), key: Array(market.utf8), value: Array(value.utf8), timestamp: t)
+}
+
+var options = StageCatalog.Options()
+options.alerts = markets.prefix(8).enumerated().map { i, m in
+    WatchlistAlertStage.Subscription(subscriber: "user-\(i)", market: m, threshold: i % 2 == 0 ? 0.01 : -0.01)
+}
+var runner: StageRunner
+do { runner = try StageCatalog(options: options).runner(for: stageNames) } catch {
+    FileHandle.standardError.write(Data("\(error)\n".utf8))
+    exit(2)
+}
+
+var configuration = ProducerConfiguration(bootstrapServers: [])
+configuration.maxQueuedMessages = 10_000_000
+configuration.messageTimeout = .seconds(3600)
+configuration.kafka.raw["queue.buffering.max.kbytes"] = "2097151"
+var quiet = Logger(label: "hotpath-bench")
+quiet.logLevel = .error  // librdkafka warns that there is no broker: that is the point
+let producer = try KafkaProducer(configuration: configuration, logger: quiet)
+let stageName = stageNames.joined(separator: ",")
+var tickets: [DeliveryTicket] = []
+var produced = 0
+
+/// What the loop does for one partition's batch (StageLoop.process, minus its bookkeeping).
+@inline(__always)
+@MainActor func runBatch(_ records: ArraySlice<ConsumerRecord>) {
+    var outgoing: [ProducerRecord] = []
+    var sources: [Int32] = []
+    var batchInputs: [InputRecord] = []
+    outgoing.reserveCapacity(records.count)
+    sources.reserveCapacity(records.count)
+    batchInputs.reserveCapacity(records.count)
+    for record in records {
+        let input = RecordMapping.input(record, now: base)
+        let out = runner.process(input, context: StageContext(now: input.timestamp))
+        let index = Int32(batchInputs.count)
+        batchInputs.append(input)
+        RecordMapping.append(
+            out, of: input, source: index, stage: stageName, topic: { "bench.\($0)" }, deadLetterTopic: "bench.dead-letters",
+            deadLetterSource: -1, to: &outgoing, sources: &sources)
+    }
+    guard let (ticket, stoppedAt) = try? producer.submitUntilFull(outgoing), stoppedAt == nil else {
+        FileHandle.standardError.write(Data("librdkafka's queue is full: raise maxQueuedMessages\n".utf8))
+        exit(1)
+    }
+    produced += outgoing.count
+    tickets.append(ticket)
+}
+
+@inline(never)
+@MainActor func measuredBatches(_ records: ArraySlice<ConsumerRecord>) {
+    var start = records.startIndex
+    while start < records.endIndex {
+        let end = min(start + 1_000, records.endIndex)
+        runBatch(records[start..<end])
+        start = end
+    }
+}
+
+runBatch(inputs[0..<1_000])  // warm-up: topic handles, first allocations
+produced = 0
+measuredBatches(inputs[1_000...])
+print("records \(count - 1_000) produced \(produced)")
+exit(0)
