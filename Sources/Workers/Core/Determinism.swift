@@ -43,28 +43,38 @@ func stableHash(_ s: String) -> String {
     return String(repeating: "0", count: 16 - hex.count) + hex
 }
 
-/// Writes a dedupe key's pieces straight into the storage of the new string: one allocation, no
-/// intermediate strings, for stages that key every output (the per-record hot path: six `+=`
-/// and two integer conversions per key cost a stage at the ticker feed's rate several per cent).
-/// ``Swift/String/dedupeKey(_:)`` runs its closure twice: once to count the bytes, once to write them.
+/// Writes a dedupe key's pieces straight into a buffer: no intermediate strings, for stages that
+/// key every output (the per-record hot path: six `+=` and two integer conversions per key cost a
+/// stage at the ticker feed's rate several per cent). ``Swift/String/dedupeKey(_:)`` writes into
+/// a stack buffer and makes the string from it in one allocation; a key longer than the buffer
+/// runs the closure a second time, into the string's own storage.
 public struct DedupeKeyWriter {
-    /// Nil in the counting pass.
     private let base: UnsafeMutablePointer<UInt8>?
+    private let capacity: Int
+    /// The key's length so far, whether or not its bytes fitted.
     fileprivate private(set) var count = 0
 
-    fileprivate init(base: UnsafeMutablePointer<UInt8>?) { self.base = base }
+    fileprivate init(base: UnsafeMutablePointer<UInt8>?, capacity: Int) {
+        self.base = base
+        self.capacity = capacity
+    }
+
+    /// Whether every piece so far was written (the key fits the buffer).
+    fileprivate var fitted: Bool { count <= capacity }
+
+    @inline(__always)
+    private mutating func append(_ bytes: UnsafePointer<UInt8>?, _ n: Int) {
+        if let base, let bytes, count &+ n <= capacity { (base + count).update(from: bytes, count: n) }
+        count &+= n
+    }
 
     public mutating func append(_ s: StaticString) {
-        if let base { (base + count).update(from: s.utf8Start, count: s.utf8CodeUnitCount) }
-        count += s.utf8CodeUnitCount
+        append(s.utf8Start, s.utf8CodeUnitCount)
     }
 
     public mutating func append(_ s: String) {
         var s = s
-        s.withUTF8 { utf8 in
-            if let base, let source = utf8.baseAddress { (base + count).update(from: source, count: utf8.count) }
-            count += utf8.count
-        }
+        s.withUTF8 { append($0.baseAddress, $0.count) }
     }
 
     /// The decimal digits of `n` (with a `-` when negative), as `String(n)` writes them.
@@ -76,7 +86,7 @@ public struct DedupeKeyWriter {
             digits += 1
         }
         let length = digits + (n < 0 ? 1 : 0)
-        if let base {
+        if let base, count &+ length <= capacity {
             if n < 0 { base[count] = UInt8(ascii: "-") }
             var v = n.magnitude
             var at = count + length
@@ -109,16 +119,24 @@ public struct DedupeKeyWriter {
 extension String {
     /// A dedupe key written by `write` in one allocation, e.g.
     /// `.dedupeKey { $0.append("tick:"); $0.append(market); $0.append(":"); $0.appendIdentity(of: record) }`.
-    /// `write` runs twice and must write the same pieces both times.
+    /// `write` may run twice (for a key longer than 256 bytes) and must write the same pieces both times.
     public static func dedupeKey(_ write: (inout DedupeKeyWriter) -> Void) -> String {
-        var counter = DedupeKeyWriter(base: nil)
-        write(&counter)
-        let length = counter.count
-        return String(unsafeUninitializedCapacity: length) { buffer in
-            var writer = DedupeKeyWriter(base: buffer.baseAddress)
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 256) { stack in
+            var writer = DedupeKeyWriter(base: stack.baseAddress, capacity: stack.count)
             write(&writer)
-            precondition(writer.count == length, "a dedupe key's pieces changed between counting and writing")
-            return writer.count
+            let length = writer.count
+            if writer.fitted {
+                return String(unsafeUninitializedCapacity: length) { buffer in
+                    if let to = buffer.baseAddress, let from = stack.baseAddress { to.update(from: from, count: length) }
+                    return length
+                }
+            }
+            return String(unsafeUninitializedCapacity: length) { buffer in
+                var writer = DedupeKeyWriter(base: buffer.baseAddress, capacity: length)
+                write(&writer)
+                precondition(writer.count == length, "a dedupe key's pieces changed between two runs of its closure")
+                return writer.count
+            }
         }
     }
 }

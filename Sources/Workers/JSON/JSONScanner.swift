@@ -369,6 +369,13 @@ struct JSONScanner {
         body(UnsafeRawBufferPointer(start: base + span.start, count: span.end - span.start))
     }
 
+    /// The span's first byte and how many bytes of the input may be read from there (the span,
+    /// its closing quote and what follows).
+    @inline(__always)
+    func withSpanStart<R>(_ span: JSONSpan, _ body: (UnsafeRawPointer, Int) -> R) -> R {
+        body(base + span.start, count &- span.start)
+    }
+
     /// Reads a string and hands its raw bytes to `body` without making a `String`
     /// (dates, enums). Escaped strings are unescaped first.
     mutating func withStringBytes<R>(
@@ -432,13 +439,18 @@ struct JSONScanner {
     mutating func readInt() throws(DecodeFailure) -> Int64 {
         let parts = try readNumberParts()
         if !parts.slow {
-            guard parts.scale >= 0 else {
+            var v = parts.mantissa, scale = parts.scale
+            // `2000.0` is 20000 × 10^-1: a fraction of zeros is still an integer.
+            while scale < 0, v % 10 == 0 {
+                v /= 10
+                scale += 1
+            }
+            guard scale >= 0 else {
                 throw DecodeFailure(field: "", reason: .wrongType, detail: "expected an integer, found a fraction")
             }
-            var v = parts.mantissa
-            if parts.scale > 0 {
-                guard parts.scale <= 19 else { throw intRange() }
-                let (r, o) = v.multipliedReportingOverflow(by: UInt64(powersOfTenInt[parts.scale]))
+            if scale > 0 {
+                guard scale <= 19 else { throw intRange() }
+                let (r, o) = v.multipliedReportingOverflow(by: UInt64(powersOfTenInt[scale]))
                 guard !o else { throw intRange() }
                 v = r
             }
@@ -449,13 +461,10 @@ struct JSONScanner {
             guard v <= UInt64(Int64.max) else { throw intRange() }
             return Int64(v)
         }
-        // More than 19 significant digits: only representable if it is an integer that fits.
-        let d = try slowDouble(parts)
-        // (Compared through Int64 rather than rounded(): keeps Workers free of libm.)
-        guard abs(d) < 9.2e18, d == Double(Int64(d)) else {
-            throw DecodeFailure(field: "", reason: .invalidValue, detail: "expected an integer within 64 bits")
-        }
-        return Int64(d)
+        // More than 19 significant digits (first to last non-zero): at or above 10^19, beyond
+        // 64 bits, or below it with a non-zero digit after the point. Never an Int64 (rounding
+        // through Double used to accept `4530126966352251392.5`).
+        throw DecodeFailure(field: "", reason: .invalidValue, detail: "expected an integer within 64 bits")
     }
 
     private func intRange() -> DecodeFailure {
@@ -474,7 +483,50 @@ struct JSONScanner {
     }
 
     /// Scans one JSON number (strict RFC 8259 grammar) into mantissa and decimal exponent.
+    ///
+    /// The common shape (`-?digits(.digits)?`, at most 19 significant digits) takes one loop that
+    /// multiplies every digit in, trailing zeros too; anything else (an exponent, more digits, a
+    /// syntax error) is read again from its start by ``readNumberPartsExactly()``, which also
+    /// reports the errors.
+    @inline(__always)
     mutating func readNumberParts() throws(DecodeFailure) -> NumberParts {
+        let first = try peek()
+        let start = pos
+        var i = pos
+        if first == UInt8(ascii: "-") { i &+= 1 }
+        var m: UInt64 = 0
+        var digits = 0
+        var scale = 0
+        // The integer part: one digit `0`, or digits without a leading zero.
+        if i < count, byte(i) &- UInt8(ascii: "1") < 9 {
+            repeat {
+                m = m &* 10 &+ UInt64(byte(i) &- 0x30)
+                digits &+= 1
+                i &+= 1
+            } while i < count && isDigit(byte(i))
+        } else if i < count, byte(i) == UInt8(ascii: "0"), !(i &+ 1 < count && isDigit(byte(i &+ 1))) {
+            i &+= 1
+        } else {
+            return try readNumberPartsExactly()
+        }
+        if i < count, byte(i) == UInt8(ascii: ".") {
+            i &+= 1
+            guard i < count, isDigit(byte(i)) else { return try readNumberPartsExactly() }
+            repeat {
+                m = m &* 10 &+ UInt64(byte(i) &- 0x30)
+                if m != 0 { digits &+= 1 }  // zeros before the first significant digit are not
+                scale &-= 1
+                i &+= 1
+            } while i < count && isDigit(byte(i))
+        }
+        guard digits <= 19, !(i < count && byte(i) | 0x20 == UInt8(ascii: "e")) else { return try readNumberPartsExactly() }
+        pos = i
+        return NumberParts(negative: first == UInt8(ascii: "-"), mantissa: m, scale: m == 0 ? 0 : scale, slow: false, start: start, end: i)
+    }
+
+    /// ``readNumberParts()`` for every number: digits past the 19th, exponents, and the errors.
+    /// Trailing zeros are kept out of the mantissa (folded into the exponent).
+    private mutating func readNumberPartsExactly() throws(DecodeFailure) -> NumberParts {
         var p = NumberParts()
         let first = try peek()
         p.start = pos

@@ -150,23 +150,55 @@ public struct JSONWriter: Sendable {
     }
 
     /// `whole / 10^fractionDigits` in fixed notation (an integer for 0), with at least one digit
-    /// before the point, written from a stack buffer in one append.
+    /// before the point, written from a stack buffer in one write, two digits per division.
     private mutating func appendFixed(_ whole: UInt64, fractionDigits: Int, negative: Bool) {
         var digits: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)  // 32 bytes: 20 digits, point, sign
         withUnsafeMutableBytes(of: &digits) { buffer in
-            var rest = whole
+            let out = buffer.baseAddress!.assumingMemoryBound(to: UInt8.self)
             var i = buffer.count
-            var written = 0
-            repeat {
-                if written == fractionDigits, fractionDigits > 0 { i -= 1; buffer[i] = UInt8(ascii: ".") }
-                i -= 1
-                buffer[i] = UInt8(truncatingIfNeeded: rest % 10) &+ 0x30
-                rest /= 10
-                written += 1
-            } while rest != 0 || written <= fractionDigits
-            if negative { i -= 1; buffer[i] = UInt8(ascii: "-") }
-            let digits = (buffer.baseAddress! + i).assumingMemoryBound(to: UInt8.self), n = buffer.count - i
-            write(upTo: n) { $0.update(from: digits, count: n); return n }
+            if fractionDigits > 0 {
+                let scale = Self.powersOfTenInt[fractionDigits]
+                Self.putDigits(whole % scale, atLeast: fractionDigits, out, &i)
+                i &-= 1
+                out[i] = UInt8(ascii: ".")
+                Self.putDigits(whole / scale, atLeast: 1, out, &i)
+            } else {
+                Self.putDigits(whole, atLeast: 1, out, &i)
+            }
+            if negative { i &-= 1; out[i] = UInt8(ascii: "-") }
+            let n = buffer.count &- i
+            write(upTo: n) { $0.update(from: out + i, count: n); return n }
+        }
+    }
+
+    /// 10^0 … 10^8 (the fraction digits ``appendShortDecimal(_:)`` writes).
+    private static let powersOfTenInt: [UInt64] = [1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000, 100_000_000]
+
+    /// The decimal digits of `v`, zero-padded to `atLeast`, ending just before `out[i]`; `i` moves to the first.
+    @inline(__always)
+    private static func putDigits(_ v: UInt64, atLeast: Int, _ out: UnsafeMutablePointer<UInt8>, _ i: inout Int) {
+        let pairs: StaticString = "00010203040506070809101112131415161718192021222324252627282930313233343536373839404142434445464748495051525354555657585960616263646566676869707172737475767778798081828384858687888990919293949596979899"
+        let end = i
+        var v = v
+        while v >= 100 {
+            let r = Int(truncatingIfNeeded: v % 100) &* 2
+            v /= 100
+            i &-= 2
+            out[i] = pairs.utf8Start[r]
+            out[i &+ 1] = pairs.utf8Start[r &+ 1]
+        }
+        if v >= 10 {
+            let r = Int(truncatingIfNeeded: v) &* 2
+            i &-= 2
+            out[i] = pairs.utf8Start[r]
+            out[i &+ 1] = pairs.utf8Start[r &+ 1]
+        } else {
+            i &-= 1
+            out[i] = UInt8(truncatingIfNeeded: v) &+ 0x30
+        }
+        while end &- i < atLeast {
+            i &-= 1
+            out[i] = UInt8(ascii: "0")
         }
     }
 

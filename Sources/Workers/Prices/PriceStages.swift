@@ -70,6 +70,12 @@ public struct LatestTickerStage: Stage {
 /// An output keyed by market: the input's key when it already is the market (tickers are keyed
 /// by market upstream), shared rather than copied per record; else the market's bytes.
 private func marketKey(_ market: String, of input: InputRecord) -> [UInt8] {
-    if let key = input.key, key.count == market.utf8.count, key.elementsEqual(market.utf8) { return key }
-    return Array(market.utf8)
+    var market = market
+    return market.withUTF8 { m in
+        if let key = input.key, key.count == m.count, key.withUnsafeBufferPointer({ k in
+            for i in 0..<k.count where k[i] != m[i] { return false }
+            return true
+        }) { return key }
+        return Array(m)
+    }
 }

@@ -27,6 +27,21 @@ import WorkersTesting
         }
     }
 
+    @Test func keysAroundTheStackBufferSizeAreWhole() {
+        // The key is written into a 256-byte stack buffer; longer ones are written again into the string.
+        for length in 240...270 {
+            let topic = String(repeating: "t", count: length - 12)
+            let key = String.dedupeKey { k in
+                k.append("x:")
+                k.append(topic)
+                k.append(":")
+                k.append(Int64(1_234_567_89))
+            }
+            #expect(key == "x:" + topic + ":123456789", "length \(length)")
+            #expect(key.utf8.count == length)
+        }
+    }
+
     @Test func anUpstreamKeyIsTheIdentity() {
         let record = InputRecord(
             value: [], headers: [RecordHeader(OutputRecord.dedupeKeyHeader, "tick:KRW-BTC:1:prices.raw/0/7#0")], timestamp: 0,

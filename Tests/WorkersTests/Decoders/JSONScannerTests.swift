@@ -115,3 +115,53 @@ import WorkersTesting
     }
 }
 
+
+/// Key lookup by byte span: the masked-word path (a key inside its JSON text) and the byte path
+/// agree for every length, also where the key ends at the last byte of the input.
+@Suite struct KeyTableTests {
+    @Test func everyLengthIsFoundAndNearMissesAreNot() {
+        func name(_ n: Int) -> String {
+            var text = ""
+            for j in 0..<n { text.append(Character(UnicodeScalar(UInt8(97 + (j * 7 + n) % 26)))) }
+            return text
+        }
+        let names = (0...32).map(name)
+        let table = KeyTable(names.enumerated().map { ($1, $0) })
+        for (id, name) in names.enumerated() {
+            let bytes = Array(name.utf8)
+            for trailing in [Array(#"":1}"#.utf8), []] {  // in its JSON text, and at the input's very end
+                let text = bytes + trailing
+                text.withUnsafeBytes { raw in
+                    let base = raw.baseAddress ?? UnsafeRawPointer(bitPattern: 1)!
+                    #expect(table.lookup(base, count: bytes.count, readable: text.count) == id, "\(name) + \(trailing.count)")
+                    #expect(table.lookup(UnsafeRawBufferPointer(start: base, count: bytes.count)) == id)
+                    // The same bytes one shorter, or with the next byte: other keys (or none), never this one.
+                    if bytes.count > 0 { #expect(table.lookup(base, count: bytes.count - 1, readable: text.count) != id) }
+                    if trailing.count > 0 { #expect(table.lookup(base, count: bytes.count + 1, readable: text.count) == nil) }
+                }
+            }
+        }
+        let long = Array(String(repeating: "k", count: 33).utf8)
+        long.withUnsafeBytes { #expect(table.lookup($0.baseAddress!, count: 33, readable: 33) == nil) }
+    }
+}
+
+extension NumberParsingTests {
+    /// Integers in every written form the fast path and the exact path take, against Int64's parser.
+    @Test func randomIntegersMatchStandardLibrary() throws {
+        func int(_ t: String) throws(DecodeFailure) -> Int64 {
+            try JSONScanner.withScanner(Array(t.utf8), limits: .default) { s throws(DecodeFailure) in try s.readInt() }
+        }
+        var rng = SplitMix64(seed: 7)
+        for _ in 0..<20_000 {
+            let v = Int64(bitPattern: rng.next()) >> Int64(rng.next() % 64)
+            var text = String(v)
+            switch rng.next() % 4 {
+            case 0: text += "." + String(repeating: "0", count: Int(rng.next() % 8) + 1)  // 2000.000
+            case 1: if v != 0 { text += ".5"; #expect(throws: DecodeFailure.self) { try int(text) }; continue }
+            default: break
+            }
+            #expect(try int(text) == v, "\(text)")
+        }
+    }
+}
