@@ -31,6 +31,10 @@ let package = Package(
         // pipelinectl's terminal output: progress (ConsoleKitTerminal only) and tables.
         .package(url: "https://github.com/vapor/console-kit", from: "4.16.2"),
         .package(url: "https://github.com/ordo-one/TextTable", .upToNextMinor(from: "0.0.2")),
+        // The HTTP server of the producers' ingest endpoint (and the operator console's).
+        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
+        // Already in the graph through hummingbird; named for its header field types.
+        .package(url: "https://github.com/apple/swift-http-types", from: "1.8.0"),
     ],
     targets: [
         // C modules: the only doors into C libraries.
@@ -109,6 +113,24 @@ let package = Package(
             sources: ["Operations", "LocalBroker"]
         ),
 
+        // Producers: services that bring upstream records into the input topics, with the
+        // workers' lifecycle, metrics and health (`pipelinectl ingest http`).
+        .target(
+            name: "Producers",
+            dependencies: [
+                "Kafka",
+                "Pipeline",
+                "Operations",
+                "Workers",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
+
         // Test doubles: TestDriver (a stage without a broker), librdkafka's mock cluster, a
         // scriptable WebSocket server.
         .target(name: "WorkersTesting", dependencies: ["Workers"]),
@@ -128,6 +150,7 @@ let package = Package(
                 "Kafka",
                 "Pipeline",
                 "Operations",
+                "Producers",
                 "Workers",
                 "Thumbnails",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -166,9 +189,12 @@ let package = Package(
         .testTarget(
             name: "IntegrationTests",
             dependencies: [
-                "Kafka", "Pipeline", "Operations", "PipelineTesting", "Workers", "WorkersTesting",
+                "Kafka", "Pipeline", "Operations", "Producers", "PipelineTesting", "Workers", "WorkersTesting",
                 .product(name: "NIOWebSocket", package: "swift-nio"),
             ]),
+        .testTarget(
+            name: "ProducersTests",
+            dependencies: ["Producers", "Operations", "Kafka", "Workers", "WorkersTesting"]),
         .testTarget(
             name: "WorkersTests",
             dependencies: ["Workers", "WorkersTesting", .product(name: "PropertyBased", package: "swift-property-based")]

@@ -2,20 +2,25 @@ import ArgumentParser
 import Dispatch
 import Foundation
 import Logging
+import Metrics
 import Pipeline
 import Kafka
 import Operations
+import Producers
+import Prometheus
+import ServiceLifecycle
 
-/// `pipelinectl ingest`: follow a live upstream feed into its input topic.
+/// `pipelinectl ingest`: bring upstream records into their input topics.
 struct Ingest: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Follow a live upstream feed into its input topic.",
+        abstract: "Bring upstream records into their input topics: a live feed (upbit) or an HTTP endpoint (http).",
         discussion: """
             Examples:
               pipelinectl ingest upbit --codes KRW-BTC,KRW-ETH
               pipelinectl ingest upbit --url ws://127.0.0.1:8765/websocket/v1 --codes KRW-BTC --max-messages 100
+              PIPELINE_INGEST_TOKENS='market-backend 3f9c…' pipelinectl ingest http --listen 0.0.0.0:8080
             """,
-        subcommands: [Upbit.self])
+        subcommands: [Upbit.self, HTTP.self])
 
     /// `pipelinectl ingest upbit`: Upbit's ticker WebSocket into prices.raw, keyed by market code.
     struct Upbit: AsyncParsableCommand {
@@ -143,3 +148,153 @@ struct Ingest: AsyncParsableCommand {
     }
 }
 
+
+extension Ingest {
+    /// `pipelinectl ingest http`: the endpoint the apps' backends post their events to.
+    struct HTTP: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "http",
+            abstract: "Serve POST /v1/{stream}: validate posted upstream records and produce them, answering once they are durable.",
+            discussion: """
+                Streams: prices, products, campaigns, hangouts, challenges (to <stream>.raw, or
+                --topic STREAM=TOPIC). A body is one upstream JSON object, an array of them, or
+                JSON lines. Every record is checked by the decoder of its stream's decode stage
+                first: if one is invalid the answer is 400 with each invalid record's index,
+                field and reason, and nothing is produced. Otherwise the records are produced
+                (acks=all, idempotent producer, keyed as `pipelinectl produce` keys them) and the
+                answer, 201 with each record's partition and offset, comes once the broker has
+                acknowledged all of them: a 2xx answer means durable. If the broker does not
+                acknowledge them within --delivery-timeout, or the producer holds
+                --max-in-flight-records already, the answer is 503 with Retry-After.
+
+                Clients authenticate with a bearer token (401 without a known one; 403 for a
+                stream their line does not list). Tokens come from --token-file or
+                $PIPELINE_INGEST_TOKENS, never from a flag: one client per line,
+                `NAME TOKEN [STREAM,…]`, tokens of at least 16 characters. An Idempotency-Key
+                header makes a retried post produce nothing new: an answered key gets the same
+                answer again; a key whose post failed part-way produces only the records not yet
+                durable. Limits: --max-body-bytes and --max-records (413), --rate-limit requests
+                per second per client (429 with Retry-After).
+
+                Metrics (pipeline_ingest_requests_total, pipeline_ingest_records_total,
+                pipeline_ingest_request_seconds) and /healthz, /readyz on --metrics-address.
+                SIGTERM or SIGINT: stop accepting, answer the posts in flight, flush, exit.
+
+                Examples:
+                  pipelinectl ingest http --token-file /etc/pipeline/ingest-tokens --listen 0.0.0.0:8080
+                  curl -H "Authorization: Bearer $TOKEN" -H 'Idempotency-Key: post-7781' \\
+                    --data-binary @products.jsonl http://127.0.0.1:8080/v1/products
+                """)
+
+        @Option(help: "Where to listen (host:port; port 0 picks a free one, logged at start).") var listen = "127.0.0.1:8080"
+        @Option(help: "The client token file (NAME TOKEN [STREAM,…] per line). Default: $PIPELINE_INGEST_TOKENS.") var tokenFile: String?
+        @Option(help: "A larger body is answered 413.") var maxBodyBytes = 1 << 20
+        @Option(help: "More records in one body are answered 413.") var maxRecords = 1_000
+        @Option(help: "Records handed to the producer and not yet acknowledged; a post that would pass it gets 503.") var maxInFlightRecords = 50_000
+        @Option(help: "Requests per second per client (bursts of the same size); 429 above it.") var rateLimit: Double = 100
+        @Option(help: "How long an Idempotency-Key is remembered (default: 1h).", transform: Upbit.duration("--idempotency-window"))
+        var idempotencyWindow: Duration = .seconds(3600)
+        @Option(help: "How many Idempotency-Keys are remembered (the oldest is forgotten first).") var idempotencyCapacity = 100_000
+        @Option(help: "How long the broker has to acknowledge a record (the producer's message.timeout.ms; default: 10s); then 503.", transform: Upbit.duration("--delivery-timeout"))
+        var deliveryTimeout: Duration = .seconds(10)
+        @Option(help: "The topic of a stream, STREAM=TOPIC (repeatable; default <stream>.raw).") var topic: [String] = []
+        @Option(help: "Address of /metrics, /healthz and /readyz (host:port; port 0 picks a free one, logged at start).")
+        var metricsAddress = "0.0.0.0:9465"
+        @Option(help: "Graceful shutdown deadline (default: 30s).", transform: Upbit.duration("--shutdown-deadline"))
+        var shutdownDeadline: Duration = .seconds(30)
+        @OptionGroup var connection: RequiredConnection
+        @OptionGroup var logging: LoggingOptions
+
+        func listenAddress() throws -> (host: String, port: Int) {
+            guard let colon = listen.lastIndex(of: ":"), let port = Int(listen[listen.index(after: colon)...]), (0...65535).contains(port),
+                  colon > listen.startIndex
+            else { throw ValidationError("--listen: '\(listen)' is not host:port (e.g. 127.0.0.1:8080, or 127.0.0.1:0 for any free port)") }
+            return (String(listen[..<colon]), port)
+        }
+
+        func topics() throws -> [UpstreamStream: String] {
+            var topics = IngestHTTPSettings().topics
+            for pair in topic {
+                let parts = pair.split(separator: "=", maxSplits: 1).map(String.init)
+                guard parts.count == 2, let stream = UpstreamStream(rawValue: parts[0]), !parts[1].isEmpty else {
+                    throw ValidationError("--topic: '\(pair)' is not STREAM=TOPIC with STREAM one of \(UpstreamStream.allCases.map(\.rawValue).joined(separator: ", "))")
+                }
+                topics[stream] = parts[1]
+            }
+            return topics
+        }
+
+        func tokens() throws -> ClientTokens {
+            do {
+                if let tokenFile {
+                    guard let text = try? String(contentsOfFile: tokenFile, encoding: .utf8) else {
+                        throw ValidationError("--token-file: cannot read '\(tokenFile)'")
+                    }
+                    return try ClientTokens(parsing: text, source: tokenFile)
+                }
+                guard let text = ProcessInfo.processInfo.environment["PIPELINE_INGEST_TOKENS"], !text.isEmpty else {
+                    throw ValidationError("no client tokens: give --token-file or set PIPELINE_INGEST_TOKENS (one client per line: NAME TOKEN [STREAM,…])")
+                }
+                return try ClientTokens(parsing: text, source: "$PIPELINE_INGEST_TOKENS")
+            } catch let error as ClientTokens.ParseError {
+                throw ValidationError(error.description)
+            }
+        }
+
+        func validate() throws {
+            _ = try listenAddress()
+            _ = try topics()
+            if maxBodyBytes <= 0 { throw ValidationError("--max-body-bytes must be positive") }
+            if maxRecords <= 0 { throw ValidationError("--max-records must be positive") }
+            if maxInFlightRecords < maxRecords { throw ValidationError("--max-in-flight-records (\(maxInFlightRecords)) must hold at least --max-records (\(maxRecords))") }
+            if !(rateLimit > 0) { throw ValidationError("--rate-limit must be a positive number of requests per second") }
+            if idempotencyCapacity <= 0 { throw ValidationError("--idempotency-capacity must be positive") }
+        }
+
+        func run() async throws {
+            let signals = WorkerSignals.install(escalateAfter: shutdownDeadline + .seconds(5))
+            try Preflight.checkRuntime()
+            let tokens = try tokens()
+            let logger = logging.bootstrap(label: "pipelinectl.ingest")
+            let registry = PrometheusCollectorRegistry()
+            MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: registry))
+            let health = IngestHealth()
+            let endpoint: HTTPEndpoint
+            do {
+                endpoint = try HTTPEndpoint(address: metricsAddress, registry: registry, health: health, logger: logger)
+            } catch {
+                throw ValidationError("--metrics-address: \(error)")
+            }
+            var producerConfiguration = ProducerConfiguration(kafka: connection.kafka)
+            producerConfiguration.acks = .all
+            producerConfiguration.idempotence = true
+            producerConfiguration.messageTimeout = deliveryTimeout
+            let producers = try ProducerSlot(logger: logger) { [producerConfiguration] in
+                try KafkaProducer(configuration: producerConfiguration, logger: logger)
+            }
+            var settings = IngestHTTPSettings()
+            (settings.host, settings.port) = try listenAddress()
+            settings.maxBodyBytes = maxBodyBytes
+            settings.maxRecords = maxRecords
+            settings.maxInFlightRecords = maxInFlightRecords
+            settings.requestsPerSecond = rateLimit
+            settings.idempotencyWindow = idempotencyWindow
+            settings.idempotencyCapacity = idempotencyCapacity
+            settings.topics = try topics()
+            let service = IngestHTTPService(settings: settings, tokens: tokens, producers: producers, health: health, logger: logger)
+            logger.info("ingest clients: \(tokens.clients.map(\.name).joined(separator: ", "))")
+            let group = ServiceGroup(
+                configuration: .init(
+                    services: [.init(service: endpoint), .init(service: service)],
+                    logger: logger))
+            signals.attach(logger: logger) { Task { await group.triggerGracefulShutdown() } }
+            do {
+                try await group.run()
+            } catch {
+                await producers.close(deadline: shutdownDeadline)
+                throw error
+            }
+            await producers.close(deadline: shutdownDeadline)
+        }
+    }
+}

@@ -22,7 +22,7 @@ import Operations
     }
 
     static let commands: [(String, ParsableCommand.Type)] = [
-        ("produce", Produce.self), ("ingest", Ingest.self), ("ingest-upbit", Ingest.Upbit.self), ("replay", Replay.self), ("dlq", DLQ.self), ("dlq-list", DLQ.List.self),
+        ("produce", Produce.self), ("ingest", Ingest.self), ("ingest-upbit", Ingest.Upbit.self), ("ingest-http", Ingest.HTTP.self), ("replay", Replay.self), ("dlq", DLQ.self), ("dlq-list", DLQ.List.self),
         ("dlq-show", DLQ.Show.self), ("dlq-redrive", DLQ.Redrive.self), ("lag", Lag.self), ("groups", Groups.self),
         ("groups-list", Groups.List.self), ("groups-describe", Groups.Describe.self), ("groups-reset-offsets", Groups.ResetOffsets.self),
     ]

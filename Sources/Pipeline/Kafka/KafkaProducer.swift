@@ -154,6 +154,11 @@ public final class KafkaProducer: Sendable {
     /// Messages enqueued but not yet delivered or failed.
     public var inFlight: Int { (try? core.client.using { core.client.outQueueLength }) ?? 0 }
 
+    /// The error that made this producer unusable (an idempotent producer whose sequence the
+    /// broker lost, say: `UNKNOWN_PRODUCER_ID`), or nil while it works. Every record sent after
+    /// it fails; a new producer (a new producer id) is needed.
+    public var fatalError: KafkaError? { (try? core.client.using { core.client.fatalError() }) ?? nil }
+
     /// Waits until everything enqueued is delivered or failed, or the deadline passes.
     public func flush(deadline: Duration) async throws(KafkaError) {
         let client = core.client

@@ -7,18 +7,18 @@ import ServiceLifecycle
 import Synchronization
 import Kafka
 
-/// The worker's HTTP endpoint: `/metrics` (Prometheus text format), `/healthz` and `/readyz`
-/// (200 or 503 with the reason). A `Service`: it listens until graceful shutdown; in a
+/// A long-running process's HTTP endpoint (a worker's, an ingest service's): `/metrics`
+/// (Prometheus text format), `/healthz` and `/readyz` (200 or 503 with the reason). A `Service`: it listens until graceful shutdown; in a
 /// `ServiceGroup` list it before the stage so that it stops last.
 public final class HTTPEndpoint: Service, Sendable {
     public let host: String
     public let requestedPort: Int
     let registry: PrometheusCollectorRegistry
-    let health: WorkerHealth
+    let health: any HealthReporting
     let logger: Logger
     private let bound = Mutex<(port: Int?, waiters: [CheckedContinuation<Int, any Error>])>((nil, []))
 
-    public init(address: String, registry: PrometheusCollectorRegistry, health: WorkerHealth, logger: Logger) throws {
+    public init(address: String, registry: PrometheusCollectorRegistry, health: any HealthReporting, logger: Logger) throws {
         guard let colon = address.lastIndex(of: ":"), let port = Int(address[address.index(after: colon)...]), (0...65535).contains(port) else {
             throw EndpointError(description: "'\(address)' is not host:port (e.g. 0.0.0.0:9464, or 127.0.0.1:0 for any free port)")
         }
@@ -69,17 +69,32 @@ public final class HTTPEndpoint: Service, Sendable {
     }
 }
 
+/// What `/healthz` and `/readyz` answer.
+public protocol HealthReporting: Sendable {
+    func liveness(now: ContinuousClock.Instant) -> HealthStatus
+    func readiness(now: ContinuousClock.Instant) -> HealthStatus
+}
+
+public struct HealthStatus: Sendable, Equatable {
+    public var ok: Bool
+    public var reason: String
+    public init(ok: Bool, reason: String) {
+        self.ok = ok
+        self.reason = reason
+    }
+}
+
 /// Answers one request per head/end pair.
 private final class EndpointHandler: ChannelInboundHandler, @unchecked Sendable {  // confined to its channel's event loop
     typealias InboundIn = HTTPServerRequestPart
     typealias OutboundOut = HTTPServerResponsePart
 
     let registry: PrometheusCollectorRegistry
-    let health: WorkerHealth
+    let health: any HealthReporting
     private var path = ""
     private var keepAlive = true
 
-    init(registry: PrometheusCollectorRegistry, health: WorkerHealth) {
+    init(registry: PrometheusCollectorRegistry, health: any HealthReporting) {
         self.registry = registry
         self.health = health
     }
@@ -97,10 +112,10 @@ private final class EndpointHandler: ChannelInboundHandler, @unchecked Sendable 
             case "/metrics":
                 (status, contentType, body) = (.ok, "text/plain; version=0.0.4; charset=utf-8", registry.emitToBuffer())
             case "/healthz":
-                let s = health.liveness()
+                let s = health.liveness(now: .now)
                 (status, contentType, body) = (s.ok ? .ok : .serviceUnavailable, "text/plain; charset=utf-8", Array((s.reason + "\n").utf8))
             case "/readyz":
-                let s = health.readiness()
+                let s = health.readiness(now: .now)
                 (status, contentType, body) = (s.ok ? .ok : .serviceUnavailable, "text/plain; charset=utf-8", Array((s.reason + "\n").utf8))
             default:
                 (status, contentType, body) = (.notFound, "text/plain; charset=utf-8", Array("not found: try /metrics, /healthz, /readyz\n".utf8))

@@ -9,11 +9,8 @@ import Kafka
 ///   ``readinessTimeout``), commits not failing for longer than that, and making progress: a
 ///   partition with lag has had a record processed within that time. A worker with no
 ///   partitions after a settled rebalance (more workers than partitions) is idle, and ready.
-public final class WorkerHealth: Sendable {
-    public struct Status: Sendable, Equatable {
-        public var ok: Bool
-        public var reason: String
-    }
+public final class WorkerHealth: HealthReporting {
+    public typealias Status = HealthStatus
 
     struct State {
         var lastLoopTurn: ContinuousClock.Instant

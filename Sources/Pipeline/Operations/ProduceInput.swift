@@ -171,9 +171,9 @@ public struct ProduceParser: Sendable {
         records.append(ProduceLine(source: source, line: line, record: record, keyed: key != nil))
     }
 
-    static func isSpace(_ b: UInt8) -> Bool { b == 0x20 || b == 0x09 || b == 0x0A || b == 0x0D }
+    package static func isSpace(_ b: UInt8) -> Bool { b == 0x20 || b == 0x09 || b == 0x0A || b == 0x0D }
 
-    static func kind(_ v: Any) -> String {
+    package static func kind(_ v: Any) -> String {
         switch v {
         case is String: "a string"
         case is NSNumber: "a number or boolean"
@@ -185,7 +185,7 @@ public struct ProduceParser: Sendable {
 
     /// The elements of the JSON array starting at `start`, each with its byte offset, as their
     /// exact bytes; nil when it is not one valid array followed by nothing but whitespace.
-    static func splitArray(_ bytes: [UInt8], from start: Int) -> [(Int, [UInt8])]? {
+    package static func splitArray(_ bytes: [UInt8], from start: Int) -> [(Int, [UInt8])]? {
         guard (try? JSONSerialization.jsonObject(with: Data(bytes[start...]), options: [])) is [Any] else { return nil }
         var elements: [(Int, [UInt8])] = []
         var depth = 0

@@ -1,0 +1,88 @@
+"""`pipelinectl ingest http` against a direct produce, in one run on one local broker (run it
+through scripts/bench-ingest). Per round, alternating which goes first: load.py posts bodies of
+RECORDS tickers (JSON lines) from THREADS keep-alive connections, REQUESTS posts each, and
+direct.py produces the same records from THREADS confluent-kafka producers, RECORDS at a time,
+waiting for the acknowledgements each time (what one post waits for). Prints records per
+second and the p50/p99 of a post (or of one produce-and-wait) per round, and the endpoint's
+CPU per record.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "PipelineBench"))
+from bench_pipeline import CTL, log, process_cpu, run, start_broker, stop, tick_lines  # noqa: E402
+
+TOKEN = "bench-token-0123456789abcdef"
+
+
+def main():
+    rounds = int(os.environ.get("ROUNDS", "3"))
+    per_body = int(os.environ.get("RECORDS", "20"))
+    threads = int(os.environ.get("THREADS", "8"))
+    requests = int(os.environ.get("REQUESTS", "500"))
+    broker, bootstrap = start_broker()
+    work = tempfile.mkdtemp()
+    body = os.path.join(work, "body.jsonl")
+    with open(body, "w") as f:
+        f.write("".join(line.split("\t", 1)[1] for line in tick_lines(per_body)))
+    ingest = None
+    try:
+        for topic in ("prices.raw", "bench.direct"):
+            run([CTL, "topics", "create", "--bootstrap-server", bootstrap, topic, "--partitions", "4"])
+        log_path = os.path.join(work, "ingest.log")
+        ingest = subprocess.Popen(
+            [CTL, "ingest", "http", "--listen", "127.0.0.1:0", "--metrics-address", "127.0.0.1:0", "--log-format", "json",
+             "--bootstrap-server", bootstrap, "--rate-limit", "1000000"],
+            env={**os.environ, "PIPELINE_INGEST_TOKENS": f"bench {TOKEN}"}, stderr=open(log_path, "w"), stdout=subprocess.DEVNULL)
+        port = None
+        deadline = time.monotonic() + 60
+        while port is None and time.monotonic() < deadline:
+            for line in open(log_path):
+                if "ingest endpoint listening" in line:
+                    port = int(json.loads(line)["port"])
+            time.sleep(0.1)
+        if port is None:
+            raise RuntimeError("the ingest endpoint did not start: " + open(log_path).read()[-2000:])
+        rows = {"ingest http": [], "direct produce": []}
+        cpu = []
+        for r in range(1, rounds + 1):
+            order = ["ingest http", "direct produce"] if r % 2 else ["direct produce", "ingest http"]
+            for side in order:
+                if side == "ingest http":
+                    before = process_cpu(ingest.pid)
+                    out = run([sys.executable, os.path.join(HERE, "load.py"), f"http://127.0.0.1:{port}/v1/prices", TOKEN, body,
+                               str(per_body), str(threads), str(requests)]).stdout
+                    result = json.loads(out)
+                    if result["status"] != {"201": threads * requests}:
+                        raise RuntimeError(f"not every post was accepted: {out}")
+                    cpu.append((process_cpu(ingest.pid) - before) / result["records_accepted"] * 1e6)
+                else:
+                    out = run([sys.executable, os.path.join(HERE, "direct.py"), bootstrap, "bench.direct", body,
+                               str(per_body), str(threads), str(requests)]).stdout
+                    result = json.loads(out)
+                rows[side].append(result)
+                log(f"round {r} {side}: {result['records_per_second']:,} records/s, p50 {result['p50_ms']} ms, p99 {result['p99_ms']} ms")
+    finally:
+        if ingest is not None:
+            ingest.terminate()
+            ingest.wait()
+        stop(broker)
+
+    print(f"\n{threads} connections x {requests} posts of {per_body} tickers per round, {rounds} rounds (min-max over rounds)")
+    for side, results in rows.items():
+        rate = [x["records_per_second"] for x in results]
+        p50 = [x["p50_ms"] for x in results]
+        p99 = [x["p99_ms"] for x in results]
+        print(f"{side:15} records/s {min(rate):,}-{max(rate):,}   p50 {min(p50)}-{max(p50)} ms   p99 {min(p99)}-{max(p99)} ms")
+    ratio = [a["records_per_second"] / b["records_per_second"] for a, b in zip(rows["ingest http"], rows["direct produce"])]
+    print(f"ingest http / direct produce, per round: {', '.join(f'{x:.2f}x' for x in ratio)}")
+    print(f"ingest http CPU per record (the service process, user + system): {min(cpu):.1f}-{max(cpu):.1f} us")
+
+
+if __name__ == "__main__":
+    main()

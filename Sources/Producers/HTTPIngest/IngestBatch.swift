@@ -1,0 +1,135 @@
+import Foundation
+import Kafka
+import Operations
+import Workers
+
+/// One POST body of `pipelinectl ingest http`, as records to produce: each keyed as
+/// `pipelinectl produce` keys it (``UpstreamStream/entityKey(_:)``) and validated by the decoder
+/// its stream's decode stage uses, before anything is produced. Pure: bytes in, records and
+/// rejections out.
+///
+/// A body is one upstream JSON object, a JSON array of them (one record per element), or JSON
+/// lines (one record per line; a line that is an array gives one per element). Values are sent
+/// as their exact bytes. Records are numbered from 0 in body order; a rejection names its
+/// record's index, the field and the reason, as a dead letter does.
+public struct IngestBatch: Sendable {
+    public var records: [ProducerRecord]
+    public var rejected: [Rejection]
+
+    public struct Rejection: Sendable, Hashable, Codable {
+        public var index: Int
+        /// The field path (`trade_price`, `[2].id`), or `$` for the record as a whole.
+        public var field: String
+        /// A stable reason (``DecodeFailure/Reason``: `missing-field`, `invalid-value`, …).
+        public var reason: String
+        public var detail: String
+    }
+
+    /// Why a body cannot be read as records at all.
+    public enum BodyError: Error, Sendable, Equatable, CustomStringConvertible {
+        case empty
+        case tooManyRecords(count: Int, limit: Int)
+
+        public var description: String {
+            switch self {
+            case .empty: "the body holds no record (send a JSON object, an array of them, or JSON lines)"
+            case .tooManyRecords(let count, let limit): "\(count) records in one request; at most \(limit) (--max-records)"
+            }
+        }
+    }
+
+    /// The records of `body` for `stream`, to `topic`; at most `maxRecords` of them.
+    public static func parse(
+        _ body: [UInt8], stream: UpstreamStream, topic: String, maxRecords: Int, validator: IngestValidator
+    ) throws(BodyError) -> IngestBatch {
+        let values = try split(body)
+        guard values.count <= maxRecords else { throw .tooManyRecords(count: values.count, limit: maxRecords) }
+        var batch = IngestBatch(records: [], rejected: [])
+        batch.records.reserveCapacity(values.count)
+        for (index, value) in values.enumerated() {
+            guard let object = try? JSONSerialization.jsonObject(with: Data(value), options: [.fragmentsAllowed]) else {
+                batch.rejected.append(Rejection(index: index, field: "$", reason: DecodeFailure.Reason.malformedJSON.rawValue, detail: "not valid JSON"))
+                continue
+            }
+            guard let fields = object as? [String: Any] else {
+                batch.rejected.append(Rejection(
+                    index: index, field: "$", reason: DecodeFailure.Reason.wrongType.rawValue,
+                    detail: "expected a JSON object, got \(ProduceParser.kind(object))"))
+                continue
+            }
+            if let failure = validator.failure(of: value, stream: stream) {
+                batch.rejected.append(Rejection(index: index, field: failure.field, reason: failure.reason.rawValue, detail: failure.detail))
+                continue
+            }
+            batch.records.append(ProducerRecord(topic: topic, key: stream.entityKey(fields).map { Array($0.utf8) }, value: value))
+        }
+        return batch
+    }
+
+    /// The body's records as byte strings, in order.
+    static func split(_ body: [UInt8]) throws(BodyError) -> [[UInt8]] {
+        guard let first = body.firstIndex(where: { !ProduceParser.isSpace($0) }) else { throw .empty }
+        // One array or one object, possibly pretty-printed over many lines; else JSON lines.
+        if body[first] == UInt8(ascii: "["), let elements = ProduceParser.splitArray(body, from: first) {
+            guard !elements.isEmpty else { throw .empty }
+            return elements.map(\.1)
+        }
+        if body[first] == UInt8(ascii: "{"), (try? JSONSerialization.jsonObject(with: Data(body), options: [])) is [String: Any] {
+            return [trimmed(body[first...])]
+        }
+        var values: [[UInt8]] = []
+        for line in body.split(separator: 0x0A, omittingEmptySubsequences: true) {
+            let line = trimmed(line)
+            guard !line.isEmpty else { continue }
+            if line[0] == UInt8(ascii: "["), let elements = ProduceParser.splitArray(line, from: 0) {
+                values += elements.map(\.1)  // (an empty array adds nothing)
+            } else {
+                values.append(line)
+            }
+        }
+        guard !values.isEmpty else { throw .empty }
+        return values
+    }
+
+    private static func trimmed(_ bytes: ArraySlice<UInt8>) -> [UInt8] {
+        var start = bytes.startIndex, end = bytes.endIndex
+        while start < end, ProduceParser.isSpace(bytes[start]) { start += 1 }
+        while end > start, ProduceParser.isSpace(bytes[end - 1]) { end -= 1 }
+        return Array(bytes[start..<end])
+    }
+}
+
+/// The decoders of the streams' decode stages, as validators: a record the endpoint accepts is
+/// one its decode stage will not dead-letter for its content.
+public struct IngestValidator: Sendable {
+    let prices: PriceTickDecoder
+    let products: ProductDecoder
+    let campaigns: CampaignDecoder
+    let hangouts: HangoutDecoder
+    let challenges: ChallengeDecoder
+
+    /// The decoders as the stages build them by default (`StageCatalog`'s limits and offsets).
+    public init(options: StageCatalog.Options = StageCatalog.Options()) {
+        prices = PriceTickDecoder(limits: options.limits)
+        products = ProductDecoder(limits: options.limits, utcOffsetSeconds: options.utcOffsetSeconds)
+        campaigns = CampaignDecoder(limits: options.limits, utcOffsetSeconds: options.utcOffsetSeconds)
+        hangouts = HangoutDecoder(limits: options.limits, utcOffsetSeconds: options.utcOffsetSeconds)
+        challenges = ChallengeDecoder(limits: options.limits)
+    }
+
+    /// Why the stream's decoder refuses `value`, or nil when it reads it.
+    public func failure(of value: [UInt8], stream: UpstreamStream) -> DecodeFailure? {
+        do {
+            switch stream {
+            case .prices: _ = try prices.decode(value)
+            case .products: _ = try products.decode(value)
+            case .campaigns: _ = try campaigns.decode(value)
+            case .hangouts: _ = try hangouts.decode(value)
+            case .challenges: _ = try challenges.decode(value)
+            }
+            return nil
+        } catch {
+            return error
+        }
+    }
+}

@@ -1,0 +1,313 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import Kafka
+import Logging
+import Metrics
+import NIOCore
+import Operations
+import Pipeline
+import ServiceLifecycle
+import Synchronization
+
+/// Settings of `pipelinectl ingest http` (each is a flag of the command).
+public struct IngestHTTPSettings: Sendable {
+    public var host = "127.0.0.1"
+    public var port = 8080
+    /// A larger body is answered 413 before it is read.
+    public var maxBodyBytes = 1 << 20
+    /// More records in one body are answered 413.
+    public var maxRecords = 1_000
+    /// Records handed to the producer and not yet acknowledged; a post that would pass it is
+    /// answered 503 with `Retry-After` instead of holding its records in memory.
+    public var maxInFlightRecords = 50_000
+    /// Requests per second per client (token bucket; bursts of the same size); 429 above it.
+    public var requestsPerSecond = 100.0
+    /// How long and how many `Idempotency-Key`s are remembered.
+    public var idempotencyWindow: Duration = .seconds(3600)
+    public var idempotencyCapacity = 100_000
+    /// The topic of each stream (default: the topology's `<stream>.raw`).
+    public var topics: [UpstreamStream: String] = Dictionary(uniqueKeysWithValues: UpstreamStream.allCases.map { ($0, $0.topic) })
+
+    public init() {}
+}
+
+/// `POST /v1/{stream}`: the apps' backends post upstream records, which are validated by the
+/// stream's decoder, produced with `acks=all`, and answered once the broker has acknowledged
+/// them, so that a 2xx answer means durable.
+///
+/// Answers (JSON bodies):
+/// - 201 `{"accepted":n,"records":[{"index","topic","partition","offset"}]}`;
+/// - 400 `{"error","rejected":[{"index","field","reason","detail"}]}`: a record is invalid;
+///   nothing of the request was produced (fix and send the whole body again);
+/// - 401 (no or unknown bearer token; one answer for both), 403 (the token may not post to this
+///   stream), 404 (no such stream), 409 (the same `Idempotency-Key` is being handled), 413 (body
+///   or record count over the limit), 422 (an `Idempotency-Key` reused with another body), 429
+///   (rate limit; `Retry-After`);
+/// - 503 with `Retry-After`: the producer's queue is full, or the broker did not acknowledge
+///   every record within the producer's `message.timeout.ms`; the body lists which records
+///   are durable. Retried with the same `Idempotency-Key`, only the others are produced.
+///
+/// A retried post with an `Idempotency-Key` the service has answered gets the same answer
+/// (header `Idempotent-Replayed: true`) and produces nothing.
+public final class IngestHTTPService: Service, Sendable {
+    public let settings: IngestHTTPSettings
+    let tokens: ClientTokens
+    let producers: ProducerSlot
+    let validator: IngestValidator
+    let health: IngestHealth
+    let logger: Logger
+    let limiter: RateLimiter
+    let idempotency: IdempotencyWindow
+    private let bound = Mutex<(port: Int?, waiters: [CheckedContinuation<Int, Never>])>((nil, []))
+
+    public init(
+        settings: IngestHTTPSettings, tokens: ClientTokens, producers: ProducerSlot, validator: IngestValidator = IngestValidator(),
+        health: IngestHealth, logger: Logger
+    ) {
+        self.settings = settings
+        self.tokens = tokens
+        self.producers = producers
+        self.validator = validator
+        self.health = health
+        self.logger = logger
+        self.limiter = RateLimiter(perSecond: settings.requestsPerSecond)
+        self.idempotency = IdempotencyWindow(capacity: settings.idempotencyCapacity, window: settings.idempotencyWindow)
+    }
+
+    /// The port it listens on, once it does (the requested one, or the one the kernel chose for 0).
+    public func port() async -> Int {
+        await withCheckedContinuation { c in
+            let now = bound.withLock { s -> Int? in
+                if let port = s.port { return port }
+                s.waiters.append(c)
+                return nil
+            }
+            if let now { c.resume(returning: now) }
+        }
+    }
+
+    public func run() async throws {
+        let router = Router()
+        router.post("v1/:stream") { request, context in try await self.handle(request, context: context) }
+        let app = Application(
+            router: router,
+            configuration: ApplicationConfiguration(address: .hostname(settings.host, port: settings.port), serverName: nil),
+            onServerRunning: { [self] channel in
+                let port = channel.localAddress?.port ?? settings.port
+                let waiters = bound.withLock { s in
+                    s.port = port
+                    defer { s.waiters = [] }
+                    return s.waiters
+                }
+                for w in waiters { w.resume(returning: port) }
+                health.listening()
+                logger.info("ingest endpoint listening on \(settings.host):\(port)", metadata: ["port": "\(port)"])
+            },
+            logger: logger)
+        // Graceful shutdown: the server stops accepting and answers the posts it has (each
+        // waits for its acknowledgements, bounded by the producer's message.timeout.ms).
+        try await withGracefulShutdownHandler {
+            try await app.run()
+        } onGracefulShutdown: { [health] in
+            health.stopping()
+        }
+    }
+
+    // MARK: One request
+
+    private static let idempotencyKeyField = HTTPField.Name("Idempotency-Key")!
+    private static let replayedField = HTTPField.Name("Idempotent-Replayed")!
+
+    func handle(_ request: Request, context: some RequestContext) async throws -> Response {
+        let started = ContinuousClock.now
+        let name = context.parameters.get("stream") ?? ""
+        let stream = UpstreamStream(rawValue: name)
+        let label = stream?.rawValue ?? "unknown"
+        let response = await answer(request, stream: stream, name: name)
+        Counter(label: IngestMetricName.requests, dimensions: [("stream", label), ("code", String(response.status.code))]).increment()
+        Timer(label: IngestMetricName.requestSeconds, dimensions: [("stream", label)]).recordNanoseconds((ContinuousClock.now - started).nanoseconds)
+        return response
+    }
+
+    private func answer(_ request: Request, stream: UpstreamStream?, name: String) async -> Response {
+        guard let client = tokens.client(authorization: request.headers[.authorization]) else {
+            return Self.json(401, ErrorBody(error: "missing or invalid bearer token"), headers: [.wwwAuthenticate: #"Bearer realm="ingest""#])
+        }
+        guard let stream else {
+            return Self.json(404, ErrorBody(error: "no stream '\(name)'; streams: \(UpstreamStream.allCases.map(\.rawValue).joined(separator: ", "))"))
+        }
+        guard client.mayPost(to: stream) else {
+            return Self.json(403, ErrorBody(error: "this token may not post to \(stream.rawValue)"))
+        }
+        if let wait = limiter.admit(client.name) {
+            return Self.json(429, ErrorBody(error: "more than \(settings.requestsPerSecond) requests per second"), headers: [.retryAfter: Self.seconds(wait)])
+        }
+        let idempotencyKey = request.headers[Self.idempotencyKeyField]
+        if let key = idempotencyKey, key.isEmpty || key.utf8.count > 255 || key.utf8.contains(where: { $0 < 0x21 || $0 > 0x7E }) {
+            return Self.json(400, ErrorBody(error: "Idempotency-Key must be 1 to 255 visible ASCII characters"))
+        }
+        // The body, bounded before and while it is read.
+        if let length = request.headers[.contentLength].flatMap(Int.init), length > settings.maxBodyBytes {
+            return Self.json(413, ErrorBody(error: "the body is \(length) bytes; at most \(settings.maxBodyBytes) (--max-body-bytes)"))
+        }
+        let body: [UInt8]
+        do {
+            body = Array(try await request.body.collect(upTo: settings.maxBodyBytes).readableBytesView)
+        } catch is NIOTooManyBytesError {
+            return Self.json(413, ErrorBody(error: "the body is over \(settings.maxBodyBytes) bytes (--max-body-bytes)"))
+        } catch {
+            return Self.json(400, ErrorBody(error: "the body could not be read: \(error)"))
+        }
+        let topic = settings.topics[stream] ?? stream.topic
+        let batch: IngestBatch
+        do {
+            batch = try IngestBatch.parse(body, stream: stream, topic: topic, maxRecords: settings.maxRecords, validator: validator)
+        } catch .tooManyRecords(let count, let limit) {
+            return Self.json(413, ErrorBody(error: IngestBatch.BodyError.tooManyRecords(count: count, limit: limit).description))
+        } catch {
+            return Self.json(400, ErrorBody(error: error.description))
+        }
+        if !batch.rejected.isEmpty {
+            count(stream, "rejected", batch.rejected.count)
+            let total = batch.records.count + batch.rejected.count
+            return Self.json(400, RejectedBody(
+                error: "\(batch.rejected.count) of \(total) records are invalid; nothing was produced", rejected: batch.rejected))
+        }
+        // Idempotency: a retry is answered as before, or produces only what is not yet durable.
+        var acknowledged: [Int: IdempotencyWindow.Position] = [:]
+        if let key = idempotencyKey {
+            switch idempotency.begin(key, client: client.name, digest: Self.digest(body)) {
+            case .new: break
+            case .resume(let durable): acknowledged = durable
+            case .answered(let status, let previous):
+                return Self.response(status, previous, headers: [Self.replayedField: "true"])
+            case .inProgress:
+                return Self.json(409, ErrorBody(error: "a request with this Idempotency-Key is being handled; retry when it is answered"))
+            case .differentBody:
+                return Self.json(422, ErrorBody(error: "this Idempotency-Key came with another body"))
+            }
+        }
+        let resumed = acknowledged.count
+        var pending = batch.records.indices.filter { acknowledged[$0] == nil }
+        guard producers.current().inFlight + pending.count <= settings.maxInFlightRecords else {
+            if let key = idempotencyKey { idempotency.fail(key, client: client.name, acknowledged: acknowledged) }
+            return Self.json(503, ErrorBody(error: "the producer's queue is full; retry later"), headers: [.retryAfter: "1"])
+        }
+        // Sent once; sent again (the records not acknowledged) only if the producer failed for
+        // good meanwhile, through its replacement: a broker that lost the producer's state
+        // refuses its next records, not the request.
+        var errors: [Int: KafkaError] = [:]
+        for attempt in 1...2 where !pending.isEmpty {
+            let producer = producers.current()
+            let reports: [DeliveryReport]
+            do {
+                reports = try await producer.send(pending.map { batch.records[$0] })
+            } catch {
+                for i in pending { errors[i] = error }
+                break
+            }
+            errors = [:]
+            for (report, index) in zip(reports, pending) {
+                if let error = report.error {
+                    errors[index] = error
+                } else {
+                    acknowledged[index] = IdempotencyWindow.Position(partition: report.partition, offset: report.offset)
+                }
+            }
+            pending = pending.filter { acknowledged[$0] == nil }
+            guard attempt == 1, producer.fatalError != nil else { break }
+        }
+        let firstError = errors.sorted { $0.key < $1.key }.first?.value
+        let records = batch.records.indices.map { i in
+            RecordResult(index: i, topic: topic, partition: acknowledged[i]?.partition, offset: acknowledged[i]?.offset,
+                         error: acknowledged[i] == nil ? (errors[i]?.description ?? "not acknowledged") : nil)
+        }
+        if let firstError {
+            count(stream, "accepted", acknowledged.count - resumed)
+            count(stream, "failed", batch.records.count - acknowledged.count)
+            health.deliveryFailed(firstError.description)
+            if let key = idempotencyKey { idempotency.fail(key, client: client.name, acknowledged: acknowledged) }
+            logger.warning("ingest: \(batch.records.count - acknowledged.count) of \(batch.records.count) records not acknowledged: \(firstError)")
+            return Self.json(503, AcceptedBody(
+                accepted: acknowledged.count, records: records,
+                error: "\(batch.records.count - acknowledged.count) of \(batch.records.count) records were not acknowledged by the broker; "
+                    + "retry with the same Idempotency-Key to produce only those"),
+                headers: [.retryAfter: "1"])
+        }
+        health.delivered()
+        count(stream, "accepted", acknowledged.count - resumed)
+        let answer = Self.encode(AcceptedBody(accepted: records.count, records: records, error: nil))
+        if let key = idempotencyKey { idempotency.finish(key, client: client.name, status: 201, body: answer) }
+        return Self.response(201, answer)
+    }
+
+    private func count(_ stream: UpstreamStream, _ outcome: String, _ n: Int) {
+        guard n > 0 else { return }
+        Counter(label: IngestMetricName.records, dimensions: [("stream", stream.rawValue), ("outcome", outcome)]).increment(by: Int64(n))
+    }
+
+    // MARK: Bodies
+
+    struct ErrorBody: Encodable { var error: String }
+    struct RejectedBody: Encodable {
+        var error: String
+        var rejected: [IngestBatch.Rejection]
+    }
+    struct RecordResult: Encodable {
+        var index: Int
+        var topic: String
+        var partition: Int32?
+        var offset: Int64?
+        var error: String?
+    }
+    struct AcceptedBody: Encodable {
+        var accepted: Int
+        var records: [RecordResult]
+        var error: String?
+    }
+
+    private static func encode(_ value: some Encodable) -> [UInt8] {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return Array((try? encoder.encode(value)) ?? Data(#"{"error":"unencodable answer"}"#.utf8)) + [0x0A]
+    }
+
+    private static func json(_ status: Int, _ value: some Encodable, headers: HTTPFields = [:]) -> Response {
+        response(status, encode(value), headers: headers)
+    }
+
+    private static func response(_ status: Int, _ body: [UInt8], headers: HTTPFields = [:]) -> Response {
+        var fields = headers
+        fields[.contentType] = "application/json"
+        fields[.cacheControl] = "no-store"
+        return Response(status: HTTPResponse.Status(code: status), headers: fields, body: ResponseBody(byteBuffer: ByteBuffer(bytes: body)))
+    }
+
+    private static func seconds(_ d: Duration) -> String {
+        String(max(1, d.components.seconds + (d.components.attoseconds > 0 ? 1 : 0)))
+    }
+
+    /// FNV-1a over the body: tells a retried body from another one under the same key.
+    static func digest(_ body: [UInt8]) -> UInt64 {
+        var h: UInt64 = 0xcbf2_9ce4_8422_2325
+        for b in body { h = (h ^ UInt64(b)) &* 0x0000_0100_0000_01b3 }
+        return h
+    }
+}
+
+/// The ingest service's metric names (the workers' are in `MetricName`).
+public enum IngestMetricName {
+    /// `{stream, code}`: requests by HTTP status.
+    public static let requests = "pipeline_ingest_requests_total"
+    /// `{stream, outcome}`: records accepted (durable), rejected (invalid), failed (not acknowledged).
+    public static let records = "pipeline_ingest_records_total"
+    /// `{stream}`: time from the request to its answer.
+    public static let requestSeconds = "pipeline_ingest_request_seconds"
+}
+
+extension Duration {
+    fileprivate var nanoseconds: Int64 {
+        components.seconds * 1_000_000_000 + components.attoseconds / 1_000_000_000
+    }
+}

@@ -1,0 +1,209 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import PipelineTesting
+import Testing
+@testable import Kafka
+@testable import Operations
+@testable import Pipeline
+
+/// `pipelinectl ingest http` as a process on the real local broker, posted to by a real HTTP
+/// client: what a 2xx answer promises (every record durable, where the answer says), what
+/// the error answers promise (nothing produced), idempotent retries, authentication, limits,
+/// and a broker that goes away mid-request.
+@Suite(.serialized, .timeLimit(.minutes(4))) struct IngestHTTPTests {
+    static let pricesToken = "prices-token-0123456789"
+    static let marketToken = "market-token-0123456789"
+    static let tokens = "prices-relay \(pricesToken) prices\nmarket-backend \(marketToken) products"
+
+    static func tick(_ i: Int, market: String? = nil) -> String {
+        let code = market ?? ["KRW-BTC", "KRW-ETH", "KRW-XRP", "KRW-SOL"][i % 4]
+        return #"{"type":"ticker","code":"\#(code)","trade_price":\#(1000 + i).5,"signed_change_rate":0.01,"trade_volume":2,"trade_timestamp":\#(1_700_000_000_000 + i)}"#
+    }
+
+    struct Answer {
+        var status: Int
+        var headers: [String: String]
+        var json: [String: Any]
+    }
+
+    static func post(
+        _ port: Int, _ stream: String, body: String, token: String? = pricesToken, idempotencyKey: String? = nil
+    ) async throws -> Answer {
+        var request = URLRequest(url: URL(string: "http://127.0.0.1:\(port)/v1/\(stream)")!)
+        request.httpMethod = "POST"
+        request.httpBody = Data(body.utf8)
+        request.timeoutInterval = 60
+        if let token { request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization") }
+        if let idempotencyKey { request.setValue(idempotencyKey, forHTTPHeaderField: "Idempotency-Key") }
+        let (data, response) = try await URLSession.shared.data(for: request)
+        let http = response as! HTTPURLResponse
+        var headers: [String: String] = [:]
+        for (k, v) in http.allHeaderFields { headers[String(describing: k).lowercased()] = String(describing: v) }
+        let json = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any] ?? ["raw": String(decoding: data, as: UTF8.self)]
+        return Answer(status: http.statusCode, headers: headers, json: json)
+    }
+
+    /// The port a service logged (`--log-format json`, metadata `port`) on the line with `message`.
+    static func loggedPort(_ process: ManagedProcess.Handle, _ message: String) async throws -> Int {
+        try await process.waitForLine(containing: message, timeout: .seconds(60))
+        for line in process.output().split(separator: "\n") where line.contains(message) {
+            let object = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]
+            if let port = (object?["port"] as? String).flatMap(Int.init) { return port }
+        }
+        throw LocalBrokerError.startFailed("no port on the line '\(message)'")
+    }
+
+    static func start(bootstrap: String, extra: [String] = []) async throws -> (process: ManagedProcess.Handle, port: Int, metrics: Int) {
+        let process = try ManagedProcess.launch(
+            try WorkerProcessTests.pipelinectl(),
+            arguments: ["ingest", "http", "--listen", "127.0.0.1:0", "--metrics-address", "127.0.0.1:0", "--log-format", "json",
+                        "--bootstrap-server", bootstrap] + extra,
+            environment: ["PIPELINE_INGEST_TOKENS": tokens])
+        let port = try await loggedPort(process, "ingest endpoint listening")
+        let metrics = try await loggedPort(process, "metrics and health endpoint listening")
+        return (process, port, metrics)
+    }
+
+    @Test func aCreatedAnswerMeansEveryRecordIsDurableWhereItSaysAndErrorsProduceNothing() async throws {
+        try await LocalBroker.with { broker in
+            let admin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: [broker.bootstrapServers]))
+            try await admin.createTopic(TopicSpec(name: "prices.raw", partitions: 3))
+            await admin.close()
+            let (ingest, port, metrics) = try await Self.start(
+                bootstrap: broker.bootstrapServers, extra: ["--max-records", "50", "--max-body-bytes", "20000"])
+            defer { ingest.kill() }
+
+            // 30 valid records as JSON lines: 201 with a partition and offset for each.
+            let body = (0..<30).map { Self.tick($0) }.joined(separator: "\n")
+            let created = try await Self.post(port, "prices", body: body)
+            #expect(created.status == 201, "\(created.json)")
+            #expect(created.json["accepted"] as? Int == 30)
+            let answered = (created.json["records"] as? [[String: Any]]) ?? []
+            #expect(answered.map { $0["index"] as? Int } == (0..<30).map { $0 })
+
+            // Invalid records: 400 naming each (index, field, reason); nothing of the body produced.
+            let mixed = [Self.tick(100), #"{"type":"ticker","code":"KRW-BTC","trade_price":-5,"signed_change_rate":0,"trade_volume":1,"trade_timestamp":1}"#,
+                         "{not json", Self.tick(101)].joined(separator: "\n")
+            let refused = try await Self.post(port, "prices", body: mixed)
+            #expect(refused.status == 400)
+            let rejected = (refused.json["rejected"] as? [[String: Any]]) ?? []
+            #expect(rejected.map { $0["index"] as? Int } == [1, 2])
+            #expect(rejected.first?["field"] as? String == "trade_price" && rejected.first?["reason"] as? String == "invalid-value")
+            #expect(rejected.last?["reason"] as? String == "malformed-json")
+
+            // A retried post with the same Idempotency-Key: the same answer, nothing new; the key
+            // with another body: 422.
+            let first = try await Self.post(port, "prices", body: Self.tick(200), idempotencyKey: "order-7781")
+            let again = try await Self.post(port, "prices", body: Self.tick(200), idempotencyKey: "order-7781")
+            #expect(first.status == 201 && again.status == 201)
+            #expect(again.headers["idempotent-replayed"] == "true")
+            #expect((again.json["records"] as? [[String: Any]])?.first?["offset"] as? Int == (first.json["records"] as? [[String: Any]])?.first?["offset"] as? Int)
+            #expect(try await Self.post(port, "prices", body: Self.tick(201), idempotencyKey: "order-7781").status == 422)
+
+            // Authentication and limits: each answered before anything is produced.
+            let noToken = try await Self.post(port, "prices", body: Self.tick(300), token: nil)
+            let badToken = try await Self.post(port, "prices", body: Self.tick(300), token: "prices-token-0123456780")
+            #expect(noToken.status == 401 && badToken.status == 401)
+            #expect(noToken.json["error"] as? String == badToken.json["error"] as? String, "one answer: no hint of which part failed")
+            #expect(noToken.headers["www-authenticate"]?.hasPrefix("Bearer") == true)
+            #expect(try await Self.post(port, "prices", body: Self.tick(300), token: Self.marketToken).status == 403)
+            #expect(try await Self.post(port, "nonsense", body: Self.tick(300)).status == 404)
+            #expect(try await Self.post(port, "prices", body: String(repeating: " ", count: 20_001) + Self.tick(300)).status == 413)
+            #expect(try await Self.post(port, "prices", body: (0..<51).map { Self.tick($0) }.joined(separator: "\n")).status == 413)
+
+            // What a reader finds: exactly the 31 acknowledged records, once each, where the answers said.
+            let records = try await OperatorCommandTests.readAll("prices.raw", bootstrap: broker.bootstrapServers)
+            #expect(records.count == 31, "30 + 1 idempotent; nothing of the refused posts")
+            let values = Set(records.map { String(decoding: $0.value ?? [], as: UTF8.self) })
+            #expect(values == Set((0..<30).map { Self.tick($0) } + [Self.tick(200)]))
+            for (i, a) in answered.enumerated() {
+                let at = records.first { Int($0.partition) == a["partition"] as? Int && Int($0.offset) == a["offset"] as? Int }
+                #expect(at.map { String(decoding: $0.value ?? [], as: UTF8.self) } == Self.tick(i), "record \(i) is where its answer says")
+                #expect(at?.key == Array(["KRW-BTC", "KRW-ETH", "KRW-XRP", "KRW-SOL"][i % 4].utf8), "keyed by market")
+            }
+
+            let scraped = try await ObservabilityTests.get("http://127.0.0.1:\(metrics)/metrics").body
+            #expect(scraped.contains(#"pipeline_ingest_records_total{stream="prices",outcome="accepted"} 31"#), "\(scraped)")
+            #expect(scraped.contains(#"pipeline_ingest_records_total{stream="prices",outcome="rejected"} 2"#))
+            ingest.terminate()
+            #expect(await ingest.waitForExit() == 0, "SIGTERM: a graceful stop\n\(ingest.recentOutput())")
+        }
+    }
+
+    @Test func aBrokerThatGoesAwayGets503AndTheRetryProducesOnlyWhatWasNotDurable() async throws {
+        var broker = try await LocalBroker.start()
+        defer { broker.kill() }
+        let (ingest, port, metrics) = try await Self.start(bootstrap: broker.bootstrapServers, extra: ["--delivery-timeout", "3s"])
+        defer { ingest.kill() }
+        let warm = try await Self.post(port, "prices", body: Self.tick(0))
+        #expect(warm.status == 201, "\(warm.json)")
+        #expect(try await ObservabilityTests.get("http://127.0.0.1:\(metrics)/readyz").status == 200)
+
+        await broker.stop()
+        let body = (1...5).map { Self.tick($0) }.joined(separator: "\n")
+        let failed = try await Self.post(port, "prices", body: body, idempotencyKey: "batch-1")
+        #expect(failed.status == 503, "\(failed.json)")
+        #expect(failed.headers["retry-after"] != nil)
+        #expect(failed.json["accepted"] as? Int == 0, "nothing is reported durable that the broker did not acknowledge")
+        #expect(try await ObservabilityTests.get("http://127.0.0.1:\(metrics)/readyz").status == 503)
+
+        // The broker back (empty: memory storage); the retry with the same key produces the five.
+        broker = try await broker.restart()
+        let retried = try await Self.post(port, "prices", body: body, idempotencyKey: "batch-1")
+        #expect(retried.status == 201, "\(retried.json)\n\(ingest.recentOutput(lines: 30))")
+        #expect(retried.json["accepted"] as? Int == 5)
+        let records = try await OperatorCommandTests.readAll("prices.raw", bootstrap: broker.bootstrapServers)
+        #expect(records.map { String(decoding: $0.value ?? [], as: UTF8.self) }.sorted() == (1...5).map { Self.tick($0) }.sorted())
+        #expect(try await ObservabilityTests.get("http://127.0.0.1:\(metrics)/readyz").status == 200)
+    }
+
+    /// Load from a second process on loopback (8 connections, 50 posts each of 20 records):
+    /// every post is answered, and what the answers accepted is exactly what a reader finds.
+    @Test func aLoadFromASecondProcessIsCountedExactlyInTheTopic() async throws {
+        try await LocalBroker.with { broker in
+            let admin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: [broker.bootstrapServers]))
+            try await admin.createTopic(TopicSpec(name: "prices.raw", partitions: 4))
+            await admin.close()
+            let (ingest, port, _) = try await Self.start(bootstrap: broker.bootstrapServers, extra: ["--rate-limit", "100000"])
+            defer { ingest.kill() }
+            let dir = FileManager.default.temporaryDirectory.appendingPathComponent("ingest-load-\(UUID().uuidString)")
+            try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+            defer { try? FileManager.default.removeItem(at: dir) }
+            let body = dir.appendingPathComponent("body.jsonl")
+            try (0..<20).map { Self.tick($0) }.joined(separator: "\n").write(to: body, atomically: true, encoding: .utf8)
+            let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+                .appendingPathComponent("Benchmarks/IngestBench/load.py").path
+            let run = try await Self.run("/usr/bin/env", ["python3", script, "http://127.0.0.1:\(port)/v1/prices", Self.pricesToken, body.path, "20", "8", "50"])
+            let result = try JSONSerialization.jsonObject(with: Data(run.utf8)) as? [String: Any] ?? [:]
+            #expect(result["requests"] as? Int == 400, "\(run)")
+            #expect((result["status"] as? [String: Int]) == ["201": 400], "\(run)")
+            let accepted = result["records_accepted"] as? Int ?? -1
+            #expect(accepted == 8_000)
+            let records = try await OperatorCommandTests.readAll("prices.raw", bootstrap: broker.bootstrapServers)
+            #expect(records.count == accepted, "a reader finds exactly what the answers accepted")
+        }
+    }
+
+    /// Runs a program to its end and returns its standard output (its standard error is shown on failure).
+    static func run(_ path: String, _ arguments: [String]) async throws -> String {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: path)
+        process.arguments = arguments
+        let out = Pipe(), err = Pipe()
+        process.standardOutput = out
+        process.standardError = err
+        let outHandle = out.fileHandleForReading, errHandle = err.fileHandleForReading
+        async let stdout = BlockingExecutor.run { outHandle.readDataToEndOfFile() }
+        async let stderr = BlockingExecutor.run { errHandle.readDataToEndOfFile() }
+        let status: Int32 = try await withCheckedThrowingContinuation { continuation in
+            process.terminationHandler = { continuation.resume(returning: $0.terminationStatus) }
+            do { try process.run() } catch { continuation.resume(throwing: error) }
+        }
+        let text = String(decoding: await stdout, as: UTF8.self)
+        let errors = String(decoding: await stderr, as: UTF8.self)
+        #expect(status == 0, "\(path) \(arguments): \(errors)")
+        return text
+    }
+}

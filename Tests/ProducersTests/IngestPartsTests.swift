@@ -1,0 +1,130 @@
+import Foundation
+import Kafka
+import Operations
+import Testing
+@testable import Producers
+
+let tick = #"{"type":"ticker","code":"KRW-BTC","trade_price":94187000.0,"signed_change_rate":0.01,"trade_volume":0.5,"trade_timestamp":1700000000000}"#
+let badTick = #"{"type":"ticker","code":"KRW-ETH","trade_price":-1,"signed_change_rate":0,"trade_volume":0,"trade_timestamp":1}"#
+
+/// The body of a post as records: every shape the endpoint takes, keys as `produce` gives them,
+/// and each invalid record named by index, field and reason.
+@Suite struct IngestBatchTests {
+    let validator = IngestValidator()
+
+    func parse(_ body: String, stream: UpstreamStream = .prices, max: Int = 100) throws(IngestBatch.BodyError) -> IngestBatch {
+        try IngestBatch.parse(Array(body.utf8), stream: stream, topic: "t", maxRecords: max, validator: validator)
+    }
+
+    @Test func oneObjectAnArrayAndJSONLinesGiveOneRecordPerUpstreamObject() throws {
+        let pretty = "{\n  \"type\": \"ticker\",\n  \"code\": \"KRW-XRP\",\n  \"trade_price\": 1,\n  \"signed_change_rate\": 0,\n  \"trade_volume\": 0,\n  \"trade_timestamp\": 1\n}\n"
+        for (body, keys) in [
+            (tick, ["KRW-BTC"]),
+            (pretty, ["KRW-XRP"]),
+            ("[\(tick), \(tick.replacingOccurrences(of: "KRW-BTC", with: "KRW-ETH"))]", ["KRW-BTC", "KRW-ETH"]),
+            ("\(tick)\n\n\(tick.replacingOccurrences(of: "KRW-BTC", with: "KRW-SOL"))\r\n", ["KRW-BTC", "KRW-SOL"]),
+            ("[\(tick)]\n\(tick)", ["KRW-BTC", "KRW-BTC"]),
+        ] {
+            let batch = try parse(body)
+            #expect(batch.rejected.isEmpty, "\(body)")
+            #expect(batch.records.map { String(decoding: $0.key ?? [], as: UTF8.self) } == keys)
+            #expect(batch.records.allSatisfy { $0.topic == "t" && $0.headers.isEmpty })
+        }
+        // Values are the exact bytes of each record.
+        #expect(try parse("  \(tick)  ").records.first?.value == Array(tick.utf8))
+    }
+
+    @Test func everyInvalidRecordIsNamedWithItsIndexFieldAndReason() throws {
+        let body = [tick, badTick, "not json", "[1]", #"{"code":"KRW-BTC"}"#, tick].joined(separator: "\n")
+        let batch = try parse(body)
+        #expect(batch.records.count == 2)
+        #expect(batch.rejected.map(\.index) == [1, 2, 3, 4])
+        #expect(batch.rejected[0].field == "trade_price" && batch.rejected[0].reason == "invalid-value")
+        #expect(batch.rejected[1].reason == "malformed-json")
+        #expect(batch.rejected[2].reason == "wrong-type" && batch.rejected[2].detail.contains("a number"))
+        #expect(batch.rejected[3].field == "trade_price" && batch.rejected[3].reason == "missing-field")
+        // An array that does not close is one record that is not JSON.
+        #expect(try parse("[\(tick)").rejected == [IngestBatch.Rejection(index: 0, field: "$", reason: "malformed-json", detail: "not valid JSON")])
+    }
+
+    @Test func eachStreamIsCheckedByItsOwnDecoder() throws {
+        // A ticker is not a product, and the product decoder says which field is missing.
+        let asProduct = try parse(tick, stream: .products)
+        #expect(asProduct.records.isEmpty && asProduct.rejected.first?.reason == "missing-field")
+        let product = #"{"id":7,"vendor_id":2,"name":"Cap","thumbnail":"https://img.example.com/7.jpg","currency":"KRW","price":25000,"stock":3,"created_at":"2022-10-18T10:05:00","issued_at":"2022-10-18T11:40:00"}"#
+        let ok = try parse(product, stream: .products)
+        #expect(ok.rejected.isEmpty && ok.records.first?.key == Array("7".utf8))
+    }
+
+    @Test func bodiesThatHoldNoRecordsAreRefusedAsAWhole() {
+        #expect(throws: IngestBatch.BodyError.empty) { try parse("  \n ") }
+        #expect(throws: IngestBatch.BodyError.empty) { try parse("[]") }
+        #expect(throws: IngestBatch.BodyError.tooManyRecords(count: 3, limit: 2)) { try parse("[\(tick),\(tick),\(tick)]", max: 2) }
+    }
+}
+
+@Suite struct ClientTokensTests {
+    let tokens = try! ClientTokens(parsing: """
+        # name token [streams]
+        market-backend  0123456789abcdef0123 products,hangouts
+        prices-relay    fedcba9876543210fedc
+        """, source: "tokens.txt")
+
+    @Test func aBearerTokenNamesItsClientAndItsStreams() {
+        let market = tokens.client(authorization: "Bearer 0123456789abcdef0123")
+        #expect(market?.name == "market-backend")
+        #expect(market?.mayPost(to: .products) == true && market?.mayPost(to: .prices) == false)
+        #expect(tokens.client(authorization: "bearer fedcba9876543210fedc")?.mayPost(to: .prices) == true)
+    }
+
+    @Test func anythingElseIsNoClient() {
+        for header in [nil, "", "Bearer", "Bearer ", "Basic 0123456789abcdef0123", "Bearer 0123456789abcdef012", "Bearer 0123456789abcdef01234",
+                       "Bearer fedcba9876543210fedc0123456789abcdef0123"] {
+            #expect(tokens.client(authorization: header) == nil, "\(header ?? "nil")")
+        }
+    }
+
+    @Test func mistakesInTheTokenListAreNamedWithTheirLine() {
+        func error(_ text: String) -> String {
+            do { _ = try ClientTokens(parsing: text, source: "env"); return "" } catch { return error.description }
+        }
+        #expect(error("a short") == "env:1: the token of 'a' is shorter than 16 characters")
+        #expect(error("a 0123456789abcdef prices,nope") .hasPrefix("env:1: unknown stream 'nope'"))
+        #expect(error("a 0123456789abcdef; a 0123456789abcdeX") == "env:2: client 'a' is named twice")
+        #expect(error("a 0123456789abcdef; b 0123456789abcdef") == "env:2: the token of 'b' is another client's too")
+        #expect(error("# nothing") == "env: no client (one per line: NAME TOKEN [STREAM,…])")
+        #expect(error("a b c d") == "env:1: expected NAME TOKEN [STREAM,…], got 4 fields")
+    }
+}
+
+@Suite struct AdmissionTests {
+    @Test func theRateLimitAdmitsABurstThenOnePerInterval() {
+        let limiter = RateLimiter(perSecond: 10)
+        let t0 = ContinuousClock.now
+        for _ in 0..<10 { #expect(limiter.admit("a", now: t0) == nil) }
+        #expect(limiter.admit("a", now: t0) == .milliseconds(100))
+        #expect(limiter.admit("b", now: t0) == nil, "per client")
+        #expect(limiter.admit("a", now: t0 + .milliseconds(100)) == nil)
+        let wait = limiter.admit("a", now: t0 + .milliseconds(150))
+        #expect(wait.map { $0 >= .milliseconds(50) && $0 <= .milliseconds(51) } == true, "half a token: about 50 ms, got \(String(describing: wait))")
+    }
+
+    @Test func anIdempotencyKeyIsAnsweredOnceResumedAfterAFailureAndBoundToItsBody() {
+        let window = IdempotencyWindow(capacity: 2, window: .seconds(60))
+        let t0 = ContinuousClock.now
+        #expect(window.begin("k", client: "a", digest: 1, now: t0) == .new)
+        #expect(window.begin("k", client: "a", digest: 1, now: t0) == .inProgress)
+        #expect(window.begin("k", client: "a", digest: 2, now: t0) == .differentBody)
+        #expect(window.begin("k", client: "b", digest: 2, now: t0) == .new, "keys are per client")
+        let durable = [0: IdempotencyWindow.Position(partition: 1, offset: 5)]
+        window.fail("k", client: "a", acknowledged: durable)
+        #expect(window.begin("k", client: "a", digest: 1, now: t0) == .resume(acknowledged: durable))
+        window.finish("k", client: "a", status: 201, body: [1])
+        #expect(window.begin("k", client: "a", digest: 1, now: t0) == .answered(status: 201, body: [1]))
+        // Bounded: a third key forgets the oldest; and every key is forgotten after the window.
+        #expect(window.begin("k3", client: "a", digest: 1, now: t0) == .new)
+        #expect(window.count == 2)
+        #expect(window.begin("k", client: "a", digest: 1, now: t0) == .new, "the oldest was forgotten")
+        #expect(window.begin("k3", client: "a", digest: 1, now: t0 + .seconds(61)) == .new)
+    }
+}
