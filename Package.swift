@@ -170,7 +170,7 @@ let package = Package(
         // Benchmarks (release builds, run by scripts/bench-*; not tests).
         .executableTarget(
             name: "decode-bench", dependencies: ["Workers"], path: "Benchmarks/DecodeBench",
-            exclude: ["peer_pydantic.py", "peer_msgspec.py"]),
+            exclude: ["peer_pydantic.py", "peer_msgspec.py", "peer_timing.py"]),
         .executableTarget(
             name: "hotpath-bench", dependencies: ["Kafka", "Pipeline", "Workers", .product(name: "Logging", package: "swift-log")], path: "Benchmarks/HotPathBench"),
         .executableTarget(

@@ -18,12 +18,12 @@ renamed field by field: each stream decodes with the type of its format, which c
 msgspec faster than a decoder that accepts both. Unknown keys are skipped (msgspec's default).
 Streams other than ticker-default, ticker-simple and product-detail are not covered here.
 """
-import sys
-import time
 from datetime import datetime
 from typing import Annotated, Literal, Optional
 
 import msgspec
+
+import peer_timing
 
 NonNeg = Annotated[float, msgspec.Meta(ge=0)]
 NonNegInt = Annotated[int, msgspec.Meta(ge=0)]
@@ -33,32 +33,33 @@ Millis = Annotated[int, msgspec.Meta(gt=0)]
 NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
 
 
-class LowNotAboveHigh:
+class TickerChecks(msgspec.Struct):
     def __post_init__(self):
         if self.low_price is not None and self.high_price is not None and self.low_price > self.high_price:
             raise ValueError("low_price above high_price")
 
 
-class TickerDefault(LowNotAboveHigh, msgspec.Struct):
-    code: Market
-    trade_price: Positive
-    signed_change_rate: float
-    trade_volume: NonNeg
-    trade_timestamp: Millis
-    type: Optional[Literal["ticker"]] = None
-    opening_price: Optional[NonNeg] = None
-    high_price: Optional[NonNeg] = None
-    low_price: Optional[NonNeg] = None
-    prev_closing_price: Optional[NonNeg] = None
-    change: Optional[Literal["RISE", "EVEN", "FALL"]] = None
-    signed_change_price: Optional[float] = None
-    acc_trade_volume_24h: Optional[NonNeg] = None
-    acc_trade_price_24h: Optional[NonNeg] = None
-    timestamp: Optional[int] = None
-    ask_bid: Optional[Literal["ASK", "BID"]] = None
-    stream_type: Optional[Literal["SNAPSHOT", "REALTIME"]] = None
-    is_trading_suspended: Optional[bool] = None
-
+# One field list for both formats (msgspec applies `rename` only to a class's own fields).
+TICKER_FIELDS = [
+    ("code", Market),
+    ("trade_price", Positive),
+    ("signed_change_rate", float),
+    ("trade_volume", NonNeg),
+    ("trade_timestamp", Millis),
+    ("type", Optional[Literal["ticker"]], None),
+    ("opening_price", Optional[NonNeg], None),
+    ("high_price", Optional[NonNeg], None),
+    ("low_price", Optional[NonNeg], None),
+    ("prev_closing_price", Optional[NonNeg], None),
+    ("change", Optional[Literal["RISE", "EVEN", "FALL"]], None),
+    ("signed_change_price", Optional[float], None),
+    ("acc_trade_volume_24h", Optional[NonNeg], None),
+    ("acc_trade_price_24h", Optional[NonNeg], None),
+    ("timestamp", Optional[int], None),
+    ("ask_bid", Optional[Literal["ASK", "BID"]], None),
+    ("stream_type", Optional[Literal["SNAPSHOT", "REALTIME"]], None),
+    ("is_trading_suspended", Optional[bool], None),
+]
 
 SIMPLE_NAMES = {
     "code": "cd", "trade_price": "tp", "signed_change_rate": "scr", "trade_volume": "tv", "trade_timestamp": "ttms",
@@ -67,26 +68,8 @@ SIMPLE_NAMES = {
     "timestamp": "tms", "ask_bid": "ab", "stream_type": "st", "is_trading_suspended": "its",
 }
 
-
-class TickerSimple(LowNotAboveHigh, msgspec.Struct, rename=SIMPLE_NAMES):
-    code: Market
-    trade_price: Positive
-    signed_change_rate: float
-    trade_volume: NonNeg
-    trade_timestamp: Millis
-    type: Optional[Literal["ticker"]] = None
-    opening_price: Optional[NonNeg] = None
-    high_price: Optional[NonNeg] = None
-    low_price: Optional[NonNeg] = None
-    prev_closing_price: Optional[NonNeg] = None
-    change: Optional[Literal["RISE", "EVEN", "FALL"]] = None
-    signed_change_price: Optional[float] = None
-    acc_trade_volume_24h: Optional[NonNeg] = None
-    acc_trade_price_24h: Optional[NonNeg] = None
-    timestamp: Optional[int] = None
-    ask_bid: Optional[Literal["ASK", "BID"]] = None
-    stream_type: Optional[Literal["SNAPSHOT", "REALTIME"]] = None
-    is_trading_suspended: Optional[bool] = None
+TickerDefault = msgspec.defstruct("TickerDefault", TICKER_FIELDS, bases=(TickerChecks,))
+TickerSimple = msgspec.defstruct("TickerSimple", TICKER_FIELDS, bases=(TickerChecks,), rename=SIMPLE_NAMES)
 
 
 class ProductImage(msgspec.Struct):
@@ -129,41 +112,5 @@ DECODERS = {
 }
 
 
-def decode_once(decode, messages):
-    failures = 0
-    for m in messages:
-        try:
-            decode(m)
-        except (msgspec.ValidationError, msgspec.DecodeError, ValueError):
-            failures += 1
-    return failures
-
-
-def main():
-    directory = sys.argv[1]
-    seconds = float(sys.argv[2]) if len(sys.argv) > 2 else 2.0
-    only = sys.argv[3] if len(sys.argv) > 3 else None
-    for stream, decode in DECODERS.items():
-        if only is not None and stream != only:
-            continue
-        with open(f"{directory}/{stream}.jsonl", "rb") as f:
-            messages = [line for line in f.read().split(b"\n") if line]
-        size = sum(len(m) for m in messages)
-        failures = decode_once(decode, messages)  # warm-up, and the failure count
-        rates = []
-        for _ in range(5):
-            passes = 0
-            start = time.perf_counter()
-            while True:
-                decode_once(decode, messages)
-                passes += 1
-                elapsed = time.perf_counter() - start
-                if elapsed >= seconds:
-                    break
-            rates.append(passes * len(messages) / elapsed)
-        rate = max(rates)  # best of 5, as decode-bench does
-        print(f"{stream}\t{len(messages)}\t{size}\t{int(rate)}\t{rate * size / len(messages) / 1e6:.1f}\t{failures}")
-
-
 if __name__ == "__main__":
-    main()
+    peer_timing.main(DECODERS, (msgspec.ValidationError, msgspec.DecodeError, ValueError))

@@ -16,12 +16,12 @@ the category set, coordinates in range, current count not above the limit and th
 and image arrays of equal length; for spending records non-negative integer costs, http(s) image
 URLs and both date formats. Unknown keys are ignored (pydantic's default, extra="ignore").
 """
-import sys
-import time
 from datetime import date, datetime
 from typing import Annotated, Literal, Optional
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
+
+import peer_timing
 
 NonNeg = Annotated[float, Field(ge=0)]
 NonNegInt = Annotated[int, Field(ge=0)]
@@ -239,41 +239,5 @@ VALIDATORS = {
 }
 
 
-def decode_once(validate, messages):
-    failures = 0
-    for m in messages:
-        try:
-            validate(m)
-        except ValueError:  # pydantic.ValidationError is a ValueError
-            failures += 1
-    return failures
-
-
-def main():
-    directory = sys.argv[1]
-    seconds = float(sys.argv[2]) if len(sys.argv) > 2 else 2.0
-    only = sys.argv[3] if len(sys.argv) > 3 else None
-    for stream, validate in VALIDATORS.items():
-        if only is not None and stream != only:
-            continue
-        with open(f"{directory}/{stream}.jsonl", "rb") as f:
-            messages = [line for line in f.read().split(b"\n") if line]
-        size = sum(len(m) for m in messages)
-        failures = decode_once(validate, messages)  # warm-up, and the failure count
-        rates = []
-        for _ in range(5):
-            passes = 0
-            start = time.perf_counter()
-            while True:
-                decode_once(validate, messages)
-                passes += 1
-                elapsed = time.perf_counter() - start
-                if elapsed >= seconds:
-                    break
-            rates.append(passes * len(messages) / elapsed)
-        rate = max(rates)  # best of 5, as decode-bench does: interference only slows a repetition down
-        print(f"{stream}\t{len(messages)}\t{size}\t{int(rate)}\t{rate * size / len(messages) / 1e6:.1f}\t{failures}")
-
-
 if __name__ == "__main__":
-    main()
+    peer_timing.main(VALIDATORS, ValueError)  # pydantic.ValidationError is a ValueError

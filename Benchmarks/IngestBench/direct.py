@@ -13,6 +13,8 @@ import time
 
 from confluent_kafka import Producer
 
+import timing
+
 
 def main():
     bootstrap, topic, body_file, per_body, threads, per_thread = sys.argv[1:7]
@@ -40,21 +42,11 @@ def main():
             latencies.extend(mine)
             failed[0] += bad[0]
 
-    started = time.perf_counter()
-    pool = [threading.Thread(target=worker) for _ in range(threads)]
-    for t in pool:
-        t.start()
-    for t in pool:
-        t.join()
-    seconds = time.perf_counter() - started
-    latencies.sort()
-
-    def pct(q):
-        return latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1000
+    seconds = timing.run_threads(threads, worker)
 
     accepted = threads * per_thread * per_body - failed[0]
     print(json.dumps({"requests": threads * per_thread, "records_accepted": accepted, "failed": failed[0], "seconds": round(seconds, 3),
-                      "records_per_second": round(accepted / seconds), "p50_ms": round(pct(0.50), 2), "p99_ms": round(pct(0.99), 2)}))
+                      "records_per_second": round(accepted / seconds), **timing.percentiles(latencies)}))
 
 
 if __name__ == "__main__":

@@ -14,6 +14,8 @@ import threading
 import time
 import urllib.parse
 
+import timing
+
 
 def main():
     url, token, body_file, per_body, threads, per_thread = sys.argv[1:7]
@@ -48,23 +50,13 @@ def main():
             for s, n in seen.items():
                 statuses[s] = statuses.get(s, 0) + n
 
-    started = time.perf_counter()
-    pool = [threading.Thread(target=worker) for _ in range(threads)]
-    for t in pool:
-        t.start()
-    for t in pool:
-        t.join()
-    seconds = time.perf_counter() - started
-    latencies.sort()
-
-    def pct(p):
-        return latencies[min(len(latencies) - 1, int(p * len(latencies)))] * 1000 if latencies else 0
+    seconds = timing.run_threads(threads, worker)
 
     accepted = statuses.get(201, 0) * per_body
     print(json.dumps({
         "requests": sum(statuses.values()), "status": {str(k): v for k, v in sorted(statuses.items())},
         "errors": errors[:5], "error_count": len(errors), "records_accepted": accepted, "seconds": round(seconds, 3),
-        "records_per_second": round(accepted / seconds), "p50_ms": round(pct(0.50), 2), "p99_ms": round(pct(0.99), 2),
+        "records_per_second": round(accepted / seconds), **timing.percentiles(latencies),
     }))
 
 

@@ -175,35 +175,16 @@ import Testing
             try (0..<20).map { Self.tick($0) }.joined(separator: "\n").write(to: body, atomically: true, encoding: .utf8)
             let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
                 .appendingPathComponent("Benchmarks/IngestBench/load.py").path
-            let run = try await Self.run("/usr/bin/env", ["python3", script, "http://127.0.0.1:\(port)/v1/prices", Self.pricesToken, body.path, "20", "8", "50"])
-            let result = try JSONSerialization.jsonObject(with: Data(run.utf8)) as? [String: Any] ?? [:]
-            #expect(result["requests"] as? Int == 400, "\(run)")
-            #expect((result["status"] as? [String: Int]) == ["201": 400], "\(run)")
+            let run = try await OperatorCommandTests.run(
+                "/usr/bin/env", ["PYTHONDONTWRITEBYTECODE=1", "python3", script, "http://127.0.0.1:\(port)/v1/prices", Self.pricesToken, body.path, "20", "8", "50"])
+            #expect(run.status == 0, "\(run.stderr)")
+            let result = try JSONSerialization.jsonObject(with: Data(run.stdout.utf8)) as? [String: Any] ?? [:]
+            #expect(result["requests"] as? Int == 400, "\(run.stdout)")
+            #expect((result["status"] as? [String: Int]) == ["201": 400], "\(run.stdout)")
             let accepted = result["records_accepted"] as? Int ?? -1
             #expect(accepted == 8_000)
             let records = try await OperatorCommandTests.readAll("prices.raw", bootstrap: broker.bootstrapServers)
             #expect(records.count == accepted, "a reader finds exactly what the answers accepted")
         }
-    }
-
-    /// Runs a program to its end and returns its standard output (its standard error is shown on failure).
-    static func run(_ path: String, _ arguments: [String]) async throws -> String {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: path)
-        process.arguments = arguments
-        let out = Pipe(), err = Pipe()
-        process.standardOutput = out
-        process.standardError = err
-        let outHandle = out.fileHandleForReading, errHandle = err.fileHandleForReading
-        async let stdout = BlockingExecutor.run { outHandle.readDataToEndOfFile() }
-        async let stderr = BlockingExecutor.run { errHandle.readDataToEndOfFile() }
-        let status: Int32 = try await withCheckedThrowingContinuation { continuation in
-            process.terminationHandler = { continuation.resume(returning: $0.terminationStatus) }
-            do { try process.run() } catch { continuation.resume(throwing: error) }
-        }
-        let text = String(decoding: await stdout, as: UTF8.self)
-        let errors = String(decoding: await stderr, as: UTF8.self)
-        #expect(status == 0, "\(path) \(arguments): \(errors)")
-        return text
     }
 }

@@ -15,13 +15,18 @@ import Workers
 
     /// Runs pipelinectl to completion (waits on its termination, no polling).
     static func pipelinectl(_ arguments: [String], bootstrap: String) async throws -> Run {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: try WorkerProcessTests.pipelinectl())
-        process.arguments = arguments
         var env = ProcessInfo.processInfo.environment
         env["KAFKA_BOOTSTRAP_SERVERS"] = bootstrap  // also checks the environment is honoured
         env["NO_COLOR"] = "1"
-        process.environment = env
+        return try await run(try WorkerProcessTests.pipelinectl(), arguments, environment: env)
+    }
+
+    /// Runs a program to completion (waits on its termination, no polling) and returns its status and output.
+    static func run(_ path: String, _ arguments: [String], environment: [String: String]? = nil) async throws -> Run {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: path)
+        process.arguments = arguments
+        if let environment { process.environment = environment }
         let out = Pipe(), err = Pipe()
         process.standardOutput = out
         process.standardError = err

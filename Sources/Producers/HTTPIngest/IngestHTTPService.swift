@@ -126,7 +126,7 @@ public final class IngestHTTPService: Service, Sendable {
         let label = stream?.rawValue ?? "unknown"
         let response = await answer(request, stream: stream, name: name)
         Counter(label: IngestMetricName.requests, dimensions: [("stream", label), ("code", String(response.status.code))]).increment()
-        Timer(label: IngestMetricName.requestSeconds, dimensions: [("stream", label)]).recordNanoseconds((ContinuousClock.now - started).nanoseconds)
+        Timer(label: IngestMetricName.requestSeconds, dimensions: [("stream", label)]).record(duration: ContinuousClock.now - started)
         return response
     }
 
@@ -304,10 +304,4 @@ public enum IngestMetricName {
     public static let records = "pipeline_ingest_records_total"
     /// `{stream}`: time from the request to its answer.
     public static let requestSeconds = "pipeline_ingest_request_seconds"
-}
-
-extension Duration {
-    fileprivate var nanoseconds: Int64 {
-        components.seconds * 1_000_000_000 + components.attoseconds / 1_000_000_000
-    }
 }

@@ -1,3 +1,4 @@
+import Kafka
 import Synchronization
 
 /// Requests per client per second, as a token bucket: `burst` requests at once, refilled at
@@ -17,9 +18,7 @@ public final class RateLimiter: Sendable {
     public func admit(_ client: String, now: ContinuousClock.Instant = .now) -> Duration? {
         buckets.withLock { buckets in
             var bucket = buckets[client] ?? (burst, now)
-            let elapsed = now - bucket.at
-            let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-            bucket.tokens = min(burst, bucket.tokens + seconds * perSecond)
+            bucket.tokens = min(burst, bucket.tokens + (now - bucket.at).asSeconds * perSecond)
             bucket.at = now
             defer { buckets[client] = bucket }
             if bucket.tokens >= 1 {

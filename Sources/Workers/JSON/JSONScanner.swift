@@ -639,14 +639,14 @@ private func hexValue(_ b: UInt8) -> UInt8? {
     }
 }
 
-/// 10^0 … 10^22, all exactly representable as Double.
-private let powersOfTen: [Double] = [
+/// 10^0 … 10^22, all exactly representable as Double (the JSON reader and writer).
+let powersOfTen: [Double] = [
     1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
     1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
 ]
 
-/// 10^0 … 10^19 as UInt64.
-private let powersOfTenInt: [UInt64] = [
+/// 10^0 … 10^19 as UInt64 (the JSON reader and writer).
+let powersOfTenInt: [UInt64] = [
     1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000, 100_000_000, 1_000_000_000, 10_000_000_000,
     100_000_000_000, 1_000_000_000_000, 10_000_000_000_000, 100_000_000_000_000, 1_000_000_000_000_000,
     10_000_000_000_000_000, 100_000_000_000_000_000, 1_000_000_000_000_000_000, 10_000_000_000_000_000_000,

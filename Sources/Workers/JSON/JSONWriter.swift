@@ -122,8 +122,6 @@ public struct JSONWriter: Sendable {
         appendFixed(v.magnitude, fractionDigits: 0, negative: v < 0)
     }
 
-    private static let powersOfTen: [Double] = [1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8]
-
     /// A price or a volume with a few decimals (`1234.5`, `0.0123`), the common case, written to
     /// the same bytes as `description` without it: the fewest fractional digits `k` whose
     /// decimal reads back as `v`. `v * 10^k` must come out as an integer `n` with `n / 10^k == v`
@@ -134,14 +132,14 @@ public struct JSONWriter: Sendable {
         let magnitude = abs(v)
         guard magnitude >= 1e-3, magnitude < 1e7 else { return false }
         for k in 1...8 {
-            let p = Self.powersOfTen[k]
+            let p = powersOfTen[k]
             let scaled = magnitude * p
             guard scaled < 4.0e15 else { return false }
             let n = scaled.rounded(.towardZero)
             guard n == scaled else { continue }
             guard n / p == magnitude else { return false }
             let whole = UInt64(n)
-            let shorter = Self.powersOfTen[k - 1]
+            let shorter = powersOfTen[k - 1]
             if Double(whole / 10) / shorter == magnitude || Double(whole / 10 + 1) / shorter == magnitude { return false }
             appendFixed(whole, fractionDigits: k, negative: v < 0)
             return true
@@ -157,7 +155,7 @@ public struct JSONWriter: Sendable {
             let out = buffer.baseAddress!.assumingMemoryBound(to: UInt8.self)
             var i = buffer.count
             if fractionDigits > 0 {
-                let scale = Self.powersOfTenInt[fractionDigits]
+                let scale = powersOfTenInt[fractionDigits]
                 Self.putDigits(whole % scale, atLeast: fractionDigits, out, &i)
                 i &-= 1
                 out[i] = UInt8(ascii: ".")
@@ -170,9 +168,6 @@ public struct JSONWriter: Sendable {
             write(upTo: n) { $0.update(from: out + i, count: n); return n }
         }
     }
-
-    /// 10^0 … 10^8 (the fraction digits ``appendShortDecimal(_:)`` writes).
-    private static let powersOfTenInt: [UInt64] = [1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000, 100_000_000]
 
     /// The decimal digits of `v`, zero-padded to `atLeast`, ending just before `out[i]`; `i` moves to the first.
     @inline(__always)
