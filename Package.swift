@@ -52,14 +52,26 @@ let package = Package(
         // Pure stages: values in, values out. No Kafka, no sockets, no clocks.
         .target(name: "Workers"),
 
-        // Thumbnails: libvips resize, the fetch/store side that feeds it, and the
-        // `thumbnails.render` stage (a Workers ConcurrentStage) the runtime runs on Kafka.
+        // SafeFetch: HTTP(S) and file reads from untrusted URLs (destination checks before any
+        // connection, pinned addresses, re-checked redirects, size and time limits, retries);
+        // used by the thumbnail fetcher and the upstream pollers.
+        .target(
+            name: "SafeFetch",
+            dependencies: [
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+
+        // Thumbnails: libvips resize, the store side, and the `thumbnails.render` stage (a
+        // Workers ConcurrentStage) the runtime runs on Kafka.
         .target(
             name: "Thumbnails",
             dependencies: [
                 "CVips",
+                "SafeFetch",
                 "Workers",
-                .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -114,13 +126,14 @@ let package = Package(
         ),
 
         // Producers: services that bring upstream records into the input topics, with the
-        // workers' lifecycle, metrics and health (`pipelinectl ingest http`).
+        // workers' lifecycle, metrics and health (`pipelinectl ingest http`, `ingest poll`).
         .target(
             name: "Producers",
             dependencies: [
                 "Kafka",
                 "Pipeline",
                 "Operations",
+                "SafeFetch",
                 "Workers",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
@@ -151,6 +164,7 @@ let package = Package(
                 "Pipeline",
                 "Operations",
                 "Producers",
+                "SafeFetch",
                 "Workers",
                 "Thumbnails",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -174,7 +188,7 @@ let package = Package(
         .executableTarget(
             name: "hotpath-bench", dependencies: ["Kafka", "Pipeline", "Workers", .product(name: "Logging", package: "swift-log")], path: "Benchmarks/HotPathBench"),
         .executableTarget(
-            name: "thumbnail-bench", dependencies: ["Thumbnails"], path: "Benchmarks/ThumbnailBench", exclude: ["bench_worker.py"]),
+            name: "thumbnail-bench", dependencies: ["SafeFetch", "Thumbnails"], path: "Benchmarks/ThumbnailBench", exclude: ["bench_worker.py"]),
 
         // Tests. PipelineTests need no broker (configuration, errors, librdkafka's mock cluster);
         // IntegrationTests start the local tansu broker.
@@ -189,12 +203,15 @@ let package = Package(
         .testTarget(
             name: "IntegrationTests",
             dependencies: [
-                "Kafka", "Pipeline", "Operations", "Producers", "PipelineTesting", "Workers", "WorkersTesting",
+                "Kafka", "Pipeline", "Operations", "Producers", "PipelineTesting", "SafeFetch", "Workers", "WorkersTesting",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOWebSocket", package: "swift-nio"),
             ]),
         .testTarget(
             name: "ProducersTests",
-            dependencies: ["Producers", "Operations", "Kafka", "Workers", "WorkersTesting"]),
+            dependencies: ["Producers", "Operations", "Kafka", "SafeFetch", "Workers", "WorkersTesting"]),
         .testTarget(
             name: "WorkersTests",
             dependencies: ["Workers", "WorkersTesting", .product(name: "PropertyBased", package: "swift-property-based")]
@@ -202,6 +219,7 @@ let package = Package(
         .testTarget(
             name: "ThumbnailsTests",
             dependencies: [
+                "SafeFetch",
                 "Thumbnails",
                 "Kafka",
                 "Pipeline",

@@ -6,6 +6,7 @@
 // Usage: thumbnail-bench --input DIR --output DIR [--in-flight N] [--vips-threads N] [--quality Q]
 import Foundation
 import Thumbnails
+import SafeFetch
 
 struct Options {
     var input = ""
@@ -74,7 +75,7 @@ enum ThumbnailBench {
         let service = try ThumbnailService(
             specs: specs,
             pool: pool,
-            fetcher: ImageFetcher(configuration: fetch),
+            fetcher: SafeFetcher(configuration: fetch),
             // No fsync: vipsthumbnail and convert do not fsync either.
             store: LocalDirectoryBlobStore(root: options.output, syncWrites: false)
         )

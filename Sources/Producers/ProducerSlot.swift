@@ -17,6 +17,18 @@ public final class ProducerSlot: Sendable {
         self.logger = logger
     }
 
+    /// A slot of producers that make a record durable before they acknowledge it: acks=all,
+    /// idempotent (no duplicates from librdkafka's own retries), `deliveryTimeout` to acknowledge.
+    public static func durable(kafka: KafkaConfiguration, deliveryTimeout: Duration, logger: Logger) throws -> ProducerSlot {
+        var configuration = ProducerConfiguration(kafka: kafka)
+        configuration.acks = .all
+        configuration.idempotence = true
+        configuration.messageTimeout = deliveryTimeout
+        return try ProducerSlot(logger: logger) { [configuration] in
+            try KafkaProducer(configuration: configuration, logger: logger)
+        }
+    }
+
     /// The producer to use now: a new one if the last one failed for good (the old one is
     /// closed in the background; its outstanding records fail).
     public func current() -> KafkaProducer {

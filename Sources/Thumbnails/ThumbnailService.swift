@@ -1,4 +1,5 @@
 import Logging
+import SafeFetch
 
 /// The thumbnail stage: fetch a source, render every configured size, store each thumbnail,
 /// and describe the result as a ``ThumbnailEvent``.
@@ -10,7 +11,7 @@ public struct ThumbnailService: Sendable {
     public let specs: [ThumbnailSpec]
     public let renderer: ThumbnailRenderer
     public let pool: RenderPool
-    public let fetcher: ImageFetcher
+    public let fetcher: SafeFetcher
     public let store: any BlobStore
     let logger: Logger
 
@@ -19,7 +20,7 @@ public struct ThumbnailService: Sendable {
         specs: [ThumbnailSpec],
         renderer: ThumbnailRenderer = ThumbnailRenderer(),
         pool: RenderPool,
-        fetcher: ImageFetcher = ImageFetcher(),
+        fetcher: SafeFetcher = SafeFetcher(),
         store: any BlobStore,
         logger: Logger = Logger(label: "thumbnails")
     ) throws(ThumbnailError) {
@@ -45,9 +46,9 @@ public struct ThumbnailService: Sendable {
 
     /// Fetches `sourceURL`, renders every spec, stores the results and returns the event.
     public func process(sourceURL: String) async throws(ThumbnailServiceError) -> ThumbnailEvent {
-        let fetched: FetchedImage
+        let fetched: FetchedResponse
         do {
-            fetched = try await fetcher.fetch(sourceURL)
+            fetched = try await fetcher.fetch(sourceURL, accept: "image/*")
         } catch {
             throw .fetch(error)
         }

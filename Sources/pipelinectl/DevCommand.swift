@@ -5,6 +5,7 @@ import Foundation
 import FoundationNetworking
 #endif
 import Pipeline
+import Producers
 import TextTable
 import Thumbnails
 import Workers
@@ -17,10 +18,14 @@ struct Dev: AsyncParsableCommand {
         abstract: "Run the whole pipeline locally: broker, topics, one worker per stage, the sample data, a live table.",
         discussion: """
             Starts the local broker (or uses --bootstrap-server), applies the topology, starts one
-            `pipelinectl worker` process per stage, ingests the sample streams the project ships
-            (samples/<app>/*.jsonl into <app>.raw), and shows per stage: records in and out, dead
-            letters, lag, rate, and the last notification. Ctrl-C (or --duration) stops every
-            worker gracefully, then the broker, and prints a summary; no process is left behind.
+            `pipelinectl worker` process per stage, and brings the sample streams the project
+            ships in through the producers as they run in production: a `pipelinectl ingest
+            http` endpoint that every samples/<app>/*.jsonl file is posted to, and one
+            `pipelinectl ingest poll` per list API, reading the lists the samples hold from
+            dev's own sample server (127.0.0.1:8089, which also serves the sample images). Then
+            it shows per stage: records in and out, dead letters, lag, rate, and the last
+            notification. Ctrl-C (or --duration) stops the producers and every worker
+            gracefully, then the broker, and prints a summary; no process is left behind.
             Without a terminal it prints plain progress lines.
 
             Examples:
@@ -124,7 +129,11 @@ final class DevSession {
     let samples: String
     let interactive = isatty(STDOUT_FILENO) == 1
     private(set) var broker: LocalBroker?
-    private(set) var imageServer: DevImageServer?
+    private(set) var sampleServer: DevSampleServer?
+    /// `ingest http` and the pollers.
+    private(set) var producers: [(name: String, process: ManagedProcess.Handle)] = []
+    private(set) var polled: [String: Int] = [:]
+    private var producerStatus: [String: Int32] = [:]
     private(set) var bootstrap: [String] = []
     private(set) var workers: [DevWorker] = []
     private(set) var ingested: [String: Int] = [:]
@@ -163,20 +172,18 @@ final class DevSession {
         await admin.close()
         say("topics: \(report.created.count) created, \(report.unchanged.count) already there\(report.drift.isEmpty ? "" : ", drift: \(report.drift.joined(separator: "; "))")")
 
-        // The sample product images are served from this machine; the thumbnail worker may
-        // fetch from loopback for them (and only here).
-        let thumbnailStages = stages.filter { $0.rendersThumbnails }
-        let imageList = samples + "/images.txt"
-        if !thumbnailStages.isEmpty, FileManager.default.fileExists(atPath: imageList) {
-            let server = try await DevImageServer(imageList: imageList)
-            imageServer = server
-            say("sample images: \(server.names.count) at http://127.0.0.1:\(DevImageServer.port)/images/")
+        // The sample images and upstream lists are served from this machine; the thumbnail
+        // worker and the pollers may fetch from loopback for them (and only here).
+        if FileManager.default.fileExists(atPath: samples) {
+            let server = try await DevSampleServer(imageList: samples + "/images.txt", catalogue: DevCatalogue.load(samples: samples))
+            sampleServer = server
+            let lists = PollSource.allCases.map { "\($0.rawValue) \(server.catalogue.items[$0]?.count ?? 0)" }.joined(separator: ", ")
+            say("sample server: \(server.names.count) images at \(DevSampleServer.base)/images/, upstream lists (\(lists)) at \(DevSampleServer.base)/upstream/")
         }
-        let executable = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
         for stage in stages {
-            let fetchesImages = stage.rendersThumbnails && imageServer != nil
+            let fetchesImages = stage.rendersThumbnails && sampleServer != nil
             let process = try ManagedProcess.launch(
-                executable,
+                Self.executable,
                 arguments: [
                     "worker", stage.name, "--topology", topologyPath, "--bootstrap-server", bootstrap.joined(separator: ","),
                     "--session-timeout", "2s", "--metrics-address", "127.0.0.1:0", "--log-format", "json",
@@ -193,8 +200,12 @@ final class DevSession {
         startNotificationTail()
     }
 
-    static func endpointPort(_ process: ManagedProcess.Handle) async throws -> Int {
-        let marker = "metrics and health endpoint listening"
+    static var executable: String {
+        (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+    }
+
+    /// The port a child logged (`--log-format json`, metadata `port`) on the line with `marker`.
+    static func endpointPort(_ process: ManagedProcess.Handle, marker: String = "metrics and health endpoint listening") async throws -> Int {
         try await process.waitForLine(containing: marker, timeout: .seconds(60))
         for line in process.output().split(separator: "\n") where line.contains(marker) {
             if let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any],
@@ -233,32 +244,85 @@ final class DevSession {
         return String(String(decoding: value.prefix(80), as: UTF8.self))
     }
 
-    /// Each app's sample streams (samples/<app>/*.jsonl) into `<app>.raw`, in file order, parsed
-    /// and keyed by entity exactly as `pipelinectl produce` does.
+    /// The producers, as they run in production, bring the samples in: every sample file is
+    /// posted to a `pipelinectl ingest http` endpoint (JSON lines, in file order, up to 500 lines
+    /// a post, each answered once durable), then a `pipelinectl ingest poll` per list API reads
+    /// the sample server's lists (its first poll produces every listed item).
     func ingest() async throws {
         let fm = FileManager.default
         guard fm.fileExists(atPath: samples) else {
             say("no sample folder at \(samples): nothing ingested")
             return
         }
-        let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: bootstrap))
-        for stream in UpstreamStream.allCases where topology.topic(named: stream.topic) != nil {
+        let streams = UpstreamStream.allCases.filter { topology.topic(named: $0.topic) != nil }
+        let servers = bootstrap.joined(separator: ",")
+        let token = (0..<4).map { _ in String(UInt64.random(in: 1...UInt64.max), radix: 16) }.joined()
+        let http = try launchProducer(
+            "ingest http", ["ingest", "http", "--listen", "127.0.0.1:0", "--metrics-address", "127.0.0.1:0", "--log-format", "json",
+                            "--rate-limit", "10000", "--bootstrap-server", servers],
+            environment: ["PIPELINE_INGEST_TOKENS": "dev-samples \(token)"])
+        let port = try await Self.endpointPort(http, marker: "ingest endpoint listening")
+        say("ingest endpoint: http://127.0.0.1:\(port)/v1/{stream}")
+        for stream in streams {
             let dir = (samples as NSString).appendingPathComponent(stream.rawValue)
             let files = ((try? fm.contentsOfDirectory(atPath: dir)) ?? []).filter { $0.hasSuffix(".jsonl") }.sorted()
-            let parser = ProduceParser(stream: stream)
             for file in files {
                 let path = (dir as NSString).appendingPathComponent(file)
                 guard let data = fm.contents(atPath: path) else { continue }
-                let (lines, bad) = parser.parse(Array(data), source: path)
-                rejected += bad.map(\.description)
-                let reports = try await producer.send(lines.map(\.record))
-                let failed = reports.filter { $0.error != nil }.count
-                ingested[stream.topic, default: 0] += reports.count - failed
-                if failed > 0 { rejected.append("\(path): \(failed) records not delivered") }
+                let lines = Array(data).split(separator: 0x0A).filter { $0.contains { !ProduceParser.isSpace($0) } }
+                for start in stride(from: 0, to: lines.count, by: 500) {
+                    let chunk = lines[start..<min(start + 500, lines.count)]
+                    let body = Data(chunk.joined(separator: [0x0A]))
+                    let (status, answer) = try await post(body, stream: stream, port: port, token: token)
+                    if status == 201, let accepted = answer["accepted"] as? Int {
+                        ingested[stream.topic, default: 0] += accepted
+                    } else {
+                        rejected.append("\(path) lines \(start + 1)–\(start + chunk.count): HTTP \(status) \(answer)")
+                    }
+                }
             }
         }
-        await producer.close()
-        say("ingested: " + ingested.keys.sorted().map { "\($0) \(ingested[$0]!)" }.joined(separator: ", "))
+        // The pollers start once the posted streams are durable, so every run reads the same
+        // order: the sample streams, then the listed items.
+        var pollers: [(PollSource, ManagedProcess.Handle)] = []
+        for source in PollSource.allCases where streams.contains(source.stream) && !(sampleServer?.catalogue.items[source] ?? []).isEmpty {
+            let poller = try launchProducer(
+                "ingest poll \(source.rawValue)",
+                ["ingest", "poll", source.rawValue, "--url", DevSampleServer.listURL(source), "--interval", "10s", "--page-size", "10",
+                 "--allow-network", "127.0.0.1/32", "--metrics-address", "127.0.0.1:0", "--log-format", "json", "--bootstrap-server", servers],
+                environment: [:])
+            pollers.append((source, poller))
+        }
+
+        for (source, poller) in pollers {
+            try await poller.waitForLine(containing: #""poll":"1""#, timeout: .seconds(60))
+            for line in poller.output().split(separator: "\n") where line.contains(#""poll":"1""#) {
+                let fields = (try? JSONSerialization.jsonObject(with: Data(line.utf8))) as? [String: String]
+                polled[source.stream.topic] = fields?["produced"].flatMap(Int.init) ?? 0
+            }
+        }
+        let posted = ingested.keys.sorted().map { "\($0) \(ingested[$0]!)" }.joined(separator: ", ")
+        let listed = polled.keys.sorted().map { "\($0) \(polled[$0]!)" }.joined(separator: ", ")
+        say("ingested: posted to the endpoint: \(posted); polled from the upstream lists: \(listed.isEmpty ? "none" : listed)")
+    }
+
+    private func launchProducer(_ name: String, _ arguments: [String], environment: [String: String]) throws -> ManagedProcess.Handle {
+        let process = try ManagedProcess.launch(Self.executable, arguments: arguments, environment: environment)
+        Self.childPIDs.set(Self.childPIDs.get() + [process.pid])
+        producers.append((name, process))
+        return process
+    }
+
+    private func post(_ body: Data, stream: UpstreamStream, port: Int, token: String) async throws -> (Int, [String: Any]) {
+        var request = URLRequest(url: URL(string: "http://127.0.0.1:\(port)/v1/\(stream.rawValue)")!)
+        request.httpMethod = "POST"
+        request.httpBody = body
+        request.timeoutInterval = 60
+        request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")
+        request.setValue("application/x-ndjson", forHTTPHeaderField: "Content-Type")
+        let (data, response) = try await URLSession.shared.data(for: request)
+        let answer = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any] ?? ["body": String(decoding: data.prefix(300), as: UTF8.self)]
+        return ((response as? HTTPURLResponse)?.statusCode ?? 0, answer)
     }
 
     /// Scrapes every worker once a second and shows the table, until a stop condition.
@@ -334,8 +398,14 @@ final class DevSession {
         say("[\((clock.now - started).components.seconds)s] " + parts.joined(separator: " | "))
     }
 
-    /// SIGTERM to every worker (they settle, checkpoint, commit, leave), then the broker.
+    /// SIGTERM to the producers (they finish what they hold), then to every worker (they
+    /// settle, checkpoint, commit, leave), then the broker.
     func shutdown() async {
+        for p in producers { p.process.terminate() }
+        for p in producers {
+            if await Deadline.race(.seconds(30), { [process = p.process] in await process.waitForExit() }) == nil { p.process.kill() }
+            producerStatus[p.name] = await p.process.waitForExit()
+        }
         for w in workers { w.process.terminate() }
         for i in workers.indices {
             let outcome = await Deadline.race(.seconds(30)) { [process = workers[i].process] in await process.waitForExit() }
@@ -349,7 +419,7 @@ final class DevSession {
         notificationTask?.cancel()
         if let reader = notificationReader { try? await reader.close(deadline: .seconds(5)) }
         await scrapeFinalFromLogs()
-        await imageServer?.close()
+        await sampleServer?.close()
         if let broker { await broker.stop() }
     }
 
@@ -370,6 +440,9 @@ final class DevSession {
         say(table(), terminator: "")
         let silent = workers.filter { $0.metrics.recordsOut == 0 }.map(\.stage.name)
         say("every worker stopped: " + workers.map { "\($0.stage.name)=\($0.exitStatus.map(String.init) ?? "?")" }.joined(separator: " "))
+        if !producers.isEmpty {
+            say("producers stopped: " + producers.map { "\($0.name)=\(producerStatus[$0.name].map(String.init) ?? "?")" }.joined(separator: ", "))
+        }
         if !silent.isEmpty { say("no output from: \(silent.joined(separator: ", "))") }
         if let last = lastNotification.get() { say("last notification: \(last)") }
         for stage in stages where stage.rendersThumbnails {

@@ -7,20 +7,22 @@ import Pipeline
 import Kafka
 import Operations
 import Producers
+import SafeFetch
 import Prometheus
 import ServiceLifecycle
 
 /// `pipelinectl ingest`: bring upstream records into their input topics.
 struct Ingest: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Bring upstream records into their input topics: a live feed (upbit) or an HTTP endpoint (http).",
+        abstract: "Bring upstream records into their input topics: a live feed (upbit), an HTTP endpoint (http), list pollers (poll).",
         discussion: """
             Examples:
               pipelinectl ingest upbit --codes KRW-BTC,KRW-ETH
               pipelinectl ingest upbit --url ws://127.0.0.1:8765/websocket/v1 --codes KRW-BTC --max-messages 100
               PIPELINE_INGEST_TOKENS='market-backend 3f9c…' pipelinectl ingest http --listen 0.0.0.0:8080
+              pipelinectl ingest poll products --url 'https://openmarket.example/api/products' --interval 1m
             """,
-        subcommands: [Upbit.self, HTTP.self])
+        subcommands: [Upbit.self, HTTP.self, Poll.self])
 
     /// `pipelinectl ingest upbit`: Upbit's ticker WebSocket into prices.raw, keyed by market code.
     struct Upbit: AsyncParsableCommand {
@@ -150,6 +152,23 @@ struct Ingest: AsyncParsableCommand {
 
 
 extension Ingest {
+    /// Runs a producer service with its metrics endpoint until a signal (or the service ends),
+    /// then closes the producers, delivering what they hold within `shutdownDeadline`.
+    static func run(
+        _ services: [ServiceGroupConfiguration.ServiceConfiguration], producers: ProducerSlot, signals: WorkerSignals,
+        shutdownDeadline: Duration, logger: Logger
+    ) async throws {
+        let group = ServiceGroup(configuration: .init(services: services, logger: logger))
+        signals.attach(logger: logger) { Task { await group.triggerGracefulShutdown() } }
+        do {
+            try await group.run()
+        } catch {
+            await producers.close(deadline: shutdownDeadline)
+            throw error
+        }
+        await producers.close(deadline: shutdownDeadline)
+    }
+
     /// `pipelinectl ingest http`: the endpoint the apps' backends post their events to.
     struct HTTP: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
@@ -158,7 +177,9 @@ extension Ingest {
             discussion: """
                 Streams: prices, products, campaigns, hangouts, challenges (to <stream>.raw, or
                 --topic STREAM=TOPIC). A body is one upstream JSON object, an array of them, or
-                JSON lines. Every record is checked by the decoder of its stream's decode stage
+                JSON lines; a record may be an envelope {"key","headers","timestamp","value"} as
+                `pipelinectl produce` reads, to set its key, headers or time ("value": null is a
+                tombstone). Every record is checked by the decoder of its stream's decode stage
                 first: if one is invalid the answer is 400 with each invalid record's index,
                 field and reason, and nothing is produced. Otherwise the records are produced
                 (acks=all, idempotent producer, keyed as `pipelinectl produce` keys them) and the
@@ -265,13 +286,7 @@ extension Ingest {
             } catch {
                 throw ValidationError("--metrics-address: \(error)")
             }
-            var producerConfiguration = ProducerConfiguration(kafka: connection.kafka)
-            producerConfiguration.acks = .all
-            producerConfiguration.idempotence = true
-            producerConfiguration.messageTimeout = deliveryTimeout
-            let producers = try ProducerSlot(logger: logger) { [producerConfiguration] in
-                try KafkaProducer(configuration: producerConfiguration, logger: logger)
-            }
+            let producers = try ProducerSlot.durable(kafka: connection.kafka, deliveryTimeout: deliveryTimeout, logger: logger)
             var settings = IngestHTTPSettings()
             (settings.host, settings.port) = try listenAddress()
             settings.maxBodyBytes = maxBodyBytes
@@ -283,18 +298,148 @@ extension Ingest {
             settings.topics = try topics()
             let service = IngestHTTPService(settings: settings, tokens: tokens, producers: producers, health: health, logger: logger)
             logger.info("ingest clients: \(tokens.clients.map(\.name).joined(separator: ", "))")
-            let group = ServiceGroup(
-                configuration: .init(
-                    services: [.init(service: endpoint), .init(service: service)],
-                    logger: logger))
-            signals.attach(logger: logger) { Task { await group.triggerGracefulShutdown() } }
-            do {
-                try await group.run()
-            } catch {
-                await producers.close(deadline: shutdownDeadline)
-                throw error
+            try await Ingest.run([.init(service: endpoint), .init(service: service)], producers: producers, signals: signals,
+                                 shutdownDeadline: shutdownDeadline, logger: logger)
+        }
+    }
+}
+
+
+extension Ingest {
+    /// `pipelinectl ingest poll SOURCE`: an upstream list API, polled, only its changes produced.
+    struct Poll: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Poll an upstream list API every --interval and produce only the records that changed.",
+            discussion: """
+                Sources and their paging (../shared/docs/formats.md):
+                  campaigns   Bigwalk's campaign list, one bare JSON array
+                  products    the open market's product list, either era (page_no=N, hasNext/has_next)
+                  hangouts    Bappy's hangout list; put {page} in --url where the page number
+                              goes (from 0): …/hangout/list/{page}?hangoutSort=Newest
+                  challenges  iGoMoney's challenges/notstarted (lastId, pageSize)
+                Each listed item is produced to <stream>.raw (or --topic) as its exact bytes,
+                keyed as `pipelinectl produce` keys it, only when its content hash differs from
+                the last one produced for its key. What was produced is kept in a compacted
+                topic (--state-topic, default pipeline.poll-state.<source>; created if missing),
+                so a restart, on this host or another, does not produce the catalogue again.
+                With --tombstones, a key a complete listing no longer has gets a tombstone
+                (event-type: deleted); without it, nothing.
+
+                Requests: If-None-Match / If-Modified-Since when the server sent an ETag /
+                Last-Modified; --timeout per attempt; --retries on timeouts, failed connections,
+                429 and 5xx, with exponential backoff and jitter; --rate-limit requests per
+                second per host; private, loopback and metadata addresses refused unless
+                --allow-network lists them (as the thumbnail fetcher). A page that fails or does
+                not parse is logged with its URL and status and counted; the poller goes on.
+
+                Metrics (pipeline_poll_*) and /healthz, /readyz on --metrics-address; /readyz
+                fails after --readiness-timeout without a successful poll. SIGTERM or SIGINT:
+                the poll under way finishes, then the poller exits.
+
+                Examples:
+                  pipelinectl ingest poll campaigns --url https://api.bigwalk.example/campaigns --interval 5m
+                  pipelinectl ingest poll hangouts --url 'https://bappy.example/hangout/list/{page}?hangoutSort=Newest'
+                  pipelinectl ingest poll challenges --url 'https://igomoney.example/challenges/notstarted?categoryId=-1&targetAmount=-1' --once
+                """)
+
+        @Argument(help: "campaigns, products, hangouts or challenges.") var source: String
+        @Option(help: "The list endpoint, http(s)://.") var url: String
+        @Option(help: "Time between polls (default: 60s).", transform: Upbit.duration("--interval")) var interval: Duration = .seconds(60)
+        @Flag(help: "Poll once, print the summary and exit (exit 1 when the poll failed).") var once = false
+        @Option(help: "The topic to produce to (default: <stream>.raw).") var topic: String?
+        @Option(help: "The compacted topic of what was produced (default: pipeline.poll-state.<source>).") var stateTopic: String?
+        @Option(help: "Items per page asked for, where the API takes a page size.") var pageSize = 100
+        @Option(help: "Read at most this many pages per poll (a longer listing is never complete).") var maxPages = 1_000
+        @Flag(help: "Produce a tombstone for a key a complete listing no longer has.") var tombstones = false
+        @Option(help: "Requests per second to one host.") var rateLimit: Double = 2
+        @Option(help: "Time allowed for one request attempt, redirects included (default: 30s).", transform: Upbit.duration("--timeout"))
+        var timeout: Duration = .seconds(30)
+        @Option(help: "Attempts per page after the first, on timeouts, failed connections, 429 and 5xx.") var retries = 3
+        @Option(help: "The largest page accepted, in bytes.") var maxPageBytes = 20_000_000
+        @Option(name: .customLong("allow-network"), help: "Also allow this private network (CIDR, e.g. 10.1.0.0/16 or 127.0.0.1/32; repeatable).")
+        var allowNetworks: [String] = []
+        @Option(help: "/readyz fails after this long without a successful poll (default: 5m, at least --interval).", transform: Upbit.duration("--readiness-timeout"))
+        var readinessTimeout: Duration?
+        @Option(help: "Address of /metrics, /healthz and /readyz (host:port; port 0 picks a free one, logged at start).")
+        var metricsAddress = "0.0.0.0:9466"
+        @Option(help: "How long the broker has to acknowledge a record (default: 30s).", transform: Upbit.duration("--delivery-timeout"))
+        var deliveryTimeout: Duration = .seconds(30)
+        @Option(help: "Graceful shutdown deadline (default: 30s).", transform: Upbit.duration("--shutdown-deadline"))
+        var shutdownDeadline: Duration = .seconds(30)
+        @Flag(help: "With --once: print the summary as JSON.") var json = false
+        @OptionGroup var connection: RequiredConnection
+        @OptionGroup var logging: LoggingOptions
+
+        func pollSource() throws -> PollSource {
+            guard let source = PollSource(rawValue: source) else {
+                throw ValidationError("unknown source '\(source)'; sources: \(PollSource.allCases.map(\.rawValue).joined(separator: ", "))")
             }
-            await producers.close(deadline: shutdownDeadline)
+            return source
+        }
+
+        func networks() throws -> [IPNetwork] {
+            try allowNetworks.map { text in
+                guard let network = IPNetwork(text) else { throw ValidationError("--allow-network: '\(text)' is not a network such as 10.0.0.0/8 or 127.0.0.1/32") }
+                return network
+            }
+        }
+
+        var effectiveReadinessTimeout: Duration { readinessTimeout ?? max(.seconds(300), interval * 3) }
+
+        func validate() throws {
+            let source = try pollSource()
+            do { _ = try source.firstPage(url: url, pageSize: pageSize) } catch { throw ValidationError("--url: \(error.reason)") }
+            _ = try networks()
+            if pageSize <= 0 { throw ValidationError("--page-size must be positive") }
+            if maxPages <= 0 { throw ValidationError("--max-pages must be positive") }
+            if !(rateLimit > 0) { throw ValidationError("--rate-limit must be a positive number of requests per second") }
+            if retries < 0 { throw ValidationError("--retries must not be negative") }
+            if maxPageBytes <= 0 { throw ValidationError("--max-page-bytes must be positive") }
+            if let readinessTimeout, readinessTimeout < interval {
+                throw ValidationError("--readiness-timeout (\(readinessTimeout)) must not be shorter than --interval (\(interval)), or the poller is unready between two good polls")
+            }
+            if json && !once { throw ValidationError("--json prints the summary of --once; add --once") }
+        }
+
+        func run() async throws {
+            let signals = WorkerSignals.install(escalateAfter: shutdownDeadline + .seconds(5))
+            try Preflight.checkRuntime()
+            let logger = logging.bootstrap(label: "pipelinectl.ingest.poll")
+            let registry = PrometheusCollectorRegistry()
+            MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: registry))
+            let health = PollHealth(readinessTimeout: effectiveReadinessTimeout)
+            let endpoint: HTTPEndpoint
+            do {
+                endpoint = try HTTPEndpoint(address: metricsAddress, registry: registry, health: health, logger: logger)
+            } catch {
+                throw ValidationError("--metrics-address: \(error)")
+            }
+            var settings = PollSettings(source: try pollSource(), url: url, topic: topic, stateTopic: stateTopic)
+            settings.interval = interval
+            settings.once = once
+            settings.pageSize = pageSize
+            settings.maxPages = maxPages
+            settings.tombstones = tombstones
+            settings.requestsPerSecond = rateLimit
+            let fetch = FetchConfiguration(
+                connectTimeout: min(timeout, .seconds(10)), readTimeout: timeout, attemptTimeout: timeout,
+                maxBytes: maxPageBytes, maxAttempts: retries + 1, destinations: DestinationPolicy(allowList: try networks()),
+                userAgent: "pipelinectl-ingest-poll/1")
+            let producers = try ProducerSlot.durable(kafka: connection.kafka, deliveryTimeout: deliveryTimeout, logger: logger)
+            let poller = Poller(
+                settings: settings, fetcher: SafeFetcher(configuration: fetch, logger: logger), producers: producers,
+                kafka: connection.kafka, health: health, logger: logger)
+            try await Ingest.run(
+                [.init(service: endpoint), .init(service: poller, successTerminationBehavior: .gracefullyShutdownGroup)],
+                producers: producers, signals: signals, shutdownDeadline: shutdownDeadline, logger: logger)
+            guard once, let summary = poller.lastSummary else { return }
+            if json {
+                try printJSON(summary)
+            } else {
+                print("pages \(summary.pages) (not modified \(summary.notModified)), items \(summary.seen), changed \(summary.changed), produced \(summary.produced), tombstoned \(summary.tombstoned), failed \(summary.failed)\(summary.complete ? "" : ", listing incomplete")")
+                for error in summary.errors { print("error: \(error)") }
+            }
+            if !summary.succeeded { throw ExitCode(Exit.failure) }
         }
     }
 }

@@ -22,7 +22,7 @@ import Operations
     }
 
     static let commands: [(String, ParsableCommand.Type)] = [
-        ("produce", Produce.self), ("ingest", Ingest.self), ("ingest-upbit", Ingest.Upbit.self), ("ingest-http", Ingest.HTTP.self), ("replay", Replay.self), ("dlq", DLQ.self), ("dlq-list", DLQ.List.self),
+        ("produce", Produce.self), ("ingest", Ingest.self), ("ingest-upbit", Ingest.Upbit.self), ("ingest-http", Ingest.HTTP.self), ("ingest-poll", Ingest.Poll.self), ("replay", Replay.self), ("dlq", DLQ.self), ("dlq-list", DLQ.List.self),
         ("dlq-show", DLQ.Show.self), ("dlq-redrive", DLQ.Redrive.self), ("lag", Lag.self), ("groups", Groups.self),
         ("groups-list", Groups.List.self), ("groups-describe", Groups.Describe.self), ("groups-reset-offsets", Groups.ResetOffsets.self),
     ]
@@ -94,6 +94,14 @@ import Operations
         #expect(message(upbit + ["--duration", "soon"]).contains("--duration: 'soon' is not a duration"))
         #expect(message(upbit + ["--max-messages", "0"]).contains("--max-messages must be positive"))
         #expect(message(upbit).isEmpty, "valid")
+        let poll = ["ingest", "poll", "products", "--url", "https://up.example/api/products"] + b
+        #expect(message(poll).isEmpty, "valid")
+        #expect(message(["ingest", "poll", "weather", "--url", "https://up.example/"] + b).contains("unknown source 'weather'; sources: campaigns, products, hangouts, challenges"))
+        #expect(message(["ingest", "poll", "products", "--url", "ftp://up.example/x"] + b).contains("--url: not an http(s) URL"))
+        #expect(message(poll + ["--interval", "5m", "--readiness-timeout", "1m"]).contains("--readiness-timeout (60.0 seconds) must not be shorter than --interval"))
+        #expect(message(poll + ["--allow-network", "10.0.0.0/40"]).contains("--allow-network: '10.0.0.0/40' is not a network"))
+        #expect(message(poll + ["--json"]).contains("--json prints the summary of --once"))
+        #expect(message(poll + ["--page-size", "0"]).contains("--page-size must be positive"))
     }
 
     @Test func bootstrapServerFromTheEnvironmentOrNamedWhenMissing() throws {

@@ -56,6 +56,45 @@ let badTick = #"{"type":"ticker","code":"KRW-ETH","trade_price":-1,"signed_chang
         #expect(ok.rejected.isEmpty && ok.records.first?.key == Array("7".utf8))
     }
 
+    @Test func anEnvelopeSetsKeyHeadersAndTimeAndItsValueIsValidated() throws {
+        let body = """
+            {"key":"KRW-XRP","timestamp":1700000000123,"headers":{"user-id":"u7"},"value":\(tick)}
+            {"timestamp":5,"value":\(tick)}
+            {"key":"42","value":null}
+            {"value":null}
+            {"key":"KRW-ETH","value":\(badTick)}
+            """
+        let batch = try parse(body)
+        #expect(batch.records.count == 3)
+        #expect(batch.records[0].key == Array("KRW-XRP".utf8), "the envelope's key wins over the entity key")
+        #expect(batch.records[0].headers == [KafkaHeader(key: "user-id", string: "u7")])
+        #expect(batch.records[0].timestamp == 1_700_000_000_123)
+        #expect(batch.records[0].value == Array(tick.utf8), "the value's exact bytes")
+        #expect(batch.records[1].key == Array("KRW-BTC".utf8), "no key: the value's entity key")
+        #expect(batch.records[2].value == nil && batch.records[2].key == Array("42".utf8), "a keyed tombstone")
+        #expect(batch.rejected.map(\.index) == [3, 4])
+        #expect(batch.rejected[0].field == "key" && batch.rejected[0].reason == "missing-field")
+        #expect(batch.rejected[1].field == "value.trade_price", "\(batch.rejected[1])")
+    }
+
+    @Test func anEnvelopesHeadersReachTheDecoderThatNeedsThem() throws {
+        let token = #"{"fcmToken":"fJ8k2:APA91b8si3Cf04WO-X-nELidUJSNuVZbfxApcMxK0np94i"}"#
+        let body = """
+            {"key":"u1","headers":{"user-id":"u1"},"value":\(token)}
+            {"key":"u1","value":\(token)}
+            """
+        let batch = try parse(body, stream: .hangouts)
+        #expect(batch.rejected.map(\.index) == [1], "a user-scoped message without user-id is refused: \(batch.rejected)")
+        #expect(batch.rejected.first?.field == "value.header:user-id")
+    }
+
+    @Test func aSimpleFormatTickIsKeyedByItsMarketCode() throws {
+        let simple = #"{"ty":"ticker","cd":"KRW-DOGE","tp":500.0,"scr":0.01,"tv":1.0,"ttms":1700000000000}"#
+        let batch = try parse(simple)
+        #expect(batch.rejected.isEmpty, "\(batch.rejected)")
+        #expect(batch.records.first?.key == Array("KRW-DOGE".utf8))
+    }
+
     @Test func bodiesThatHoldNoRecordsAreRefusedAsAWhole() {
         #expect(throws: IngestBatch.BodyError.empty) { try parse("  \n ") }
         #expect(throws: IngestBatch.BodyError.empty) { try parse("[]") }

@@ -2,6 +2,7 @@ import Foundation
 import Synchronization
 import Testing
 import Thumbnails
+import SafeFetch
 
 /// A resolver with fixed answers that records what it was asked.
 final class StubResolver: HostResolver {
@@ -33,7 +34,7 @@ func testFetchConfiguration(maxBytes: Int = 1_000_000, allowLoopback: Bool = tru
     )
 }
 
-func expectFetchError(_ expected: (FetchError) -> Bool, _ body: () async throws -> FetchedImage) async {
+func expectFetchError(_ expected: (FetchError) -> Bool, _ body: () async throws -> FetchedResponse) async {
     do {
         let image = try await body()
         Issue.record("expected an error, fetched \(image.bytes.count) bytes from \(image.finalURL)")
@@ -51,7 +52,7 @@ struct HTTPFetchTests {
     @Test("200 returns the body")
     func ok() async throws {
         let server = try await TestHTTPServer(routes: ["/img": [.ok(image)]])
-        let fetched = try await ImageFetcher(configuration: testFetchConfiguration()).fetch(server.baseURL + "/img")
+        let fetched = try await SafeFetcher(configuration: testFetchConfiguration()).fetch(server.baseURL + "/img")
         #expect(fetched.bytes == image)
         #expect(fetched.contentType == "image/png")
         #expect(fetched.attempts == 1)
@@ -61,7 +62,7 @@ struct HTTPFetchTests {
     @Test("404 fails at once, without a retry")
     func notFoundNoRetry() async throws {
         let server = try await TestHTTPServer(routes: [:])
-        let fetcher = ImageFetcher(configuration: testFetchConfiguration())
+        let fetcher = SafeFetcher(configuration: testFetchConfiguration())
         await expectFetchError({ $0 == .httpStatus(url: server.baseURL + "/missing", status: 404) }) {
             try await fetcher.fetch(server.baseURL + "/missing")
         }
@@ -72,7 +73,7 @@ struct HTTPFetchTests {
     @Test("503 then 200 succeeds after one retry")
     func retryAfter503() async throws {
         let server = try await TestHTTPServer(routes: ["/flaky": [ScriptedResponse(status: .serviceUnavailable), .ok(image)]])
-        let fetched = try await ImageFetcher(configuration: testFetchConfiguration()).fetch(server.baseURL + "/flaky")
+        let fetched = try await SafeFetcher(configuration: testFetchConfiguration()).fetch(server.baseURL + "/flaky")
         #expect(fetched.bytes == image)
         #expect(fetched.attempts == 2)
         #expect(server.requests(to: "/flaky") == 2)
@@ -82,7 +83,7 @@ struct HTTPFetchTests {
     @Test("a 5xx that persists stops after maxAttempts")
     func retriesAreBounded() async throws {
         let server = try await TestHTTPServer(routes: ["/down": [ScriptedResponse(status: .badGateway)]])
-        let fetcher = ImageFetcher(configuration: testFetchConfiguration())
+        let fetcher = SafeFetcher(configuration: testFetchConfiguration())
         await expectFetchError({ $0 == .httpStatus(url: server.baseURL + "/down", status: 502) }) {
             try await fetcher.fetch(server.baseURL + "/down")
         }
@@ -96,7 +97,7 @@ struct HTTPFetchTests {
         var configuration = testFetchConfiguration()
         configuration.readTimeout = .milliseconds(100)
         configuration.maxAttempts = 2
-        let fetcher = ImageFetcher(configuration: configuration)
+        let fetcher = SafeFetcher(configuration: configuration)
         await expectFetchError({ $0 == .timedOut(url: server.baseURL + "/hang") }) {
             try await fetcher.fetch(server.baseURL + "/hang")
         }
@@ -113,7 +114,7 @@ struct HTTPFetchTests {
     ])
     func redirectToPrivate(location: String) async throws {
         let server = try await TestHTTPServer(routes: ["/go": [.redirect(to: location)]])
-        let fetcher = ImageFetcher(configuration: testFetchConfiguration())
+        let fetcher = SafeFetcher(configuration: testFetchConfiguration())
         await expectFetchError({ if case .destinationNotAllowed = $0 { true } else { false } }) {
             try await fetcher.fetch(server.baseURL + "/go")
         }
@@ -125,7 +126,7 @@ struct HTTPFetchTests {
     func redirectToPrivateName() async throws {
         let server = try await TestHTTPServer(routes: ["/go": [.redirect(to: "http://metadata.internal.test/computeMetadata")]])
         let resolver = StubResolver(["metadata.internal.test": ["93.184.216.34", "169.254.169.254"]])
-        let fetcher = ImageFetcher(configuration: testFetchConfiguration(), resolver: resolver)
+        let fetcher = SafeFetcher(configuration: testFetchConfiguration(), resolver: resolver)
         await expectFetchError({ $0 == .destinationNotAllowed(url: "http://metadata.internal.test/computeMetadata", address: "169.254.169.254") }) {
             try await fetcher.fetch(server.baseURL + "/go")
         }
@@ -139,7 +140,7 @@ struct HTTPFetchTests {
         // "images.invalid" cannot resolve through real DNS (.invalid is reserved), so a
         // successful fetch shows AsyncHTTPClient connected to the address the guard checked.
         let resolver = StubResolver(["images.invalid": ["127.0.0.1"]])
-        let fetcher = ImageFetcher(configuration: testFetchConfiguration(), resolver: resolver)
+        let fetcher = SafeFetcher(configuration: testFetchConfiguration(), resolver: resolver)
         let fetched = try await fetcher.fetch("http://images.invalid:\(server.port)/img")
         #expect(fetched.bytes == image)
         #expect(resolver.asked.withLock { $0 } == ["images.invalid"])
@@ -149,7 +150,7 @@ struct HTTPFetchTests {
     @Test("a redirect to file:// is refused")
     func redirectToFile() async throws {
         let server = try await TestHTTPServer(routes: ["/go": [.redirect(to: "file:///etc/passwd")]])
-        let fetcher = ImageFetcher(configuration: testFetchConfiguration())
+        let fetcher = SafeFetcher(configuration: testFetchConfiguration())
         await expectFetchError({ $0 == .unsupportedScheme(url: "file:///etc/passwd") }) {
             try await fetcher.fetch(server.baseURL + "/go")
         }
@@ -159,7 +160,7 @@ struct HTTPFetchTests {
     @Test("a relative redirect on an allowed host is followed")
     func redirectFollowed() async throws {
         let server = try await TestHTTPServer(routes: ["/old": [.redirect(to: "/new")], "/new": [.ok(image)]])
-        let fetched = try await ImageFetcher(configuration: testFetchConfiguration()).fetch(server.baseURL + "/old")
+        let fetched = try await SafeFetcher(configuration: testFetchConfiguration()).fetch(server.baseURL + "/old")
         #expect(fetched.bytes == image)
         #expect(fetched.finalURL == server.baseURL + "/new")
         #expect(server.requests(to: "/old") == 1 && server.requests(to: "/new") == 1)
@@ -171,7 +172,7 @@ struct HTTPFetchTests {
         let server = try await TestHTTPServer(routes: ["/loop": [.redirect(to: "/loop")]])
         // One attempt: with 2 s timeouts a loaded machine once timed a hop out and the retry
         // started the chain again (9 requests); retrying is not what this test checks.
-        let fetcher = ImageFetcher(configuration: testFetchConfiguration(maxAttempts: 1))
+        let fetcher = SafeFetcher(configuration: testFetchConfiguration(maxAttempts: 1))
         await expectFetchError({ if case .tooManyRedirects(_, 5) = $0 { true } else { false } }) {
             try await fetcher.fetch(server.baseURL + "/loop")
         }
@@ -182,7 +183,7 @@ struct HTTPFetchTests {
     @Test("loopback is refused unless allow-listed, and nothing is sent")
     func loopbackRefusedByDefault() async throws {
         let server = try await TestHTTPServer(routes: ["/img": [.ok(image)]])
-        let fetcher = ImageFetcher(configuration: testFetchConfiguration(allowLoopback: false))
+        let fetcher = SafeFetcher(configuration: testFetchConfiguration(allowLoopback: false))
         await expectFetchError({ $0 == .destinationNotAllowed(url: server.baseURL + "/img", address: "127.0.0.1") }) {
             try await fetcher.fetch(server.baseURL + "/img")
         }
@@ -197,7 +198,7 @@ struct HTTPFetchTests {
             "/declared": [.ok(big)],
             "/chunked": [ScriptedResponse(status: .ok, body: big, chunked: true)],
         ])
-        let fetcher = ImageFetcher(configuration: testFetchConfiguration(maxBytes: 100_000))
+        let fetcher = SafeFetcher(configuration: testFetchConfiguration(maxBytes: 100_000))
         for path in ["/declared", "/chunked"] {
             await expectFetchError({ $0 == .tooLarge(url: server.baseURL + path, limit: 100_000) }) {
                 try await fetcher.fetch(server.baseURL + path)
@@ -209,7 +210,7 @@ struct HTTPFetchTests {
 
     @Test("unsupported schemes and malformed URLs are refused")
     func badURLs() async {
-        let fetcher = ImageFetcher(configuration: testFetchConfiguration())
+        let fetcher = SafeFetcher(configuration: testFetchConfiguration())
         await expectFetchError({ $0 == .unsupportedScheme(url: "ftp://example.com/a.png") }) {
             try await fetcher.fetch("ftp://example.com/a.png")
         }
@@ -261,7 +262,7 @@ struct FileFetchTests {
 
         var configuration = testFetchConfiguration()
         configuration.fileRoots = [root.path]
-        let fetcher = ImageFetcher(configuration: configuration)
+        let fetcher = SafeFetcher(configuration: configuration)
         let fetched = try await fetcher.fetch("file://" + root.path + "/a.png")
         #expect(fetched.bytes == bytes)
 
@@ -276,12 +277,12 @@ struct FileFetchTests {
         }
         // No roots configured: file:// is off.
         await expectFetchError({ if case .fileNotAllowed = $0 { true } else { false } }) {
-            try await ImageFetcher(configuration: testFetchConfiguration()).fetch("file://" + root.path + "/a.png")
+            try await SafeFetcher(configuration: testFetchConfiguration()).fetch("file://" + root.path + "/a.png")
         }
         var small = configuration
         small.maxBytes = 10
         await expectFetchError({ if case .tooLarge = $0 { true } else { false } }) {
-            try await ImageFetcher(configuration: small).fetch("file://" + root.path + "/a.png")
+            try await SafeFetcher(configuration: small).fetch("file://" + root.path + "/a.png")
         }
     }
 }

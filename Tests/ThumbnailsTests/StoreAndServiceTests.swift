@@ -2,6 +2,7 @@ import Foundation
 import Synchronization
 import Testing
 import Thumbnails
+import SafeFetch
 
 @Suite("Local directory blob store")
 struct LocalStoreTests {
@@ -70,7 +71,7 @@ struct ServiceTests {
         let service = try ThumbnailService(
             specs: specs,
             pool: pool,
-            fetcher: ImageFetcher(configuration: testFetchConfiguration()),
+            fetcher: SafeFetcher(configuration: testFetchConfiguration()),
             store: LocalDirectoryBlobStore(root: dir.path)
         )
         let url = server.baseURL + "/p/1.jpg"
@@ -104,7 +105,7 @@ struct ServiceTests {
         defer { pool.shutdown() }
         let service = try ThumbnailService(
             specs: specs, pool: pool,
-            fetcher: ImageFetcher(configuration: testFetchConfiguration()),
+            fetcher: SafeFetcher(configuration: testFetchConfiguration()),
             store: LocalDirectoryBlobStore(root: dir.path)
         )
         await #expect(throws: ThumbnailServiceError.fetch(.httpStatus(url: server.baseURL + "/nope", status: 404))) {

@@ -3,7 +3,7 @@
 
     check_deploy.py keda [RENDERED.yaml]   KEDA objects against KEDA's CRD schema (strict)
     check_deploy.py names                  stage and topic names in every deploy file = topology.yaml
-    check_deploy.py metrics METRICS.txt    metric names in dashboard and alerts ⊆ what a worker exports
+    check_deploy.py metrics METRICS.txt    metric names in dashboard and alerts ⊆ what a worker and the producers export
 
 Each prints one line per finding and exits 1 if there is any.
 
@@ -18,6 +18,8 @@ import re
 import sys
 
 import yaml
+
+from generate import PRODUCERS
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -171,10 +173,18 @@ def check_names():
         if name not in topics:
             problem(where, f"'{name}' is not a topic of topology.yaml")
 
-    # Compose: one service per stage, named after it, running it.
+    producers = {p["name"]: p["args"] for p in PRODUCERS}
+
+    # Compose: one service per stage, named after it, running it; one per producer, running it.
     compose = yaml.safe_load((DEPLOY / "compose/compose.yaml").read_text())
     infra = {"kafka", "topics", "prometheus"}
-    services = set(compose["services"]) - infra
+    for name, args in producers.items():
+        svc = compose["services"].get(name)
+        if svc is None:
+            problem("deploy/compose/compose.yaml", f"no service for producer {name}")
+        elif svc.get("command", [])[:len(args)] != args:
+            problem(f"deploy/compose/compose.yaml services.{name}", f"command {svc.get('command', [])[:len(args)]} does not run {' '.join(args)}")
+    services = set(compose["services"]) - infra - set(producers)
     for missing in sorted(stage_names - services):
         problem("deploy/compose/compose.yaml", f"no service for stage {missing}")
     for name in sorted(services):
@@ -190,8 +200,8 @@ def check_names():
     # Prometheus in compose: one DNS name per stage service.
     prom = yaml.safe_load((DEPLOY / "compose/prometheus.yml").read_text())
     dns = [n for sc in prom["scrape_configs"] for d in sc.get("dns_sd_configs", []) for n in d["names"]]
-    if set(dns) != stage_names:
-        problem("deploy/compose/prometheus.yml", f"scraped names {sorted(set(dns) ^ stage_names)} differ from the stages")
+    if set(dns) != stage_names | set(producers):
+        problem("deploy/compose/prometheus.yml", f"scraped names {sorted(set(dns) ^ (stage_names | set(producers)))} differ from the stages and producers")
 
     # Kubernetes: Deployment per stage running it; the topology ConfigMap is topology.yaml.
     k8s_stages = set()
@@ -201,6 +211,14 @@ def check_names():
         for doc in load_all(path):
             kind, name = doc.get("kind"), doc.get("metadata", {}).get("name")
             where = f"{rel(path)} {kind}/{name}"
+            if path.parent.name == "producers":
+                if kind == "Deployment":
+                    args = doc["spec"]["template"]["spec"]["containers"][0]["args"]
+                    if name not in producers or args[:len(producers[name])] != producers[name]:
+                        problem(where, f"args {args[:3]} do not run a producer named {name}")
+                    if doc["spec"].get("replicas") != 1:
+                        problem(where, "a producer runs as exactly one replica")
+                continue
             if kind in ("Deployment", "PodDisruptionBudget", "ScaledObject"):
                 expect_stage(where, name)
                 if path.stem != name:
@@ -273,6 +291,8 @@ def check_names():
                     word = word[: -len(suffix)]
             if word in topics or word in chains or word in stage_names or word in allowed_other:
                 continue
+            if word.endswith(".service") and ["ingest", "poll", word[: -len(".service")]] in producers.values():
+                continue  # pipeline-ingest-poll@SOURCE.service
             if word.startswith("pipeline") and word not in ("pipeline.dead-letters",):
                 continue  # the project's own words (pipeline-worker@STAGE, pipeline_..., pipeline.example)
             problem(rel(path), f"'{word}' looks like a topic or stage name but topology.yaml has no such")
@@ -365,7 +385,7 @@ def check_metrics(metrics_file):
     for name, wheres in sorted(used.items()):
         if name in exported or name in scrape_series:
             continue
-        problem("metrics", f"{name} (used by {', '.join(sorted(wheres))}) is not exported by the worker")
+        problem("metrics", f"{name} (used by {', '.join(sorted(wheres))}) is not exported by the worker or the producers")
     own = {n for n in exported if n.startswith(("pipeline_", "kafka_"))}
     print(f"metrics: {n_queries} dashboard queries and {n_rules} alert rules use {len(used)} names; "
           f"the worker exported {len(own)} pipeline_/kafka_ series names")

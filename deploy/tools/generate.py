@@ -10,8 +10,10 @@ Generated (do not edit by hand; edit this script or topology.yaml and run it aga
     deploy/compose/prometheus.yml            scrapes every replica of every stage service
     deploy/k8s/configmap-topology.yaml       topology.yaml as a ConfigMap
     deploy/k8s/stages/<stage>.yaml           Deployment + PodDisruptionBudget + KEDA ScaledObject
+    deploy/k8s/producers/<producer>.yaml     ingest-http (Deployment + Service) and one poller per list API
     deploy/k8s/kustomization.yaml            every manifest above plus the hand-written ones
     deploy/systemd/pipeline-workers.target   wants one pipeline-worker@STAGE.service per stage
+    deploy/systemd/pipeline-producers.target wants pipeline-ingest-http.service and a pipeline-ingest-poll@SOURCE per source
 
 Everything else under deploy/ is written by hand.
 """
@@ -39,6 +41,19 @@ METRICS_PORT = 9464
 # checkpoint and whose per-record work is larger. Re-measure on your cluster and adjust.
 LAG_THRESHOLD_STATELESS = 10_000
 LAG_THRESHOLD_STATEFUL = 4_000
+
+# The producers (Sources/Producers): the HTTP endpoint the apps' backends post to, and one poller
+# per upstream list API. Not in topology.yaml (they produce into its input topics; they are not
+# stages). `url` is the environment variable (compose) / ConfigMap key (k8s) of the list URL.
+INGEST_PORT = 8080
+POLL_SOURCES = [
+    ("campaigns", "BIGWALK_CAMPAIGNS_URL"),
+    ("products", "OPEN_MARKET_PRODUCTS_URL"),
+    ("hangouts", "BAPPY_HANGOUTS_URL"),
+    ("challenges", "IGOMONEY_CHALLENGES_URL"),
+]
+PRODUCERS = [{"name": "ingest-http", "args": ["ingest", "http"], "url": None}] + [
+    {"name": f"ingest-poll-{source}", "args": ["ingest", "poll", source], "url": url} for source, url in POLL_SOURCES]
 
 
 def load_topology():
@@ -164,6 +179,28 @@ services:
     volumes: [thumbnails:{store_path(s)}]
 """ if s["store"] else ""))
 
+    lines.append(f"""  # The endpoint the apps' backends post to (POST /v1/{{stream}}, answered once durable). Client
+  # tokens from PIPELINE_INGEST_TOKENS (a .env file beside this one; one client per line:
+  # NAME TOKEN [STREAM,...]); it refuses to start without. One replica: Idempotency-Keys are
+  # remembered per process.
+  ingest-http:
+    <<: *worker
+    command: [ingest, http, --listen, "0.0.0.0:{INGEST_PORT}", --metrics-address, "0.0.0.0:{METRICS_PORT}", --log-format, json]
+    environment:
+      KAFKA_BOOTSTRAP_SERVERS: kafka:9092
+      PIPELINE_INGEST_TOKENS: ${{PIPELINE_INGEST_TOKENS:-}}
+    ports: ["{INGEST_PORT}:{INGEST_PORT}"]
+""")
+    for p in PRODUCERS[1:]:
+        source = p["args"][2]
+        lines.append(f"""  # Polls the {source} list API (${p['url']}) every minute, producing only what changed. Profile
+  # "pollers" (needs the URLs): docker compose --profile pollers up -d. One replica: two pollers of
+  # one list would both produce its changes.
+  {p['name']}:
+    <<: *worker
+    profiles: [pollers]
+    command: [ingest, poll, {source}, --url, "${{{p['url']}:-}}", --interval, 1m, --metrics-address, "0.0.0.0:{METRICS_PORT}", --log-format, json]
+""")
     lines.append("""  prometheus:
     image: prom/prometheus:v2.53.2
     command: [--config.file=/etc/prometheus/prometheus.yml, --storage.tsdb.retention.time=2d]
@@ -182,6 +219,7 @@ services:
 
 def prometheus_config(stages):
     names = "\n".join(f"          - {s['name']}" for s in stages)
+    producers = "\n".join(f"          - {p['name']}" for p in PRODUCERS)
     return header() + f"""#
 # Compose's DNS answers a service name with the address of every replica, so one A-record lookup
 # per stage finds all of them, also after `--scale`. Validate: promtool check config.
@@ -203,6 +241,17 @@ scrape_configs:
     relabel_configs:
       - source_labels: [__meta_dns_name]
         target_label: service
+  # The ingest endpoint and the pollers (a poller whose profile is not up has no address: no target).
+  - job_name: pipeline-producers
+    dns_sd_configs:
+      - type: A
+        port: {METRICS_PORT}
+        refresh_interval: 15s
+        names:
+{producers}
+    relabel_configs:
+      - source_labels: [__meta_dns_name]
+        target_label: service
 """
 
 
@@ -211,6 +260,40 @@ scrape_configs:
 
 def store_path(s):
     return s["store"] if s["store"].startswith("/") else "/app/" + s["store"]
+
+
+# Shared by every pod spec below (workers and producers): the restricted Pod Security Standard,
+# the Kafka connection from kafka-connection / kafka-credentials, the CA and a scratch /tmp.
+POD_SECURITY = """      automountServiceAccountToken: false
+      enableServiceLinks: false
+      securityContext:
+        runAsNonRoot: true
+        runAsUser: 10001
+        runAsGroup: 10001
+        seccompProfile: {type: RuntimeDefault}
+""".rstrip("\n")
+KAFKA_ENV = """            - name: KAFKA_BOOTSTRAP_SERVERS
+              valueFrom: {configMapKeyRef: {name: kafka-connection, key: KAFKA_BOOTSTRAP_SERVERS}}
+            - name: KAFKA_SECURITY_PROTOCOL
+              valueFrom: {configMapKeyRef: {name: kafka-connection, key: KAFKA_SECURITY_PROTOCOL}}
+            - name: KAFKA_SASL_MECHANISM
+              valueFrom: {configMapKeyRef: {name: kafka-connection, key: KAFKA_SASL_MECHANISM}}
+            - name: KAFKA_SASL_USERNAME
+              valueFrom: {secretKeyRef: {name: kafka-credentials, key: username}}
+""".rstrip("\n")
+CONTAINER_SECURITY = """          securityContext:
+            allowPrivilegeEscalation: false
+            readOnlyRootFilesystem: true
+            privileged: false
+            capabilities: {drop: [ALL]}
+""".rstrip("\n")
+KAFKA_VOLUMES = """        - name: kafka-ca
+          secret:
+            secretName: kafka-credentials
+            optional: true
+            items: [{key: ca.crt, path: ca.crt}]
+        - name: tmp
+          emptyDir: {sizeLimit: 64Mi}"""
 
 
 def k8s_stage(s):
@@ -273,13 +356,7 @@ spec:
       # Above the worker's --shutdown-deadline ({SHUTDOWN_DEADLINE_S}s): it stops fetching, delivers, checkpoints,
       # commits and leaves the group before the kubelet's SIGKILL.
       terminationGracePeriodSeconds: {GRACE_S}
-      automountServiceAccountToken: false
-      enableServiceLinks: false
-      securityContext:
-        runAsNonRoot: true
-        runAsUser: 10001
-        runAsGroup: 10001
-        seccompProfile: {{type: RuntimeDefault}}
+{POD_SECURITY}
       containers:
         - name: worker
           image: kafka-worker-pipeline:latest
@@ -296,14 +373,7 @@ spec:
             - --sasl-username=$(KAFKA_SASL_USERNAME)
             - --ssl-ca-location=/etc/pipeline/kafka/ca.crt
           env:
-            - name: KAFKA_BOOTSTRAP_SERVERS
-              valueFrom: {{configMapKeyRef: {{name: kafka-connection, key: KAFKA_BOOTSTRAP_SERVERS}}}}
-            - name: KAFKA_SECURITY_PROTOCOL
-              valueFrom: {{configMapKeyRef: {{name: kafka-connection, key: KAFKA_SECURITY_PROTOCOL}}}}
-            - name: KAFKA_SASL_MECHANISM
-              valueFrom: {{configMapKeyRef: {{name: kafka-connection, key: KAFKA_SASL_MECHANISM}}}}
-            - name: KAFKA_SASL_USERNAME
-              valueFrom: {{secretKeyRef: {{name: kafka-credentials, key: username}}}}
+{KAFKA_ENV}
             # Read by the worker itself; never a flag (flags show in ps).
             - name: KAFKA_SASL_PASSWORD
               valueFrom: {{secretKeyRef: {{name: kafka-credentials, key: password}}}}
@@ -330,11 +400,7 @@ spec:
           resources:
             requests: {{cpu: 250m, memory: 256Mi}}
             limits: {{cpu: "1", memory: 512Mi}}
-          securityContext:
-            allowPrivilegeEscalation: false
-            readOnlyRootFilesystem: true
-            privileged: false
-            capabilities: {{drop: [ALL]}}
+{CONTAINER_SECURITY}
           volumeMounts:
             - {{name: topology, mountPath: /etc/pipeline/topology.yaml, subPath: topology.yaml, readOnly: true}}
             - {{name: kafka-ca, mountPath: /etc/pipeline/kafka, readOnly: true}}
@@ -342,13 +408,7 @@ spec:
       volumes:
         - name: topology
           configMap: {{name: pipeline-topology}}
-        - name: kafka-ca
-          secret:
-            secretName: kafka-credentials
-            optional: true
-            items: [{{key: ca.crt, path: ca.crt}}]
-        - name: tmp
-          emptyDir: {{sizeLimit: 64Mi}}{volume}
+{KAFKA_VOLUMES}{volume}
 {claim}---
 # One voluntary eviction at a time (a drain moves one worker, one rebalance). maxUnavailable
 # rather than minAvailable, so a drain is never blocked when KEDA has scaled the stage to 0 or 1.
@@ -410,6 +470,121 @@ spec:
 """
 
 
+def k8s_producer(p):
+    n = p["name"]
+    http = p["url"] is None
+    if http:
+        args = [f"--listen=0.0.0.0:{INGEST_PORT}", "--token-file=/etc/pipeline/ingest/tokens"]
+        env_extra = ""
+        mounts = """
+            - {name: ingest-tokens, mountPath: /etc/pipeline/ingest, readOnly: true}"""
+        volumes = """
+        - name: ingest-tokens
+          secret: {secretName: ingest-tokens, defaultMode: 0400}"""
+        ports = f"""
+            - {{name: ingest, containerPort: {INGEST_PORT}, protocol: TCP}}"""
+        why = ("One replica: an Idempotency-Key is remembered by the process that answered it, so a retried\n"
+               "  # post must reach the same one. Rolling updates overlap by one pod (maxSurge), and the old\n"
+               "  # one answers what it holds before it exits.")
+        strategy = "type: RollingUpdate\n    rollingUpdate: {maxSurge: 1, maxUnavailable: 0}"
+        readiness_note = "# /readyz: 503 while the broker does not acknowledge (posts get 503 + Retry-After meanwhile)."
+    else:
+        source = p["args"][2]
+        args = [f"--url=$(UPSTREAM_URL)", "--interval=1m"]
+        env_extra = f"""
+            - name: UPSTREAM_URL
+              valueFrom: {{configMapKeyRef: {{name: upstreams, key: {p['url']}}}}}"""
+        mounts = volumes = ports = ""
+        why = (f"Exactly one poller of the {source} list: two would both produce every change. Recreate, so\n"
+               "  # an update never runs two at once; the ledger (a compacted topic) carries over.")
+        strategy = "type: Recreate"
+        readiness_note = "# /readyz: 503 after --readiness-timeout (5 min) without a successful poll."
+    arg_lines = "\n".join(f"            - {a}" for a in p["args"] + args + [
+        f"--metrics-address=0.0.0.0:{METRICS_PORT}", f"--shutdown-deadline={SHUTDOWN_DEADLINE_S}s", "--log-format=json",
+        "--security-protocol=$(KAFKA_SECURITY_PROTOCOL)", "--sasl-mechanism=$(KAFKA_SASL_MECHANISM)",
+        "--sasl-username=$(KAFKA_SASL_USERNAME)", "--ssl-ca-location=/etc/pipeline/kafka/ca.crt"])
+    service = f"""---
+apiVersion: v1
+kind: Service
+metadata:
+  name: {n}
+  labels:
+    app.kubernetes.io/name: pipeline-producer
+    app.kubernetes.io/component: {n}
+spec:
+  selector:
+    app.kubernetes.io/name: pipeline-producer
+    app.kubernetes.io/component: {n}
+  ports:
+    - {{name: ingest, port: {INGEST_PORT}, targetPort: ingest, protocol: TCP}}
+""" if http else ""
+    return header() + f"""---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {n}
+  labels:
+    app.kubernetes.io/name: pipeline-producer
+    app.kubernetes.io/component: {n}
+spec:
+  # {why}
+  replicas: 1
+  revisionHistoryLimit: 3
+  selector:
+    matchLabels:
+      app.kubernetes.io/name: pipeline-producer
+      app.kubernetes.io/component: {n}
+  strategy:
+    {strategy}
+  template:
+    metadata:
+      labels:
+        app.kubernetes.io/name: pipeline-producer
+        app.kubernetes.io/component: {n}
+      annotations:
+        prometheus.io/scrape: "true"
+        prometheus.io/port: "{METRICS_PORT}"
+        prometheus.io/path: /metrics
+    spec:
+      # Above --shutdown-deadline ({SHUTDOWN_DEADLINE_S}s): it finishes what it holds and flushes first.
+      terminationGracePeriodSeconds: {GRACE_S}
+{POD_SECURITY}
+      containers:
+        - name: {'ingest' if http else 'poller'}
+          image: kafka-worker-pipeline:latest
+          imagePullPolicy: IfNotPresent
+          args:
+{arg_lines}
+          env:
+{KAFKA_ENV}
+            - name: KAFKA_SASL_PASSWORD
+              valueFrom: {{secretKeyRef: {{name: kafka-credentials, key: password}}}}{env_extra}
+          ports:
+            - {{name: metrics, containerPort: {METRICS_PORT}, protocol: TCP}}{ports}
+          livenessProbe:
+            httpGet: {{path: /healthz, port: metrics}}
+            initialDelaySeconds: 10
+            periodSeconds: 10
+            timeoutSeconds: 3
+            failureThreshold: 6
+          {readiness_note}
+          readinessProbe:
+            httpGet: {{path: /readyz, port: metrics}}
+            periodSeconds: 10
+            timeoutSeconds: 3
+            failureThreshold: 3
+          resources:
+            requests: {{cpu: {'250m' if http else '50m'}, memory: {'256Mi' if http else '128Mi'}}}
+            limits: {{cpu: "1", memory: 512Mi}}
+{CONTAINER_SECURITY}
+          volumeMounts:
+            - {{name: kafka-ca, mountPath: /etc/pipeline/kafka, readOnly: true}}
+            - {{name: tmp, mountPath: /tmp}}{mounts}
+      volumes:
+{KAFKA_VOLUMES}{volumes}
+{service}"""
+
+
 def k8s_topology_configmap():
     text = (ROOT / "topology.yaml").read_text()
     body = "".join(("    " + line) if line.strip() else "\n" for line in text.splitlines(keepends=True))
@@ -425,12 +600,13 @@ data:
 
 
 HAND_WRITTEN_K8S = ["namespace.yaml", "configmap-kafka-connection.yaml", "secret-kafka-credentials.yaml",
-                    "triggerauthentication.yaml"]
+                    "triggerauthentication.yaml", "configmap-upstreams.yaml", "secret-ingest-tokens.yaml"]
 
 
 def kustomization(stages):
     res = "\n".join(f"  - {r}" for r in HAND_WRITTEN_K8S + ["configmap-topology.yaml"]
-                    + [f"stages/{s['name']}.yaml" for s in stages])
+                    + [f"stages/{s['name']}.yaml" for s in stages]
+                    + [f"producers/{p['name']}.yaml" for p in PRODUCERS])
     return header() + f"""apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 # kubectl apply -k deploy/k8s   (needs KEDA installed for the ScaledObjects)
@@ -469,6 +645,18 @@ WantedBy=multi-user.target
 """
 
 
+def systemd_producers_target():
+    wants = " ".join(["pipeline-ingest-http.service"] + [f"pipeline-ingest-poll@{s}.service" for s, _ in POLL_SOURCES])
+    return header() + f"""[Unit]
+Description=The pipeline's producers: the ingest endpoint and one poller per upstream list API
+Documentation=file:/opt/pipeline/deploy/README.md
+Wants={wants}
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
 def outputs():
     topo = load_topology()
     stages = stage_facts(topo)
@@ -478,7 +666,10 @@ def outputs():
         DEPLOY / "k8s/configmap-topology.yaml": k8s_topology_configmap(),
         DEPLOY / "k8s/kustomization.yaml": kustomization(stages),
         DEPLOY / "systemd/pipeline-workers.target": systemd_target(stages),
+        DEPLOY / "systemd/pipeline-producers.target": systemd_producers_target(),
     }
+    for p in PRODUCERS:
+        files[DEPLOY / f"k8s/producers/{p['name']}.yaml"] = k8s_producer(p)
     for s in stages:
         files[DEPLOY / f"k8s/stages/{s['name']}.yaml"] = k8s_stage(s)
     return files
@@ -501,7 +692,7 @@ def main():
             path.write_text(text)
             print(f"wrote {path.relative_to(ROOT)}")
     known = set(files)
-    extra = [p for p in (DEPLOY / "k8s/stages").glob("*.yaml") if p not in known]
+    extra = [p for d in ("stages", "producers") for p in (DEPLOY / "k8s" / d).glob("*.yaml") if p not in known]
     for p in extra:
         if check:
             stale.append(p)

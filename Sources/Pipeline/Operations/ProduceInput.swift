@@ -13,7 +13,7 @@ public enum UpstreamStream: String, Sendable, CaseIterable {
     /// What the key is.
     public var entity: String {
         switch self {
-        case .prices: "market code (code or market)"
+        case .prices: "market code (code, market, or cd in the SIMPLE format)"
         case .products: "product id (id)"
         case .campaigns: "campaign id (id)"
         case .hangouts: "hangout id (hangoutInfoId, or the id in a request path hangout/{id})"
@@ -25,7 +25,7 @@ public enum UpstreamStream: String, Sendable, CaseIterable {
     public func entityKey(_ object: [String: Any]) -> String? {
         switch self {
         case .prices:
-            return Self.scalar(object["code"]) ?? Self.scalar(object["market"])
+            return Self.scalar(object["code"]) ?? Self.scalar(object["market"]) ?? Self.scalar(object["cd"])
         case .products, .campaigns:
             return Self.scalar(object["id"])
         case .hangouts:

@@ -10,13 +10,14 @@ import Workers
 ///
 /// A body is one upstream JSON object, a JSON array of them (one record per element), or JSON
 /// lines (one record per line; a line that is an array gives one per element). Values are sent
-/// as their exact bytes. Records are numbered from 0 in body order; a rejection names its
+/// as their exact bytes. A record may also be an envelope `{"key","headers","timestamp","value"}`
+/// as `pipelinectl produce` reads, when the backend sets the key, headers or event time. Records are numbered from 0 in body order; a rejection names its
 /// record's index, the field and the reason, as a dead letter does.
 public struct IngestBatch: Sendable {
     public var records: [ProducerRecord]
     public var rejected: [Rejection]
 
-    public struct Rejection: Sendable, Hashable, Codable {
+    public struct Rejection: Error, Sendable, Hashable, Codable {
         public var index: Int
         /// The field path (`trade_price`, `[2].id`), or `$` for the record as a whole.
         public var field: String
@@ -57,6 +58,16 @@ public struct IngestBatch: Sendable {
                     detail: "expected a JSON object, got \(ProduceParser.kind(object))"))
                 continue
             }
+            let envelope = JSONLinesRunner.parseLine(value, topic: topic, offset: 0)
+            if envelope.value != value {
+                switch enveloped(envelope, stream: stream, topic: topic, validator: validator) {
+                case .success(let record): batch.records.append(record)
+                case .failure(var rejection):
+                    rejection.index = index
+                    batch.rejected.append(rejection)
+                }
+                continue
+            }
             if let failure = validator.failure(of: value, stream: stream) {
                 batch.rejected.append(Rejection(index: index, field: failure.field, reason: failure.reason.rawValue, detail: failure.detail))
                 continue
@@ -64,6 +75,30 @@ public struct IngestBatch: Sendable {
             batch.records.append(ProducerRecord(topic: topic, key: stream.entityKey(fields).map { Array($0.utf8) }, value: value))
         }
         return batch
+    }
+
+    /// A record sent as an envelope (`{"key","headers","timestamp","value"}`, as `pipelinectl
+    /// produce` reads it): for a backend that sets the key, headers (e.g. `user-id`) or the
+    /// event time itself. Its value is validated like a bare body; `"value": null` is a
+    /// tombstone and needs a key; without a key the value's entity key is used.
+    private static func enveloped(
+        _ envelope: InputRecord, stream: UpstreamStream, topic: String, validator: IngestValidator
+    ) -> Result<ProducerRecord, Rejection> {
+        var key = envelope.key
+        if let inner = envelope.value {
+            if let failure = validator.failure(of: inner, stream: stream, headers: envelope.headers) {
+                return .failure(Rejection(index: 0, field: "value" + (failure.field == "$" ? "" : "." + failure.field), reason: failure.reason.rawValue, detail: failure.detail))
+            }
+            if key == nil, let fields = (try? JSONSerialization.jsonObject(with: Data(inner))) as? [String: Any] {
+                key = stream.entityKey(fields).map { Array($0.utf8) }
+            }
+        } else if key == nil {
+            return .failure(Rejection(index: 0, field: "key", reason: DecodeFailure.Reason.missingField.rawValue, detail: "a tombstone (\"value\": null) needs a key"))
+        }
+        var record = ProducerRecord(topic: topic, key: key, value: envelope.value)
+        record.headers = envelope.headers.map { KafkaHeader(key: $0.name, value: $0.value) }
+        record.timestamp = envelope.timestamp == Int64.min ? nil : envelope.timestamp
+        return .success(record)
     }
 
     /// The body's records as byte strings, in order.
@@ -117,14 +152,15 @@ public struct IngestValidator: Sendable {
         challenges = ChallengeDecoder(limits: options.limits)
     }
 
-    /// Why the stream's decoder refuses `value`, or nil when it reads it.
-    public func failure(of value: [UInt8], stream: UpstreamStream) -> DecodeFailure? {
+    /// Why the stream's decoder refuses `value` (with these record headers: the hangouts'
+    /// user-scoped messages need `user-id`), or nil when it reads it.
+    public func failure(of value: [UInt8], stream: UpstreamStream, headers: [RecordHeader] = []) -> DecodeFailure? {
         do {
             switch stream {
             case .prices: _ = try prices.decode(value)
             case .products: _ = try products.decode(value)
             case .campaigns: _ = try campaigns.decode(value)
-            case .hangouts: _ = try hangouts.decode(value)
+            case .hangouts: _ = try hangouts.decode(value, user: headers.string(named: hangouts.userHeader).flatMap { $0.isEmpty ? nil : $0 })
             case .challenges: _ = try challenges.decode(value)
             }
             return nil

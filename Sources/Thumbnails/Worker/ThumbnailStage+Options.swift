@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import Workers
+import SafeFetch
 
 extension ThumbnailStage {
     /// Builds the stage a topology describes (`options` of a `thumbnails.render` stage): sizes
@@ -47,7 +48,7 @@ extension ThumbnailStage {
         do {
             let service = try ThumbnailService(
                 specs: specs.isEmpty ? ThumbnailService.defaultSpecs : specs, renderer: ThumbnailRenderer(limits: limits), pool: pool,
-                fetcher: ImageFetcher(configuration: fetch, logger: logger), store: LocalDirectoryBlobStore(root: root, syncWrites: options.storeSync ?? true), logger: logger)
+                fetcher: SafeFetcher(configuration: fetch, logger: logger), store: LocalDirectoryBlobStore(root: root, syncWrites: options.storeSync ?? true), logger: logger)
             return (ThumbnailStage(service: service), pool)
         } catch {
             pool.shutdown()

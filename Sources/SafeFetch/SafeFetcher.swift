@@ -3,7 +3,8 @@ import Foundation
 import Logging
 import NIOCore
 
-/// Reads source images from `http(s)://` and `file://` URLs, safely.
+/// Reads `http(s)://` and `file://` URLs from sources that are not trusted: thumbnail source
+/// images (Thumbnails) and upstream list pages (the pollers of Producers).
 ///
 /// For every HTTP hop (the first request and each redirect) the fetcher:
 /// 1. resolves the host itself and refuses the hop if *any* address is not allowed by the
@@ -16,7 +17,7 @@ import NIOCore
 ///
 /// A client per hop costs a connection set-up each time; sources are mostly on different
 /// hosts anyway, and sharing a pool would bypass the pinning.
-public struct ImageFetcher: Sendable {
+public struct SafeFetcher: Sendable {
     public let configuration: FetchConfiguration
     let resolver: any HostResolver
     let logger: Logger
@@ -24,16 +25,17 @@ public struct ImageFetcher: Sendable {
     public init(
         configuration: FetchConfiguration = FetchConfiguration(),
         resolver: any HostResolver = SystemResolver(),
-        logger: Logger = Logger(label: "thumbnails.fetch")
+        logger: Logger = Logger(label: "safe-fetch")
     ) {
         self.configuration = configuration
         self.resolver = resolver
         self.logger = logger
     }
 
-    /// Fetches `url`, retrying with exponential backoff on timeouts, failed connections and
-    /// 5xx responses (never on 4xx or refused destinations).
-    public func fetch(_ url: String) async throws(FetchError) -> FetchedImage {
+    /// Fetches `url`, retrying with exponential backoff on timeouts, failed connections, 429 and
+    /// 5xx responses (never on other 4xx or refused destinations). `headers` go with every
+    /// request (e.g. `If-None-Match`); a 304 answer is returned as it is, with no body.
+    public func fetch(_ url: String, headers: [(String, String)] = [], accept: String = "*/*") async throws(FetchError) -> FetchedResponse {
         guard let parsed = URL(string: url), let scheme = parsed.scheme?.lowercased() else {
             throw .invalidURL(url)
         }
@@ -45,9 +47,9 @@ public struct ImageFetcher: Sendable {
         var attempt = 1
         while true {
             do {
-                var image = try await fetchOnce(parsed)
-                image.attempts = attempt
-                return image
+                var response = try await fetchOnce(parsed, headers: headers, accept: accept)
+                response.attempts = attempt
+                return response
             } catch {
                 guard error.isRetriable, attempt < configuration.maxAttempts else { throw error }
                 let delay = backoff(beforeRetry: attempt)
@@ -73,15 +75,15 @@ public struct ImageFetcher: Sendable {
 
     // MARK: - HTTP
 
-    private func fetchOnce(_ start: URL) async throws(FetchError) -> FetchedImage {
+    private func fetchOnce(_ start: URL, headers: [(String, String)], accept: String) async throws(FetchError) -> FetchedResponse {
         let deadline = NIODeadline.now() + TimeAmount(configuration.attemptTimeout)
         var current = start
         var redirects = 0
         while true {
-            let hop = try await fetchHop(current, deadline: deadline)
+            let hop = try await fetchHop(current, headers: headers, accept: accept, deadline: deadline)
             switch hop {
-            case let .body(bytes, contentType):
-                return FetchedImage(bytes: bytes, finalURL: current.absoluteString, contentType: contentType, attempts: 1)
+            case let .body(status, bytes, responseHeaders):
+                return FetchedResponse(status: status, bytes: bytes, headers: responseHeaders, finalURL: current.absoluteString, attempts: 1)
             case let .redirect(status, location):
                 guard let location else {
                     throw .redirectWithoutLocation(url: current.absoluteString, status: status)
@@ -103,12 +105,12 @@ public struct ImageFetcher: Sendable {
     }
 
     private enum Hop {
-        case body([UInt8], contentType: String?)
+        case body(status: Int, [UInt8], headers: [(String, String)])
         case redirect(status: Int, location: String?)
     }
 
     /// One request to one URL, after checking where it would connect.
-    private func fetchHop(_ url: URL, deadline: NIODeadline) async throws(FetchError) -> Hop {
+    private func fetchHop(_ url: URL, headers: [(String, String)], accept: String, deadline: NIODeadline) async throws(FetchError) -> Hop {
         let text = url.absoluteString
         guard var host = url.host, !host.isEmpty else { throw .invalidURL(text) }
         if host.hasPrefix("["), host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
@@ -142,7 +144,7 @@ public struct ImageFetcher: Sendable {
 
         let result: Result<Hop, FetchError>
         do {
-            result = .success(try await request(url, client: client, deadline: deadline))
+            result = .success(try await request(url, headers: headers, accept: accept, client: client, deadline: deadline))
         } catch let error as FetchError {
             result = .failure(error)
         } catch {
@@ -153,18 +155,22 @@ public struct ImageFetcher: Sendable {
         return try result.get()
     }
 
-    private func request(_ url: URL, client: HTTPClient, deadline: NIODeadline) async throws -> Hop {
+    private func request(_ url: URL, headers: [(String, String)], accept: String, client: HTTPClient, deadline: NIODeadline) async throws -> Hop {
         let text = url.absoluteString
         var request = HTTPClientRequest(url: text)
         request.method = .GET
         request.headers.add(name: "User-Agent", value: configuration.userAgent)
-        request.headers.add(name: "Accept", value: "image/*")
+        request.headers.add(name: "Accept", value: accept)
+        for (name, value) in headers { request.headers.replaceOrAdd(name: name, value: value) }
 
         let response = try await client.execute(request, deadline: deadline, logger: logger)
         let status = Int(response.status.code)
+        let responseHeaders = response.headers.map { ($0.name, $0.value) }
         switch status {
         case 200...299:
             break
+        case 304:
+            return .body(status: 304, [], headers: responseHeaders)
         case 301, 302, 303, 307, 308:
             return .redirect(status: status, location: response.headers.first(name: "Location"))
         default:
@@ -182,7 +188,7 @@ public struct ImageFetcher: Sendable {
             }
             bytes.append(contentsOf: chunk.readableBytesView)
         }
-        return .body(bytes, contentType: response.headers.first(name: "Content-Type"))
+        return .body(status: status, bytes, headers: responseHeaders)
     }
 
     private static func classify(_ error: any Error, url: String) -> FetchError {
@@ -200,7 +206,7 @@ public struct ImageFetcher: Sendable {
 
     // MARK: - file://
 
-    private func readFile(_ url: URL, original: String) async throws(FetchError) -> FetchedImage {
+    private func readFile(_ url: URL, original: String) async throws(FetchError) -> FetchedResponse {
         let path = url.path
         let roots = configuration.fileRoots
         let limit = configuration.maxBytes
@@ -210,7 +216,7 @@ public struct ImageFetcher: Sendable {
                 continuation.resume(returning: Self.readFileBlocking(path, roots: roots, limit: limit, url: original))
             }
         }
-        return FetchedImage(bytes: try result.get(), finalURL: original, contentType: nil, attempts: 1)
+        return FetchedResponse(status: 200, bytes: try result.get(), headers: [], finalURL: original, attempts: 1)
     }
 
     private static func readFileBlocking(_ path: String, roots: [String], limit: Int, url: String) -> Result<[UInt8], FetchError> {

@@ -1,3 +1,5 @@
+import Foundation
+
 /// How the fetcher reads sources.
 public struct FetchConfiguration: Sendable {
     /// Time allowed to establish a TCP (and TLS) connection.
@@ -37,7 +39,7 @@ public struct FetchConfiguration: Sendable {
         maxBackoff: Duration = .seconds(5),
         destinations: DestinationPolicy = DestinationPolicy(),
         fileRoots: [String] = [],
-        userAgent: String = "thumbnails/1"
+        userAgent: String = "kafka-worker-pipeline/1"
     ) {
         self.connectTimeout = connectTimeout
         self.readTimeout = readTimeout
@@ -74,11 +76,11 @@ public enum FetchError: Error, Sendable, Hashable, CustomStringConvertible {
     case fileNotAllowed(path: String)
     case fileReadFailed(path: String, errno: Int32)
 
-    /// Whether another attempt may succeed: timeouts, failed connections and 5xx.
+    /// Whether another attempt may succeed: timeouts, failed connections, 429 and 5xx.
     public var isRetriable: Bool {
         switch self {
         case .timedOut, .connectionFailed: true
-        case let .httpStatus(_, status): (500...599).contains(status)
+        case let .httpStatus(_, status): status == 429 || (500...599).contains(status)
         default: false
         }
     }
@@ -101,12 +103,29 @@ public enum FetchError: Error, Sendable, Hashable, CustomStringConvertible {
     }
 }
 
-/// A fetched source.
-public struct FetchedImage: Sendable, Hashable {
+/// A fetched source: a 2xx answer with its body, or a 304 without one.
+public struct FetchedResponse: Sendable {
+    public var status: Int
     public var bytes: [UInt8]
+    /// The response's header fields as sent (`file://`: none).
+    public var headers: [(String, String)]
     /// The URL the bytes came from, after redirects.
     public var finalURL: String
-    public var contentType: String?
     /// Attempts made (1 if the first succeeded).
     public var attempts: Int
+
+    public init(status: Int, bytes: [UInt8], headers: [(String, String)], finalURL: String, attempts: Int) {
+        self.status = status
+        self.bytes = bytes
+        self.headers = headers
+        self.finalURL = finalURL
+        self.attempts = attempts
+    }
+
+    /// The first value of header `name` (case-insensitive).
+    public func header(_ name: String) -> String? {
+        headers.first { $0.0.caseInsensitiveCompare(name) == .orderedSame }?.1
+    }
+
+    public var contentType: String? { header("Content-Type") }
 }

@@ -1,0 +1,207 @@
+import Foundation
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+import Operations
+import Producers
+import Thumbnails
+import Workers
+
+/// `pipelinectl dev`'s stand-in for the apps' upstreams, on 127.0.0.1:8089:
+/// - the images the samples reference (`/images/<name>`, `/static-file/<name>`; names in
+///   `samples/images.txt`), each a generated PNG (a gradient tinted by its name, 480x360), so
+///   the thumbnail worker fetches real images over real HTTP;
+/// - the upstream list APIs the pollers read, in their own formats and paging, with the items
+///   the samples list (``DevCatalogue``): `/upstream/campaigns` (Bigwalk's bare array),
+///   `/upstream/products?page_no&items_per_page` (the open market, new era),
+///   `/upstream/hangout/list/<page>` (Bappy), `/upstream/challenges/notstarted?lastId&pageSize`
+///   (iGoMoney). Every list answer has an ETag; If-None-Match with it gets 304.
+/// Any other path is a 404.
+final class DevSampleServer: Sendable {
+    static let port = 8089
+    static let base = "http://127.0.0.1:\(port)"
+    private let channel: any Channel
+    let names: Set<String>
+    let catalogue: DevCatalogue
+
+    init(imageList: String, catalogue: DevCatalogue) async throws {
+        let text = (try? String(contentsOfFile: imageList, encoding: .utf8)) ?? ""
+        let names = Set(text.split(whereSeparator: \.isNewline).map(String.init).filter { !$0.isEmpty })
+        self.names = names
+        self.catalogue = catalogue
+        do {
+            channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+                .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+                .childChannelInitializer { channel in
+                    channel.pipeline.configureHTTPServerPipeline().flatMap {
+                        channel.pipeline.addHandler(Handler(names: names, catalogue: catalogue))
+                    }
+                }
+                .bind(host: "127.0.0.1", port: Self.port).get()
+        } catch {
+            throw DevSampleServerError(
+                description: "cannot serve the samples on 127.0.0.1:\(Self.port) (the samples' image URLs point there): \(error)")
+        }
+    }
+
+    /// The list URL a poller of `source` reads here.
+    static func listURL(_ source: PollSource) -> String {
+        switch source {
+        case .campaigns: "\(base)/upstream/campaigns"
+        case .products: "\(base)/upstream/products"
+        case .hangouts: "\(base)/upstream/hangout/list/{page}?hangoutSort=Newest"
+        case .challenges: "\(base)/upstream/challenges/notstarted?categoryId=-1&targetAmount=-1"
+        }
+    }
+
+    func close() async { try? await channel.close() }
+
+    struct DevSampleServerError: Error, CustomStringConvertible { var description: String }
+
+    private final class Handler: ChannelInboundHandler, Sendable {
+        typealias InboundIn = HTTPServerRequestPart
+        typealias OutboundOut = HTTPServerResponsePart
+        let names: Set<String>
+        let catalogue: DevCatalogue
+        init(names: Set<String>, catalogue: DevCatalogue) {
+            self.names = names
+            self.catalogue = catalogue
+        }
+
+        func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+            guard case .head(let head) = unwrapInboundIn(data) else { return }
+            var status = HTTPResponseStatus.notFound
+            var headers = HTTPHeaders()
+            var body: [UInt8]?
+            if head.uri.hasPrefix("/upstream/") {
+                if let page = catalogue.page(uri: head.uri) {
+                    let etag = "\"\(ContentHash.hex(ContentHash.of(page)))\""
+                    headers.add(name: "ETag", value: etag)
+                    if head.headers.first(name: "If-None-Match") == etag {
+                        status = .notModified
+                    } else {
+                        status = .ok
+                        body = page
+                        headers.add(name: "Content-Type", value: "application/json")
+                    }
+                }
+            } else {
+                // /images/<name> (products, spending proofs) and /static-file/<name> (the meetup app's images).
+                let name =
+                    head.uri.hasPrefix("/images/") ? String(head.uri.dropFirst("/images/".count))
+                    : head.uri.hasPrefix("/static-file/") ? String(head.uri.dropFirst("/static-file/".count)) : ""
+                if names.contains(name) {
+                    body = SampleImage.png(named: name)
+                    status = .ok
+                    headers.add(name: "Content-Type", value: "image/png")
+                }
+            }
+            headers.add(name: "Content-Length", value: String(body?.count ?? 0))
+            context.write(wrapOutboundOut(.head(HTTPResponseHead(version: head.version, status: status, headers: headers))), promise: nil)
+            if let body { context.write(wrapOutboundOut(.body(.byteBuffer(context.channel.allocator.buffer(bytes: body)))), promise: nil) }
+            context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
+        }
+    }
+}
+
+/// What the samples list, per upstream list API: the items of the list responses in the
+/// sample streams (campaign arrays, product pages, hangout lists, `ChallengeResponse`
+/// objects), the last version of each key, in the order keys first appear.
+struct DevCatalogue: Sendable {
+    var items: [PollSource: [[UInt8]]] = [:]
+
+    static func load(samples: String) -> DevCatalogue {
+        var catalogue = DevCatalogue()
+        let fm = FileManager.default
+        for source in PollSource.allCases {
+            let dir = (samples as NSString).appendingPathComponent(source.stream.rawValue)
+            let files = ((try? fm.contentsOfDirectory(atPath: dir)) ?? []).filter { $0.hasSuffix(".jsonl") }.sorted()
+            var order: [String] = []
+            var latest: [String: [UInt8]] = [:]
+            for file in files {
+                guard let data = fm.contents(atPath: (dir as NSString).appendingPathComponent(file)) else { continue }
+                for line in Array(data).split(separator: 0x0A) {
+                    guard let value = JSONLinesRunner.parseLine(Array(line), topic: "", offset: 0).value else { continue }
+                    for item in listed(value, source: source) {
+                        guard let object = (try? JSONSerialization.jsonObject(with: Data(item))) as? [String: Any],
+                            let key = source.stream.entityKey(object)
+                        else { continue }
+                        if source == .challenges, object["leaderId"] == nil { continue }  // a spending record, not a challenge
+                        if latest.updateValue(item, forKey: key) == nil { order.append(key) }
+                    }
+                }
+            }
+            catalogue.items[source] = order.map { latest[$0]! }
+        }
+        return catalogue
+    }
+
+    /// The items a sample value lists for `source`.
+    private static func listed(_ value: [UInt8], source: PollSource) -> [[UInt8]] {
+        let path: [String] = switch source {
+        case .campaigns, .challenges: []
+        case .products: ["pages"]
+        case .hangouts: ["data", "HangoutList"]
+        }
+        if let ranges = try? JSONElements.ranges(in: value, at: path) { return ranges.map { Array(value[$0]) } }
+        // iGoMoney answers single challenges as bare objects.
+        if source == .challenges, value.first == UInt8(ascii: "{") { return [value] }
+        return []
+    }
+
+    /// The body of a list request, in its upstream's format, or nil for an unknown path.
+    func page(uri: String) -> [UInt8]? {
+        guard let components = URLComponents(string: uri) else { return nil }
+        let query = Dictionary((components.queryItems ?? []).map { ($0.name, $0.value ?? "") }, uniquingKeysWith: { a, _ in a })
+        let path = components.path
+        func join(_ items: some Sequence<[UInt8]>) -> String { items.map { String(decoding: $0, as: UTF8.self) }.joined(separator: ",") }
+        if path == "/upstream/campaigns" {
+            return Array("[\(join(items[.campaigns] ?? []))]".utf8)
+        }
+        if path == "/upstream/products" {
+            let all = items[.products] ?? []
+            let size = max(1, Int(query["items_per_page"] ?? "") ?? 20)
+            let number = max(1, Int(query["page_no"] ?? "") ?? 1)
+            let last = max(1, (all.count + size - 1) / size)
+            let slice = all.dropFirst((number - 1) * size).prefix(size)
+            return Array(#"{"pageNo":\#(number),"itemsPerPage":\#(size),"totalCount":\#(all.count),"offset":\#((number - 1) * size),"limit":\#(size),"lastPage":\#(last),"hasNext":\#(number < last),"hasPrev":\#(number > 1),"pages":[\#(join(slice))]}"#.utf8)
+        }
+        if path.hasPrefix("/upstream/hangout/list/"), let number = Int(path.dropFirst("/upstream/hangout/list/".count)) {
+            let all = items[.hangouts] ?? []
+            let size = 10
+            let slice = all.dropFirst(number * size).prefix(size)
+            return Array(#"{"status":"OK","message":"success","data":{"HangoutList":[\#(join(slice))],"pageInfo":{"totalCount":\#(all.count),"currentCount":\#(slice.count)}}}"#.utf8)
+        }
+        if path == "/upstream/challenges/notstarted" {
+            // Newest first; the page after lastId holds smaller ids.
+            let all = (items[.challenges] ?? []).compactMap { item -> (Int, [UInt8])? in
+                guard let object = (try? JSONSerialization.jsonObject(with: Data(item))) as? [String: Any], let id = (object["id"] as? NSNumber)?.intValue else { return nil }
+                return (id, item)
+            }.sorted { $0.0 > $1.0 }
+            let size = max(1, Int(query["pageSize"] ?? "") ?? 20)
+            let after = Int(query["lastId"] ?? "") ?? Int.max
+            return Array("[\(join(all.filter { $0.0 < after }.prefix(size).map(\.1)))]".utf8)
+        }
+        return nil
+    }
+}
+
+/// A generated sample image: a gradient tinted by the name.
+enum SampleImage {
+    static func png(named name: String, width: Int = 480, height: Int = 360) -> [UInt8] {
+        var hash: UInt32 = 2_166_136_261
+        for b in name.utf8 { hash = (hash ^ UInt32(b)) &* 16_777_619 }
+        let tint = (UInt8(truncatingIfNeeded: hash), UInt8(truncatingIfNeeded: hash >> 8), UInt8(truncatingIfNeeded: hash >> 16))
+        var raw: [UInt8] = []
+        raw.reserveCapacity((width * 3 + 1) * height)
+        for y in 0..<height {
+            raw.append(0)
+            for x in 0..<width {
+                raw.append(UInt8(truncatingIfNeeded: Int(tint.0) / 2 + x * 127 / width))
+                raw.append(UInt8(truncatingIfNeeded: Int(tint.1) / 2 + y * 127 / height))
+                raw.append(UInt8(truncatingIfNeeded: Int(tint.2) / 2 + (x + y) * 127 / (width + height)))
+            }
+        }
+        return StoredPNG.encode(width: width, height: height, raw: raw)
+    }
+}
