@@ -144,6 +144,23 @@ let package = Package(
             ]
         ),
 
+        // Console: the operator web console (`pipelinectl console`), pages over Operations.
+        .target(
+            name: "Console",
+            dependencies: [
+                "Kafka",
+                "Pipeline",
+                "Operations",
+                "Workers",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
+
         // Test doubles: TestDriver (a stage without a broker), librdkafka's mock cluster, a
         // scriptable WebSocket server.
         .target(name: "WorkersTesting", dependencies: ["Workers"]),
@@ -162,6 +179,7 @@ let package = Package(
             dependencies: [
                 "Kafka",
                 "Pipeline",
+                "Console",
                 "Operations",
                 "Producers",
                 "SafeFetch",
@@ -203,12 +221,16 @@ let package = Package(
         .testTarget(
             name: "IntegrationTests",
             dependencies: [
-                "Kafka", "Pipeline", "Operations", "Producers", "PipelineTesting", "SafeFetch", "Workers", "WorkersTesting",
+                "Kafka", "Pipeline", "Console", "Operations", "Producers", "PipelineTesting", "SafeFetch", "Workers", "WorkersTesting",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOWebSocket", package: "swift-nio"),
             ]),
+        .testTarget(
+            name: "ConsoleTests",
+            dependencies: ["Console", "Operations", "Pipeline", "Kafka", "Workers"]),
         .testTarget(
             name: "ProducersTests",
             dependencies: ["Producers", "Operations", "Kafka", "SafeFetch", "Workers", "WorkersTesting"]),

@@ -24,8 +24,10 @@ struct Dev: AsyncParsableCommand {
             `pipelinectl ingest poll` per list API, reading the lists the samples hold from
             dev's own sample server (127.0.0.1:8089, which also serves the sample images). Then
             it shows per stage: records in and out, dead letters, lag, rate, and the last
-            notification. Ctrl-C (or --duration) stops the producers and every worker
-            gracefully, then the broker, and prints a summary; no process is left behind.
+            notification, and serves the operator console (`pipelinectl console`) on
+            http://127.0.0.1:8090/. Ctrl-C (or --duration) stops the producers, the console and
+            every worker gracefully, then the broker, and prints a summary; no process is left
+            behind.
             Without a terminal it prints plain progress lines.
 
             Examples:
@@ -67,6 +69,7 @@ struct Dev: AsyncParsableCommand {
         stop.install()
         do {
             try await session.start(bootstrap: bootstrapServer.map(parseServers))
+            try await session.startConsole()
             try await session.ingest()
             try await session.watch(stop: stop, duration: duration, untilIdle: untilIdle)
         } catch {
@@ -130,10 +133,10 @@ final class DevSession {
     let interactive = isatty(STDOUT_FILENO) == 1
     private(set) var broker: LocalBroker?
     private(set) var sampleServer: DevSampleServer?
-    /// `ingest http` and the pollers.
-    private(set) var producers: [(name: String, process: ManagedProcess.Handle)] = []
+    /// `ingest http`, the pollers and the console.
+    private(set) var services: [(name: String, process: ManagedProcess.Handle)] = []
     private(set) var polled: [String: Int] = [:]
-    private var producerStatus: [String: Int32] = [:]
+    private var serviceStatus: [String: Int32] = [:]
     private(set) var bootstrap: [String] = []
     private(set) var workers: [DevWorker] = []
     private(set) var ingested: [String: Int] = [:]
@@ -257,7 +260,7 @@ final class DevSession {
         let streams = UpstreamStream.allCases.filter { topology.topic(named: $0.topic) != nil }
         let servers = bootstrap.joined(separator: ",")
         let token = (0..<4).map { _ in String(UInt64.random(in: 1...UInt64.max), radix: 16) }.joined()
-        let http = try launchProducer(
+        let http = try launchService(
             "ingest http", ["ingest", "http", "--listen", "127.0.0.1:0", "--metrics-address", "127.0.0.1:0", "--log-format", "json",
                             "--rate-limit", "10000", "--bootstrap-server", servers],
             environment: ["PIPELINE_INGEST_TOKENS": "dev-samples \(token)"])
@@ -286,7 +289,7 @@ final class DevSession {
         // order: the sample streams, then the listed items.
         var pollers: [(PollSource, ManagedProcess.Handle)] = []
         for source in PollSource.allCases where streams.contains(source.stream) && !(sampleServer?.catalogue.items[source] ?? []).isEmpty {
-            let poller = try launchProducer(
+            let poller = try launchService(
                 "ingest poll \(source.rawValue)",
                 ["ingest", "poll", source.rawValue, "--url", DevSampleServer.listURL(source), "--interval", "10s", "--page-size", "10",
                  "--allow-network", "127.0.0.1/32", "--metrics-address", "127.0.0.1:0", "--log-format", "json", "--bootstrap-server", servers],
@@ -306,12 +309,24 @@ final class DevSession {
         say("ingested: posted to the endpoint: \(posted); polled from the upstream lists: \(listed.isEmpty ? "none" : listed)")
     }
 
-    private func launchProducer(_ name: String, _ arguments: [String], environment: [String: String]) throws -> ManagedProcess.Handle {
+    private func launchService(_ name: String, _ arguments: [String], environment: [String: String]) throws -> ManagedProcess.Handle {
         let process = try ManagedProcess.launch(Self.executable, arguments: arguments, environment: environment)
         Self.childPIDs.set(Self.childPIDs.get() + [process.pid])
-        producers.append((name, process))
+        services.append((name, process))
         return process
     }
+
+    /// The operator console on 127.0.0.1:8090, over this session's topology and broker.
+    func startConsole() async throws {
+        let console = try launchService(
+            "console", ["console", "--topology", topologyPath, "--listen", "127.0.0.1:\(Self.consolePort)", "--metrics-address", "127.0.0.1:0",
+                        "--sample-interval", "2s", "--log-format", "json", "--bootstrap-server", bootstrap.joined(separator: ",")],
+            environment: [:])
+        let port = try await Self.endpointPort(console, marker: "console listening")
+        say("console: http://127.0.0.1:\(port)/ (stages, lag history, dead letters)")
+    }
+
+    static let consolePort = 8090
 
     private func post(_ body: Data, stream: UpstreamStream, port: Int, token: String) async throws -> (Int, [String: Any]) {
         var request = URLRequest(url: URL(string: "http://127.0.0.1:\(port)/v1/\(stream.rawValue)")!)
@@ -398,13 +413,13 @@ final class DevSession {
         say("[\((clock.now - started).components.seconds)s] " + parts.joined(separator: " | "))
     }
 
-    /// SIGTERM to the producers (they finish what they hold), then to every worker (they
-    /// settle, checkpoint, commit, leave), then the broker.
+    /// SIGTERM to the producers and the console (they finish what they hold), then to every
+    /// worker (they settle, checkpoint, commit, leave), then the broker.
     func shutdown() async {
-        for p in producers { p.process.terminate() }
-        for p in producers {
+        for p in services { p.process.terminate() }
+        for p in services {
             if await Deadline.race(.seconds(30), { [process = p.process] in await process.waitForExit() }) == nil { p.process.kill() }
-            producerStatus[p.name] = await p.process.waitForExit()
+            serviceStatus[p.name] = await p.process.waitForExit()
         }
         for w in workers { w.process.terminate() }
         for i in workers.indices {
@@ -440,8 +455,8 @@ final class DevSession {
         say(table(), terminator: "")
         let silent = workers.filter { $0.metrics.recordsOut == 0 }.map(\.stage.name)
         say("every worker stopped: " + workers.map { "\($0.stage.name)=\($0.exitStatus.map(String.init) ?? "?")" }.joined(separator: " "))
-        if !producers.isEmpty {
-            say("producers stopped: " + producers.map { "\($0.name)=\(producerStatus[$0.name].map(String.init) ?? "?")" }.joined(separator: ", "))
+        if !services.isEmpty {
+            say("producers and console stopped: " + services.map { "\($0.name)=\(serviceStatus[$0.name].map(String.init) ?? "?")" }.joined(separator: ", "))
         }
         if !silent.isEmpty { say("no output from: \(silent.joined(separator: ", "))") }
         if let last = lastNotification.get() { say("last notification: \(last)") }

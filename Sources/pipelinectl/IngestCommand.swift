@@ -226,12 +226,7 @@ extension Ingest {
         @OptionGroup var connection: RequiredConnection
         @OptionGroup var logging: LoggingOptions
 
-        func listenAddress() throws -> (host: String, port: Int) {
-            guard let colon = listen.lastIndex(of: ":"), let port = Int(listen[listen.index(after: colon)...]), (0...65535).contains(port),
-                  colon > listen.startIndex
-            else { throw ValidationError("--listen: '\(listen)' is not host:port (e.g. 127.0.0.1:8080, or 127.0.0.1:0 for any free port)") }
-            return (String(listen[..<colon]), port)
-        }
+        func listenAddress() throws -> (host: String, port: Int) { try parseListen(listen, example: "127.0.0.1:8080") }
 
         func topics() throws -> [UpstreamStream: String] {
             var topics = IngestHTTPSettings().topics
@@ -442,4 +437,15 @@ extension Ingest {
             if !summary.succeeded { throw ExitCode(Exit.failure) }
         }
     }
+}
+
+/// `--listen host:port` of a server command; the message names the flag and shows `example`.
+func parseListen(_ listen: String, example: String) throws -> (host: String, port: Int) {
+    guard let colon = listen.lastIndex(of: ":"), let port = Int(listen[listen.index(after: colon)...]), (0...65535).contains(port),
+        colon > listen.startIndex
+    else {
+        let any = example.split(separator: ":")[0] + ":0"
+        throw ValidationError("--listen: '\(listen)' is not host:port (e.g. \(example), or \(any) for any free port)")
+    }
+    return (String(listen[..<colon]), port)
 }

@@ -10,7 +10,7 @@ struct PipelineCtl: AsyncParsableCommand {
         commandName: "pipelinectl",
         abstract: "Operate the Kafka worker pipeline.",
         discussion: exitCodesHelp,
-        subcommands: [Dev.self, Worker.self, Produce.self, Ingest.self, Replay.self, DLQ.self, Lag.self, Groups.self, Topics.self,
+        subcommands: [Dev.self, Worker.self, ConsoleCommand.self, Produce.self, Ingest.self, Replay.self, DLQ.self, Lag.self, Groups.self, Topics.self,
                       Broker.self, Run.self, Perf.self, Demo.self, Chaos.self]
     )
 }

@@ -43,6 +43,9 @@ import Testing
         #expect(output.contains("stopping (every stage caught up and quiet)"), "\(output)")
         #expect(!output.contains("no output from"), "every stage produced output: \(output)")
         #expect(output.contains("last notification: "))
+        #expect(output.contains("console: http://127.0.0.1:8090/"), "dev prints the console's address")
+        #expect(output.contains("polled from the upstream lists: campaigns.raw 12, challenges.raw 8, hangouts.raw 12, products.raw 25"), "the pollers produced every listed item")
+        #expect(!output.contains("rejected:"), "every sample posted was accepted")
         let stopped = output.split(separator: "\n").first { $0.hasPrefix("every worker stopped:") } ?? ""
         #expect(!stopped.isEmpty && !stopped.contains("=1") && !stopped.contains("=9"), "\(stopped)")
         #expect(Self.processes(containing: topology).isEmpty, "no worker left")

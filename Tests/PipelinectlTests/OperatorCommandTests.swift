@@ -22,7 +22,7 @@ import Operations
     }
 
     static let commands: [(String, ParsableCommand.Type)] = [
-        ("produce", Produce.self), ("ingest", Ingest.self), ("ingest-upbit", Ingest.Upbit.self), ("ingest-http", Ingest.HTTP.self), ("ingest-poll", Ingest.Poll.self), ("replay", Replay.self), ("dlq", DLQ.self), ("dlq-list", DLQ.List.self),
+        ("produce", Produce.self), ("ingest", Ingest.self), ("ingest-upbit", Ingest.Upbit.self), ("ingest-http", Ingest.HTTP.self), ("ingest-poll", Ingest.Poll.self), ("console", ConsoleCommand.self), ("replay", Replay.self), ("dlq", DLQ.self), ("dlq-list", DLQ.List.self),
         ("dlq-show", DLQ.Show.self), ("dlq-redrive", DLQ.Redrive.self), ("lag", Lag.self), ("groups", Groups.self),
         ("groups-list", Groups.List.self), ("groups-describe", Groups.Describe.self), ("groups-reset-offsets", Groups.ResetOffsets.self),
     ]
@@ -102,6 +102,9 @@ import Operations
         #expect(message(poll + ["--allow-network", "10.0.0.0/40"]).contains("--allow-network: '10.0.0.0/40' is not a network"))
         #expect(message(poll + ["--json"]).contains("--json prints the summary of --once"))
         #expect(message(poll + ["--page-size", "0"]).contains("--page-size must be positive"))
+        #expect(message(["console", "--listen", "0.0.0.0:8090"] + b).contains("is not a loopback address: give a token with --token-file or PIPELINE_CONSOLE_TOKEN"))
+        #expect(message(["console", "--listen", "nowhere"] + b).contains("--listen: 'nowhere' is not host:port"))
+        #expect(message(["console"] + b).isEmpty, "valid")
     }
 
     @Test func bootstrapServerFromTheEnvironmentOrNamedWhenMissing() throws {

@@ -1,3 +1,4 @@
+import Foundation
 import Kafka
 /// Consumer-lag status with Burrow's rules (github.com/linkedin/Burrow, "Consumer Lag
 /// Evaluation Rules"), evaluated over a sliding window of commits per partition.
@@ -21,7 +22,9 @@ public enum PartitionLagStatus: String, Sendable, Codable, Comparable, CaseItera
     /// is past it).
     case err = "ERR"
 
-    private var severity: Int {
+    /// 0 (OK) to 5 (ERR): the order of badness, and the number the console exports as
+    /// `pipeline_consumer_status`.
+    public var severity: Int {
         switch self {
         case .ok: 0
         case .warn: 1
@@ -139,4 +142,49 @@ public struct LagTrend: Sendable, Hashable, Codable {
     }
 
     public var direction: String { lagRate > 0 ? "rising" : lagRate < 0 ? "falling" : "steady" }
+}
+
+/// A partition's status in words, as an operator reads it: what the rule saw
+/// ("STOP: no member commits, 1,200 behind").
+public enum LagVerdict {
+    public static func reason(_ partition: PartitionLag, window: [CommitSample], hasMembers: Bool) -> String {
+        let behind = partition.lagRecords.map { "\(grouped($0)) behind" } ?? "log end unknown"
+        switch partition.status {
+        case .ok:
+            return partition.lagRecords == 0 ? "caught up" : "keeping up, \(behind)"
+        case .warn:
+            let trend = LagTrend(window: window).map { String(format: "%+.1f/s", $0.lagRate) } ?? "rising"
+            return "lag growing (\(trend)), \(behind)"
+        case .stall:
+            let span = (window.last?.time ?? 0) - (window.first?.time ?? 0)
+            return "committed offset stuck at \(partition.committed) for \(duration(span)), \(behind)"
+        case .stop:
+            if !hasMembers { return "no member consumes, \(behind)" }
+            let since = (window.last?.time).map { Int64(Date().timeIntervalSince1970 * 1000) - $0 } ?? 0
+            return "no commit for \(duration(since)), \(behind)"
+        case .rewind:
+            return "committed offset went back (now \(partition.committed)), \(behind)"
+        case .err:
+            return partition.logEnd == nil ? "log end cannot be read" : "committed offset \(partition.committed) beyond the log end \(partition.logEnd!)"
+        }
+    }
+
+    /// 1234567 as "1,234,567".
+    public static func grouped(_ n: Int64) -> String {
+        let digits = String(n.magnitude)
+        var out = ""
+        for (i, c) in digits.enumerated() {
+            if i > 0, (digits.count - i) % 3 == 0 { out.append(",") }
+            out.append(c)
+        }
+        return (n < 0 ? "-" : "") + out
+    }
+
+    /// Milliseconds as "45 s", "3 m", "2 h 5 m".
+    public static func duration(_ ms: Int64) -> String {
+        let s = max(0, ms) / 1000
+        if s < 120 { return "\(s) s" }
+        if s < 7200 { return "\(s / 60) m" }
+        return "\(s / 3600) h \(s % 3600 / 60) m"
+    }
 }

@@ -66,15 +66,7 @@ public struct ClientTokens: Sendable {
         guard parts.count == 2, parts[0].lowercased() == "bearer" else { return nil }
         let presented = Array(parts[1].utf8)
         var found: Client?
-        for entry in entries where Self.equalInConstantTime(entry.token, presented) { found = entry.client }
+        for entry in entries where ConstantTime.equal(entry.token, presented) { found = entry.client }
         return found
-    }
-
-    private static func equalInConstantTime(_ a: [UInt8], _ b: [UInt8]) -> Bool {
-        var difference = UInt8(truncatingIfNeeded: a.count ^ b.count)
-        for i in 0..<max(a.count, b.count) {
-            difference |= (i < a.count ? a[i] : 0) ^ (i < b.count ? b[i] : 0)
-        }
-        return difference == 0 && a.count == b.count
     }
 }

@@ -59,7 +59,6 @@ public final class IngestHTTPService: Service, Sendable {
     let logger: Logger
     let limiter: RateLimiter
     let idempotency: IdempotencyWindow
-    private let bound = Mutex<(port: Int?, waiters: [CheckedContinuation<Int, Never>])>((nil, []))
 
     public init(
         settings: IngestHTTPSettings, tokens: ClientTokens, producers: ProducerSlot, validator: IngestValidator = IngestValidator(),
@@ -75,18 +74,6 @@ public final class IngestHTTPService: Service, Sendable {
         self.idempotency = IdempotencyWindow(capacity: settings.idempotencyCapacity, window: settings.idempotencyWindow)
     }
 
-    /// The port it listens on, once it does (the requested one, or the one the kernel chose for 0).
-    public func port() async -> Int {
-        await withCheckedContinuation { c in
-            let now = bound.withLock { s -> Int? in
-                if let port = s.port { return port }
-                s.waiters.append(c)
-                return nil
-            }
-            if let now { c.resume(returning: now) }
-        }
-    }
-
     public func run() async throws {
         let router = Router()
         router.post("v1/:stream") { request, context in try await self.handle(request, context: context) }
@@ -95,12 +82,6 @@ public final class IngestHTTPService: Service, Sendable {
             configuration: ApplicationConfiguration(address: .hostname(settings.host, port: settings.port), serverName: nil),
             onServerRunning: { [self] channel in
                 let port = channel.localAddress?.port ?? settings.port
-                let waiters = bound.withLock { s in
-                    s.port = port
-                    defer { s.waiters = [] }
-                    return s.waiters
-                }
-                for w in waiters { w.resume(returning: port) }
                 health.listening()
                 logger.info("ingest endpoint listening on \(settings.host):\(port)", metadata: ["port": "\(port)"])
             },

@@ -1,0 +1,209 @@
+import Foundation
+import Kafka
+import Logging
+import Metrics
+import Operations
+import Pipeline
+import ServiceLifecycle
+import Synchronization
+
+/// One partition of a stage's input, as the stage page shows it: its lag and its verdict in words.
+public struct PartitionRow: Sendable, Codable, Hashable {
+    public var lag: PartitionLag
+    public var reason: String
+}
+
+/// One stage of the topology, as sampled last: `lag` computes the same (Operations' LagProbe and
+/// LagEvaluator, Burrow's rules), from the committed offsets without joining the group.
+public struct StageRow: Sendable, Codable, Hashable {
+    public var stage: String
+    public var group: String
+    public var inputs: [String]
+    /// Members of the group; nil when the broker does not say (tansu answers an active group's
+    /// DescribeGroups without members).
+    public var members: Int?
+    /// Input partitions the group has committed on.
+    public var partitions: Int
+    public var lagRecords: Int64
+    public var lagSeconds: Double
+    /// Records committed per second, summed over the partitions, since the last sample.
+    public var inRate: Double
+    /// Records arriving per second (log end advancing).
+    public var arrivalRate: Double
+    /// At the current net rate; nil when the lag is not falling (0 when caught up).
+    public var secondsToDrain: Double?
+    /// The worst partition's status (OK, WARN, STALL, STOP, REWIND, ERR) and why, in words.
+    public var status: String
+    public var reason: String
+    public var partitionRows: [PartitionRow]
+    /// Epoch ms of the sample; nil before the first.
+    public var sampledAt: Int64?
+    public var error: String?
+
+    var severity: Int { PartitionLagStatus(rawValue: status)?.severity ?? (error == nil ? -1 : 6) }
+}
+
+/// What the console knows: the stages' last sample and their history. Shared by the sampler
+/// (writes) and the pages (read). Its health: live always; ready once every stage was sampled.
+public final class ConsoleState: HealthReporting {
+    private struct State {
+        var rows: [String: StageRow] = [:]
+        var history = LagHistory()
+    }
+
+    private let state = Mutex(State())
+    public let topology: Topology
+
+    public init(topology: Topology) {
+        self.topology = topology
+        state.withLock { s in
+            for stage in topology.stages {
+                s.rows[stage.name] = StageRow(
+                    stage: stage.name, group: stage.group, inputs: stage.inputs, members: nil, partitions: 0, lagRecords: 0,
+                    lagSeconds: 0, inRate: 0, arrivalRate: 0, secondsToDrain: nil, status: "", reason: "not sampled yet",
+                    partitionRows: [], sampledAt: nil, error: nil)
+            }
+        }
+    }
+
+    /// Every stage, worst first (then by lag in seconds, then by name).
+    public func rows() -> [StageRow] {
+        state.withLock { s in
+            s.rows.values.sorted {
+                ($0.severity, $0.lagSeconds, $0.lagRecords) != ($1.severity, $1.lagSeconds, $1.lagRecords)
+                    ? ($0.severity, $0.lagSeconds, $0.lagRecords) > ($1.severity, $1.lagSeconds, $1.lagRecords)
+                    : $0.stage < $1.stage
+            }
+        }
+    }
+
+    public func row(_ stage: String) -> StageRow? { state.withLock { $0.rows[stage] } }
+
+    public func liveness(now: ContinuousClock.Instant) -> HealthStatus { HealthStatus(ok: true, reason: "ok") }
+
+    public func readiness(now: ContinuousClock.Instant) -> HealthStatus {
+        let waiting = state.withLock { $0.rows.values.filter { $0.sampledAt == nil }.count }
+        return waiting == 0 ? HealthStatus(ok: true, reason: "ok") : HealthStatus(ok: false, reason: "\(waiting) stages not sampled yet")
+    }
+
+    public func history(_ key: String, tier: Int, now: Int64) -> [LagHistory.Point] {
+        state.withLock { $0.history.points(key, tier: tier, now: now) }
+    }
+
+    func update(_ row: StageRow, at time: Int64) {
+        state.withLock { s in
+            s.rows[row.stage] = row
+            guard row.error == nil else { return }
+            s.history.record(row.stage, time: time, lagRecords: Double(row.lagRecords), lagSeconds: row.lagSeconds,
+                             inRate: row.inRate, arrivalRate: row.arrivalRate)
+            for p in row.partitionRows.map(\.lag) {
+                s.history.record("\(row.stage)/\(p.topic)/\(p.partition)", time: time, lagRecords: Double(p.lagRecords ?? 0),
+                                 lagSeconds: p.lagSeconds ?? 0, inRate: 0, arrivalRate: 0)
+            }
+        }
+    }
+}
+
+/// Samples every stage's lag every `interval` and exports the verdicts as metrics, so that
+/// Alertmanager and the page agree: `pipeline_consumer_status{group,topic}` (0 OK, 1 WARN,
+/// 2 STALL, 3 STOP, 4 REWIND, 5 ERR) and `pipeline_group_lag_seconds{group,topic}`.
+public final class ConsoleSampler: Service, Sendable {
+    let state: ConsoleState
+    let kafka: KafkaConfiguration
+    let interval: Duration
+    let logger: Logger
+
+    public init(state: ConsoleState, kafka: KafkaConfiguration, interval: Duration, logger: Logger) {
+        self.state = state
+        self.kafka = kafka
+        self.interval = interval
+        self.logger = logger
+    }
+
+    struct Previous {
+        var committed: Int64
+        var logEnd: Int64
+        var time: Int64
+    }
+
+    public func run() async throws {
+        let admin = try KafkaAdmin(configuration: kafka, timeout: .seconds(10))
+        var reader = TopicReader(kafka: kafka)
+        reader.idleTimeout = .seconds(10)
+        let probe = LagProbe(reader: reader)
+        var windows: [String: [TopicPartition: CommitWindow]] = [:]
+        var previous: [String: [TopicPartition: Previous]] = [:]
+        while !Task.isShuttingDownGracefully && !Task.isCancelled {
+            for stage in state.topology.stages {
+                if Task.isShuttingDownGracefully { break }
+                var window = windows[stage.name] ?? [:]
+                let now = Int64(Date().timeIntervalSince1970 * 1000)
+                do {
+                    let lag = try await probe.groupLag(stage.group, admin: admin, topics: stage.inputs, windows: &window)
+                    let row = Self.row(stage, lag: lag, windows: window, previous: &previous[stage.name, default: [:]], now: now)
+                    state.update(row, at: now)
+                    export(row, lag: lag)
+                } catch {
+                    var row = state.row(stage.name)!
+                    row.error = "\(error)"
+                    row.status = PartitionLagStatus.err.rawValue
+                    row.reason = "cannot read the group's lag: \(error)"
+                    row.sampledAt = now
+                    state.update(row, at: now)
+                    logger.warning("lag sample failed", metadata: ["stage": "\(stage.name)", "error": "\(error)"])
+                }
+                windows[stage.name] = window
+            }
+            try? await cancelWhenGracefulShutdown { [interval] in try await Task.sleep(for: interval) }
+        }
+        await admin.close()
+    }
+
+    static func row(
+        _ stage: Topology.Stage, lag: GroupLag, windows: [TopicPartition: CommitWindow], previous: inout [TopicPartition: Previous], now: Int64
+    ) -> StageRow {
+        let hasMembers = !lag.members.isEmpty || lag.state != "Empty"
+        var inRate = 0.0, arrivalRate = 0.0
+        var rows: [PartitionRow] = []
+        for p in lag.partitions {
+            if let before = previous[p.topicPartition], let end = p.logEnd, now > before.time {
+                let seconds = Double(now - before.time) / 1000
+                inRate += Double(max(0, p.committed - before.committed)) / seconds
+                arrivalRate += Double(max(0, end - before.logEnd)) / seconds
+            }
+            if let end = p.logEnd { previous[p.topicPartition] = Previous(committed: p.committed, logEnd: end, time: now) }
+            rows.append(PartitionRow(lag: p, reason: LagVerdict.reason(p, window: windows[p.topicPartition]?.samples ?? [], hasMembers: hasMembers)))
+        }
+        let worst = lag.partitions.max { ($0.status, $0.lagRecords ?? 0) < ($1.status, $1.lagRecords ?? 0) }
+        let total = lag.totalLag
+        let net = inRate - arrivalRate
+        let members = lag.members.isEmpty && lag.state != "Empty" ? nil : lag.members.count
+        return StageRow(
+            stage: stage.name, group: stage.group, inputs: stage.inputs, members: members, partitions: lag.partitions.count,
+            lagRecords: total, lagSeconds: lag.maxLagSeconds, inRate: inRate, arrivalRate: arrivalRate,
+            secondsToDrain: total == 0 ? 0 : (net > 0 ? Double(total) / net : nil),
+            status: worst?.status.rawValue ?? "",
+            reason: worst.map { w in
+                let text = LagVerdict.reason(w, window: windows[w.topicPartition]?.samples ?? [], hasMembers: hasMembers)
+                return lag.partitions.count > 1 && w.status != .ok ? "\(w.topic)[\(w.partition)]: \(text)" : text
+            } ?? "no commits yet: the group has consumed nothing",
+            partitionRows: rows, sampledAt: now, error: nil)
+    }
+
+    private func export(_ row: StageRow, lag: GroupLag) {
+        for topic in Set(lag.partitions.map(\.topic)) {
+            let parts = lag.partitions.filter { $0.topic == topic }
+            let status = parts.map(\.status).max() ?? .ok
+            Gauge(label: ConsoleMetricName.consumerStatus, dimensions: [("group", row.group), ("topic", topic)]).record(Double(status.severity))
+            Gauge(label: ConsoleMetricName.groupLagSeconds, dimensions: [("group", row.group), ("topic", topic)])
+                .record(parts.compactMap(\.lagSeconds).max() ?? 0)
+        }
+    }
+}
+
+public enum ConsoleMetricName {
+    /// `{group, topic}`: Burrow's status as a number (0 OK, 1 WARN, 2 STALL, 3 STOP, 4 REWIND, 5 ERR).
+    public static let consumerStatus = "pipeline_consumer_status"
+    /// `{group, topic}`: the largest lag in seconds of the group's partitions of the topic.
+    public static let groupLagSeconds = "pipeline_group_lag_seconds"
+}

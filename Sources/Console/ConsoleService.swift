@@ -1,0 +1,257 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import Kafka
+import Logging
+import NIOCore
+import Operations
+import Pipeline
+import ServiceLifecycle
+import Synchronization
+
+/// Settings of `pipelinectl console`.
+public struct ConsoleSettings: Sendable {
+    public var host = "127.0.0.1"
+    public var port = 8090
+    /// Required when `host` is not a loopback address: every request then carries it, as
+    /// `Authorization: Bearer …` or the cookie `/login` sets.
+    public var token: String?
+    /// The newest dead letters read per partition of each dead-letter topic.
+    public var deadLettersPerPartition: Int64 = 10_000
+
+    public init() {}
+
+    /// Whether `host` only accepts connections from this machine.
+    public static func isLoopback(_ host: String) -> Bool {
+        host == "localhost" || host == "::1" || host == "[::1]" || host.hasPrefix("127.")
+    }
+}
+
+/// The operator console: server-rendered pages over the sampler's state and the dead letters,
+/// thin over `Operations` (the code `pipelinectl lag` and `dlq` use).
+///
+/// Every answer carries a strict Content-Security-Policy (scripts and styles from the console
+/// itself only, no inline code, no frames, no other origins), `nosniff`, `no-referrer` and
+/// `no-store`.
+public final class ConsoleService: Service, Sendable {
+    public let settings: ConsoleSettings
+    let state: ConsoleState
+    let pages: ConsolePages
+    let deadLetterReader: DeadLetterReader
+    let deadLetterTopics: [String]
+    let logger: Logger
+    private let cache = Mutex<(at: ContinuousClock.Instant, entries: [DeadLetterEntry])?>(nil)
+
+    public init(settings: ConsoleSettings, state: ConsoleState, kafka: KafkaConfiguration, logger: Logger) {
+        self.settings = settings
+        self.state = state
+        self.pages = ConsolePages(state: state)
+        self.deadLetterTopics = Array(Set(state.topology.stages.map(\.deadLetterTopic))).sorted()
+        self.deadLetterReader = DeadLetterReader(kafka: kafka, topics: deadLetterTopics, maxPerPartition: settings.deadLettersPerPartition)
+        self.logger = logger
+    }
+
+    static let securityHeaders: HTTPFields = [
+        .contentSecurityPolicy: "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'",
+        HTTPField.Name("X-Content-Type-Options")!: "nosniff",
+        HTTPField.Name("Referrer-Policy")!: "no-referrer",
+        HTTPField.Name("X-Frame-Options")!: "DENY",
+        .cacheControl: "no-store",
+    ]
+
+    public func run() async throws {
+        let router = Router()
+        router.get("/") { _, _ in self.html(self.pages.overview(now: Self.now())) }
+        router.get("/stages/:name") { request, context in
+            self.stagePage(context.parameters.get("name") ?? "", tier: Int(Self.query(request)["tier"] ?? "") ?? 0)
+        }
+        router.get("/dead-letters") { request, _ in await self.deadLettersPage(Self.query(request)) }
+        router.get("/dead-letters/:partition/:offset") { _, context in
+            await self.deadLetterPage(context.parameters.get("partition") ?? "", context.parameters.get("offset") ?? "")
+        }
+        router.get("/api/stages") { _, _ in self.stagesJSON() }
+        router.get("/static/console.css") { _, _ in Self.asset(Assets.css, type: "text/css; charset=utf-8") }
+        router.get("/static/console.js") { _, _ in Self.asset(Assets.js, type: "text/javascript; charset=utf-8") }
+        router.get("/login") { _, _ in self.html(Self.loginPage(failed: false)) }
+        router.post("/login") { request, _ in try await self.login(request) }
+        router.get("/healthz") { _, _ in Self.plain(200, "ok\n") }
+        router.get("/favicon.ico") { _, _ in Response(status: .noContent, headers: Self.securityHeaders) }
+
+        let responder = router.buildResponder()
+        let guarded = Guarded(inner: responder, token: settings.token.map { Array($0.utf8) })
+        let app = Application(
+            responder: guarded,
+            configuration: ApplicationConfiguration(address: .hostname(settings.host, port: settings.port), serverName: nil),
+            onServerRunning: { [self] channel in
+                let port = channel.localAddress?.port ?? settings.port
+                logger.info("console listening on http://\(settings.host):\(port)/", metadata: ["port": "\(port)"])
+            },
+            logger: logger)
+        try await app.run()
+    }
+
+    // MARK: Pages
+
+    static func now() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
+
+    static func query(_ request: Request) -> [String: String] {
+        var out: [String: String] = [:]
+        for item in URLComponents(string: request.uri.description)?.queryItems ?? [] { out[item.name] = item.value ?? "" }
+        return out
+    }
+
+    func stagePage(_ name: String, tier requested: Int) -> Response {
+        let tier = min(max(requested, 0), LagHistory.tiers.count - 1)
+        guard let page = pages.stage(name, tier: tier, now: Self.now()) else {
+            return html(HTML.page(title: "Not found", nav: "", body: "<h1>No stage \(HTML.text(name))</h1><p><a href=\"/\">stages</a></p>"), status: 404)
+        }
+        return html(page)
+    }
+
+    /// The dead letters, read again at most every 5 s.
+    func entries() async -> (entries: [DeadLetterEntry], error: String?) {
+        if let cached = cache.withLock({ $0 }), ContinuousClock.now - cached.at < .seconds(5) { return (cached.entries, nil) }
+        do {
+            let entries = try await deadLetterReader.read()
+            cache.withLock { $0 = (ContinuousClock.now, entries) }
+            return (entries, nil)
+        } catch {
+            logger.warning("cannot read the dead letters", metadata: ["error": "\(error)"])
+            return (cache.withLock { $0 }?.entries ?? [], "\(error)")
+        }
+    }
+
+    func deadLettersPage(_ query: [String: String]) async -> Response {
+        let (entries, error) = await entries()
+        return html(pages.deadLetters(entries, filter: DeadLetterFilter(query: query), readError: error))
+    }
+
+    func deadLetterPage(_ partition: String, _ offset: String) async -> Response {
+        guard let p = Int32(partition), let o = Int64(offset) else { return html(notFound("no dead letter \(partition)/\(offset)"), status: 404) }
+        for topic in deadLetterTopics {
+            if let entry = try? await deadLetterReader.entry(partition: p, offset: o, topic: topic) { return html(pages.deadLetter(entry)) }
+        }
+        return html(notFound("no dead letter at partition \(p), offset \(o)"), status: 404)
+    }
+
+    func notFound(_ what: String) -> String {
+        HTML.page(title: "Not found", nav: "", body: "<h1>Not found</h1><p>\(HTML.text(what))</p><p><a href=\"/\">stages</a></p>")
+    }
+
+    struct StagesJSON: Encodable {
+        struct Row: Encodable {
+            var stage: String
+            var status: String
+            var cells: [String: String]
+        }
+        var updated: String
+        var stages: [Row]
+    }
+
+    func stagesJSON() -> Response {
+        let body = StagesJSON(updated: HTML.time(Self.now()), stages: state.rows().map { .init(stage: $0.stage, status: $0.status, cells: ConsolePages.cells($0)) })
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        let bytes = (try? encoder.encode(body)) ?? Data("{}".utf8)
+        var fields = Self.securityHeaders
+        fields[.contentType] = "application/json"
+        return Response(status: .ok, headers: fields, body: ResponseBody(byteBuffer: ByteBuffer(bytes: bytes)))
+    }
+
+    // MARK: Login (only when a token is required)
+
+    static func loginPage(failed: Bool) -> String {
+        HTML.page(title: "Sign in", nav: "", body: """
+            <h1>Sign in</h1>\(failed ? "<p class=\"error\">That is not the console's token.</p>" : "")
+            <form method="post" action="/login"><label>Token <input type="password" name="token" autocomplete="current-password"></label> \
+            <button type="submit">Sign in</button></form>
+            """)
+    }
+
+    func login(_ request: Request) async throws -> Response {
+        let body = try await request.body.collect(upTo: 4096)
+        let form = String(buffer: body)
+        let presented = form.split(separator: "&").compactMap { pair -> String? in
+            let parts = pair.split(separator: "=", maxSplits: 1).map(String.init)
+            guard parts.count == 2, parts[0] == "token" else { return nil }
+            return parts[1].replacingOccurrences(of: "+", with: " ").removingPercentEncoding
+        }.first ?? ""
+        guard let token = settings.token, ConstantTime.equal(Array(presented.utf8), Array(token.utf8)) else {
+            return html(Self.loginPage(failed: settings.token != nil), status: settings.token == nil ? 404 : 401)
+        }
+        var fields = Self.securityHeaders
+        fields[.location] = "/"
+        fields[.setCookie] = "\(SessionCookie.name)=\(SessionCookie.value(Array(token.utf8))); HttpOnly; SameSite=Strict; Path=/"
+        return Response(status: .seeOther, headers: fields)
+    }
+
+    // MARK: Responses
+
+    func html(_ page: String, status: HTTPResponse.Status = .ok) -> Response {
+        var fields = Self.securityHeaders
+        fields[.contentType] = "text/html; charset=utf-8"
+        return Response(status: status, headers: fields, body: ResponseBody(byteBuffer: ByteBuffer(string: page)))
+    }
+
+    static func asset(_ text: String, type: String) -> Response {
+        var fields = securityHeaders
+        fields[.contentType] = type
+        fields[.cacheControl] = "max-age=300"
+        return Response(status: .ok, headers: fields, body: ResponseBody(byteBuffer: ByteBuffer(string: text)))
+    }
+
+    static func plain(_ status: Int, _ text: String) -> Response {
+        var fields = securityHeaders
+        fields[.contentType] = "text/plain; charset=utf-8"
+        return Response(status: HTTPResponse.Status(code: status), headers: fields, body: ResponseBody(byteBuffer: ByteBuffer(string: text)))
+    }
+}
+
+/// When the console has a token, every request but `/login`, the static files and `/healthz`
+/// must carry it (`Authorization: Bearer TOKEN`, or the cookie `/login` sets); a page request
+/// without it is sent to `/login`, anything else gets 401.
+struct Guarded<Inner: HTTPResponder>: HTTPResponder where Inner.Context == BasicRequestContext {
+    typealias Context = BasicRequestContext
+    let inner: Inner
+    let token: [UInt8]?
+
+
+    func respond(to request: Request, context: Context) async throws -> Response {
+        guard let token else { return try await inner.respond(to: request, context: context) }
+        let path = request.uri.path
+        if path == "/login" || path == "/healthz" || path == "/favicon.ico" || path.hasPrefix("/static/") { return try await inner.respond(to: request, context: context) }
+        if let authorization = request.headers[.authorization], authorization.hasPrefix("Bearer "),
+            ConstantTime.equal(Array(authorization.dropFirst("Bearer ".count).utf8), token)
+        {
+            return try await inner.respond(to: request, context: context)
+        }
+        let expected = Array(SessionCookie.value(token).utf8)
+        for cookie in (request.headers[.cookie] ?? "").split(separator: ";") {
+            let parts = cookie.trimmingCharacters(in: .whitespaces).split(separator: "=", maxSplits: 1).map(String.init)
+            if parts.count == 2, parts[0] == SessionCookie.name, ConstantTime.equal(Array(parts[1].utf8), expected) {
+                return try await inner.respond(to: request, context: context)
+            }
+        }
+        var fields = ConsoleService.securityHeaders
+        if request.method == .get, !path.hasPrefix("/api/") {
+            fields[.location] = "/login"
+            return Response(status: .seeOther, headers: fields)
+        }
+        fields[.wwwAuthenticate] = #"Bearer realm="console""#
+        return Response(status: .unauthorized, headers: fields)
+    }
+}
+
+/// The cookie `/login` sets: a digest of the token rather than the token, HttpOnly, SameSite=Strict.
+enum SessionCookie {
+    static let name = "pipeline_console"
+
+    static func value(_ token: [UInt8]) -> String {
+        var a: UInt64 = 0xcbf2_9ce4_8422_2325, b: UInt64 = 0x8422_2325_cbf2_9ce4
+        for byte in token + Array("pipeline-console".utf8) {
+            a = (a ^ UInt64(byte)) &* 0x0000_0100_0000_01B3
+            b = (b ^ UInt64(byte) ^ (a >> 29)) &* 0x0000_0100_0000_01B3
+        }
+        return String(a, radix: 16) + String(b, radix: 16)
+    }
+}

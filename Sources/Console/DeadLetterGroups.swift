@@ -1,0 +1,121 @@
+import Foundation
+import Kafka
+import Operations
+import Workers
+
+/// Dead letters grouped as the page lists them: by stage, reason, field and origin topic, with
+/// how many and when the first and last were written. Pure over the entries.
+public struct DeadLetterGroup: Sendable, Hashable, Codable {
+    public var stage: String
+    public var reason: String
+    public var field: String
+    public var originTopic: String
+    public var count: Int
+    /// Epoch ms (the dead letters' record timestamps).
+    public var firstSeen: Int64
+    public var lastSeen: Int64
+    /// The newest one's place in the dead-letter topic, to open it.
+    public var latest: Place
+
+    public struct Place: Sendable, Hashable, Codable {
+        public var partition: Int32
+        public var offset: Int64
+    }
+
+    public static func groups(_ entries: [DeadLetterEntry]) -> [DeadLetterGroup] {
+        var groups: [[String]: DeadLetterGroup] = [:]
+        for e in entries {
+            let key = [e.letter.stage, e.letter.failure.reason.rawValue, e.letter.failure.field, e.letter.origin.topic]
+            let time = e.record.timestamp ?? 0
+            let place = Place(partition: e.record.partition, offset: e.record.offset)
+            if var g = groups[key] {
+                g.count += 1
+                g.firstSeen = min(g.firstSeen, time)
+                if time >= g.lastSeen { g.lastSeen = time; g.latest = place }
+                groups[key] = g
+            } else {
+                groups[key] = DeadLetterGroup(
+                    stage: key[0], reason: key[1], field: key[2], originTopic: key[3], count: 1, firstSeen: time, lastSeen: time, latest: place)
+            }
+        }
+        return groups.values.sorted { ($0.count, $1.stage, $1.reason) > ($1.count, $0.stage, $0.reason) }
+    }
+}
+
+/// A filter over dead letters from the page's query (`stage`, `reason`, `origin`, `field`).
+public struct DeadLetterFilter: Sendable, Hashable {
+    public var stage = ""
+    public var reason = ""
+    public var origin = ""
+    public var field = ""
+
+    public init(query: [String: String] = [:]) {
+        stage = query["stage"] ?? ""
+        reason = query["reason"] ?? ""
+        origin = query["origin"] ?? ""
+        field = query["field"] ?? ""
+    }
+
+    public var isEmpty: Bool { stage.isEmpty && reason.isEmpty && origin.isEmpty && field.isEmpty }
+
+    public func matches(_ e: DeadLetterEntry) -> Bool {
+        (stage.isEmpty || e.letter.stage == stage) && (reason.isEmpty || e.letter.failure.reason.rawValue == reason)
+            && (origin.isEmpty || e.letter.origin.topic == origin) && (field.isEmpty || e.letter.failure.field == field)
+    }
+}
+
+/// Reads the dead-letter topics of the topology (without a group): the newest
+/// `maxPerPartition` records of each partition.
+public struct DeadLetterReader: Sendable {
+    public var kafka: KafkaConfiguration
+    public var topics: [String]
+    public var maxPerPartition: Int64
+
+    public init(kafka: KafkaConfiguration, topics: [String], maxPerPartition: Int64 = 10_000) {
+        self.kafka = kafka
+        self.topics = topics
+        self.maxPerPartition = maxPerPartition
+    }
+
+    /// Every readable dead letter (records that are not dead letters are skipped), oldest first per partition.
+    public func read() async throws -> [DeadLetterEntry] {
+        let admin = try KafkaAdmin(configuration: kafka, timeout: .seconds(10))
+        var start: [TopicPartitionOffset] = []
+        do {
+            for topic in topics {
+                for tp in try await admin.partitions(of: topic) {
+                    // ListOffsets' high mark can be too low on tansu (multi-record batches): it only
+                    // places the start; the read goes to the end the fetches report.
+                    let marks = try await admin.watermarks(tp)
+                    guard marks.high > marks.low else { continue }
+                    start.append(TopicPartitionOffset(tp.topic, tp.partition, offset: max(marks.low, marks.high - maxPerPartition)))
+                }
+            }
+        } catch {
+            await admin.close()
+            throw error
+        }
+        await admin.close()
+        var entries: [DeadLetterEntry] = []
+        var reader = TopicReader(kafka: kafka)
+        reader.idleTimeout = .seconds(10)
+        try await reader.read(from: start) { batch in
+            entries += batch.compactMap(DeadLetterEntry.init)
+            return true
+        }
+        return entries
+    }
+
+    /// The record at `offset` of `partition` of the first dead-letter topic that has it.
+    public func entry(partition: Int32, offset: Int64, topic: String) async throws -> DeadLetterEntry? {
+        var found: DeadLetterEntry?
+        var reader = TopicReader(kafka: kafka)
+        reader.idleTimeout = .seconds(10)
+        let tp = TopicPartition(topic, partition)
+        try await reader.read(from: [TopicPartitionOffset(topic, partition, offset: offset)], until: [tp: offset + 1]) { batch in
+            found = batch.first { $0.offset == offset }.flatMap(DeadLetterEntry.init)
+            return found == nil
+        }
+        return found
+    }
+}

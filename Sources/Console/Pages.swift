@@ -1,0 +1,268 @@
+import Foundation
+import Operations
+import Workers
+
+/// The console's pages, rendered on the server. Everything that comes from Kafka (keys, values,
+/// headers, names, reasons) is attacker-controlled: it reaches the page only through
+/// ``HTML/text(_:)`` (escaped) and never inside a script, a style or an unquoted attribute.
+public enum HTML {
+    /// `s` escaped for HTML text and double-quoted attribute values.
+    public static func text(_ s: String) -> String {
+        var out = ""
+        out.reserveCapacity(s.utf8.count)
+        for c in s.unicodeScalars {
+            switch c {
+            case "&": out += "&amp;"
+            case "<": out += "&lt;"
+            case ">": out += "&gt;"
+            case "\"": out += "&quot;"
+            case "'": out += "&#39;"
+            default: out.unicodeScalars.append(c)
+            }
+        }
+        return out
+    }
+
+    /// Bytes as text: UTF-8 where they are (invalid sequences shown as U+FFFD), and whether they were valid.
+    public static func bytes(_ b: [UInt8]) -> (text: String, valid: Bool) {
+        if let s = String(validating: b, as: UTF8.self) { return (s, true) }
+        return (String(decoding: b, as: UTF8.self), false)
+    }
+
+    /// A query string value.
+    static func query(_ s: String) -> String {
+        s.addingPercentEncoding(withAllowedCharacters: .alphanumerics.union(CharacterSet(charactersIn: "-._~"))) ?? ""
+    }
+
+    static func page(title: String, nav: String, live: String? = nil, body: String) -> String {
+        let links = [("/", "Stages"), ("/dead-letters", "Dead letters")].map { href, name in
+            "<a href=\"\(href)\"\(href == nav ? " class=\"current\"" : "")>\(name)</a>"
+        }.joined(separator: " ")
+        return """
+            <!doctype html>
+            <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+            <title>\(text(title)) · pipeline console</title>
+            <link rel="stylesheet" href="/static/console.css"><script src="/static/console.js" defer></script></head>
+            <body\(live.map { " data-live=\"\(text($0))\"" } ?? "")><header><strong>pipeline console</strong> <nav>\(links)</nav></header>
+            <main>\(body)</main></body></html>
+            """
+    }
+
+    // MARK: Formatting (one definition: the pages and the live JSON use these)
+
+    static func count(_ n: Int64?) -> String { n.map(LagVerdict.grouped) ?? "–" }
+
+    static func seconds(_ s: Double?) -> String {
+        guard let s else { return "–" }
+        if s < 10 { return String(format: "%.1f s", s) }
+        if s < 120 { return "\(Int(s)) s" }
+        if s < 7200 { return "\(Int(s) / 60) m \(Int(s) % 60) s" }
+        if s < 172_800 { return "\(Int(s) / 3600) h \(Int(s) % 3600 / 60) m" }
+        return "\(Int(s) / 86400) d \(Int(s) % 86400 / 3600) h"
+    }
+
+    static func rate(_ r: Double) -> String { r < 10 ? String(format: "%.1f/s", r) : "\(LagVerdict.grouped(Int64(r.rounded())))/s" }
+
+    static func time(_ ms: Int64?) -> String {
+        guard let ms else { return "–" }
+        let f = DateFormatter()
+        f.locale = Locale(identifier: "en_US_POSIX")
+        f.timeZone = TimeZone(identifier: "UTC")
+        f.dateFormat = "yyyy-MM-dd HH:mm:ss'Z'"
+        return f.string(from: Date(timeIntervalSince1970: Double(ms) / 1000))
+    }
+
+    // MARK: Charts
+
+    /// A line chart of `values` over `times` as SVG (no script, no inline style): the polyline's
+    /// points, the range as text. `data-points` says how many points it has.
+    static func chart(_ points: [(time: Int64, value: Double)], width: Int = 600, height: Int = 120, label: String, format: (Double) -> String) -> String {
+        guard let first = points.first, let last = points.last else {
+            return "<figure class=\"chart\"><figcaption>\(text(label))</figcaption><p class=\"muted\">no samples yet</p></figure>"
+        }
+        let maxValue = max(points.map(\.value).max() ?? 0, 1)
+        let span = max(Double(last.time - first.time), 1)
+        let coordinates = points.map { p -> String in
+            let x = points.count == 1 ? 0 : Double(p.time - first.time) / span * Double(width)
+            let y = Double(height) - p.value / maxValue * Double(height - 10)
+            return String(format: "%.1f,%.1f", x, y)
+        }.joined(separator: " ")
+        return """
+            <figure class="chart"><figcaption>\(text(label)): \(text(format(last.value))) now, max \(text(format(maxValue)))</figcaption>\
+            <svg viewBox="0 0 \(width) \(height)" width="\(width)" height="\(height)" role="img" aria-label="\(text(label))" data-points="\(points.count)">\
+            <polyline class="line" fill="none" stroke="currentColor" stroke-width="2" points="\(coordinates)"/></svg>\
+            <div class="axis"><span>\(text(time(first.time)))</span><span>\(text(time(last.time)))</span></div></figure>
+            """
+    }
+
+    static func sparkline(_ values: [Double]) -> String {
+        guard values.count > 1 else { return "<svg class=\"spark\" viewBox=\"0 0 100 20\" width=\"100\" height=\"20\" data-points=\"\(values.count)\"></svg>" }
+        let top = max(values.max() ?? 0, 1)
+        let coordinates = values.enumerated().map { i, v in
+            String(format: "%.1f,%.1f", Double(i) / Double(values.count - 1) * 100, 19 - v / top * 18)
+        }.joined(separator: " ")
+        return "<svg class=\"spark\" viewBox=\"0 0 100 20\" width=\"100\" height=\"20\" data-points=\"\(values.count)\"><polyline fill=\"none\" stroke=\"currentColor\" stroke-width=\"1.5\" points=\"\(coordinates)\"/></svg>"
+    }
+}
+
+/// The pages over the console's state and the dead letters.
+struct ConsolePages {
+    let state: ConsoleState
+
+    /// The cells of a stage's overview row, formatted; the page and `/api/stages` both use them.
+    static func cells(_ r: StageRow) -> [String: String] {
+        [
+            "members": r.members.map(String.init) ?? "–",
+            "partitions": String(r.partitions),
+            "in": HTML.rate(r.inRate),
+            "arrivals": HTML.rate(r.arrivalRate),
+            "lag": HTML.count(r.lagRecords),
+            "lag-seconds": HTML.seconds(r.lagSeconds),
+            "drain": r.secondsToDrain.map { $0 == 0 ? "0 s" : HTML.seconds($0) } ?? "not draining",
+            "verdict": r.status.isEmpty ? "–" : r.status,
+            "reason": r.reason,
+        ]
+    }
+
+    func overview(now: Int64) -> String {
+        let rows = state.rows()
+        var body = """
+            <h1>Stages</h1>
+            <p class="muted">\(rows.count) stages of the topology, worst first\(Self.tally(rows)). Lag as <code>pipelinectl lag</code> computes it \
+            (Burrow's rules), sampled without joining the groups; lag in time is now minus the timestamp of the first record not yet consumed. \
+            Updated <span id="updated">\(HTML.text(HTML.time(now)))</span>.</p>
+            <table class="stages"><thead><tr><th>stage</th><th>group</th><th>workers</th><th>partitions</th><th>in</th><th>arrivals</th>\
+            <th>lag</th><th>lag (time)</th><th>time to drain</th><th>last 5 min</th><th>verdict</th></tr></thead><tbody>
+            """
+        for r in rows {
+            let c = Self.cells(r)
+            let spark = HTML.sparkline(state.history(r.stage, tier: 0, now: now).map(\.lagRecords))
+            body += """
+                <tr data-stage="\(HTML.text(r.stage))"><td><a href="/stages/\(HTML.query(r.stage))">\(HTML.text(r.stage))</a></td>\
+                <td>\(HTML.text(r.group))</td><td data-field="members">\(HTML.text(c["members"]!))</td>\
+                <td data-field="partitions">\(HTML.text(c["partitions"]!))</td><td data-field="in">\(HTML.text(c["in"]!))</td>\
+                <td data-field="arrivals">\(HTML.text(c["arrivals"]!))</td><td data-field="lag">\(HTML.text(c["lag"]!))</td>\
+                <td data-field="lag-seconds">\(HTML.text(c["lag-seconds"]!))</td><td data-field="drain">\(HTML.text(c["drain"]!))</td>\
+                <td>\(spark)</td><td class="verdict"><span data-field="verdict" class="status status-\(HTML.text(r.status))">\(HTML.text(c["verdict"]!))</span> \
+                <span data-field="reason">\(HTML.text(c["reason"]!))</span></td></tr>
+                """
+        }
+        body += "</tbody></table>"
+        return HTML.page(title: "Stages", nav: "/", live: "stages", body: body)
+    }
+
+    /// ": 1 STOP, 17 OK" (statuses worst first), or "" before any sample.
+    static func tally(_ rows: [StageRow]) -> String {
+        var counts: [String: Int] = [:]
+        for r in rows where !r.status.isEmpty { counts[r.status, default: 0] += 1 }
+        let order = PartitionLagStatus.allCases.sorted { $0 > $1 }.map(\.rawValue)
+        let parts = order.compactMap { s in counts[s].map { "\($0) \(s)" } }
+        let idle = rows.filter { $0.status.isEmpty && $0.sampledAt != nil }.count
+        let all = parts + (idle > 0 ? ["\(idle) without commits"] : [])
+        return all.isEmpty ? "" : ": " + all.joined(separator: ", ")
+    }
+
+    func stage(_ name: String, tier: Int, now: Int64) -> String? {
+        guard let r = state.row(name) else { return nil }
+        let tierLinks = LagHistory.tiers.enumerated().map { i, t in
+            i == tier ? "<strong>\(t.name)</strong>" : "<a href=\"/stages/\(HTML.query(name))?tier=\(i)\">\(t.name)</a>"
+        }.joined(separator: " · ")
+        let points = state.history(name, tier: tier, now: now)
+        var body = """
+            <h1>\(HTML.text(name))</h1>
+            <p>group <code>\(HTML.text(r.group))</code>, inputs \(r.inputs.map { "<code>\(HTML.text($0))</code>" }.joined(separator: ", ")). \
+            <span class="status status-\(HTML.text(r.status))">\(HTML.text(r.status.isEmpty ? "–" : r.status))</span> \(HTML.text(r.reason))</p>
+            <p>History: \(tierLinks)</p>
+            \(HTML.chart(points.map { ($0.time, $0.lagRecords) }, label: "lag (records)", format: { HTML.count(Int64($0)) }))
+            \(HTML.chart(points.map { ($0.time, $0.lagSeconds) }, label: "lag (time)", format: { HTML.seconds($0) }))
+            \(HTML.chart(points.map { ($0.time, $0.inRate) }, label: "records in per second", format: HTML.rate))
+            <h2>Partitions</h2><table><thead><tr><th>topic</th><th>partition</th><th>committed</th><th>log end</th><th>lag</th>\
+            <th>lag (time)</th><th>owner</th><th>verdict</th><th>last 5 min</th></tr></thead><tbody>
+            """
+        for row in r.partitionRows {
+            let p = row.lag
+            let spark = HTML.sparkline(state.history("\(name)/\(p.topic)/\(p.partition)", tier: 0, now: now).map(\.lagRecords))
+            body += """
+                <tr><td>\(HTML.text(p.topic))</td><td>\(p.partition)</td><td>\(HTML.count(p.committed))</td><td>\(HTML.count(p.logEnd))</td>\
+                <td>\(HTML.count(p.lagRecords))</td><td>\(HTML.text(HTML.seconds(p.lagSeconds)))</td><td>\(HTML.text(p.owner ?? "–"))</td>\
+                <td><span class="status status-\(p.status.rawValue)">\(p.status.rawValue)</span> \(HTML.text(row.reason))</td><td>\(spark)</td></tr>
+                """
+        }
+        body += "</tbody></table>"
+        if let error = r.error { body += "<p class=\"error\">\(HTML.text(error))</p>" }
+        return HTML.page(title: name, nav: "/stages", body: body)
+    }
+
+    func deadLetters(_ entries: [DeadLetterEntry], filter: DeadLetterFilter, readError: String?) -> String {
+        let selected = entries.filter(filter.matches)
+        let groups = DeadLetterGroup.groups(selected)
+        func option(_ name: String, _ values: Set<String>, _ current: String) -> String {
+            "<label>\(name) <select name=\"\(name)\"><option value=\"\">any</option>"
+                + values.sorted().map { "<option value=\"\(HTML.text($0))\"\($0 == current ? " selected" : "")>\(HTML.text($0))</option>" }.joined()
+                + "</select></label>"
+        }
+        var body = """
+            <h1>Dead letters</h1>
+            <form method="get" action="/dead-letters" class="filter">\
+            \(option("stage", Set(entries.map(\.letter.stage)), filter.stage))\
+            \(option("reason", Set(entries.map(\.letter.failure.reason.rawValue)), filter.reason))\
+            \(option("origin", Set(entries.map(\.letter.origin.topic)), filter.origin))\
+            \(option("field", Set(entries.map(\.letter.failure.field)), filter.field))\
+            <button type="submit">Filter</button> <a href="/dead-letters">clear</a></form>
+            <p class="muted">\(selected.count) of \(entries.count) dead letters\(filter.isEmpty ? "" : " match"). Grouped by stage, reason, field and origin topic.</p>
+            """
+        if let readError { body += "<p class=\"error\">cannot read the dead letters: \(HTML.text(readError))</p>" }
+        body += "<table class=\"groups\"><thead><tr><th>stage</th><th>reason</th><th>field</th><th>origin topic</th><th>count</th><th>first seen</th><th>last seen</th><th></th></tr></thead><tbody>"
+        for g in groups {
+            let filterLink = "/dead-letters?stage=\(HTML.query(g.stage))&reason=\(HTML.query(g.reason))&field=\(HTML.query(g.field))&origin=\(HTML.query(g.originTopic))"
+            body += """
+                <tr data-reason="\(HTML.text(g.reason))"><td>\(HTML.text(g.stage))</td><td>\(HTML.text(g.reason))</td><td>\(HTML.text(g.field))</td>\
+                <td>\(HTML.text(g.originTopic))</td><td class="count"><a href="\(HTML.text(filterLink))">\(g.count)</a></td>\
+                <td>\(HTML.text(HTML.time(g.firstSeen)))</td><td>\(HTML.text(HTML.time(g.lastSeen)))</td>\
+                <td><a href="/dead-letters/\(g.latest.partition)/\(g.latest.offset)">newest</a></td></tr>
+                """
+        }
+        body += "</tbody></table><h2>Newest</h2><table class=\"letters\"><thead><tr><th>written</th><th>stage</th><th>reason</th><th>field</th><th>origin</th><th>key</th><th></th></tr></thead><tbody>"
+        for e in selected.sorted(by: { ($0.record.timestamp ?? 0) > ($1.record.timestamp ?? 0) }).prefix(100) {
+            let key = e.letter.key.map { HTML.bytes($0).text } ?? "(none)"
+            body += """
+                <tr><td>\(HTML.text(HTML.time(e.record.timestamp)))</td><td>\(HTML.text(e.letter.stage))</td><td>\(HTML.text(e.letter.failure.reason.rawValue))</td>\
+                <td>\(HTML.text(e.letter.failure.field))</td><td>\(HTML.text("\(e.letter.origin.topic)[\(e.letter.origin.partition)]@\(e.letter.origin.offset)"))</td>\
+                <td class="key">\(HTML.text(String(key.prefix(80))))</td><td><a href="/dead-letters/\(e.record.partition)/\(e.record.offset)">open</a></td></tr>
+                """
+        }
+        body += "</tbody></table>"
+        return HTML.page(title: "Dead letters", nav: "/dead-letters", body: body)
+    }
+
+    func deadLetter(_ e: DeadLetterEntry) -> String {
+        func block(_ bytes: [UInt8]?) -> String {
+            guard let bytes else { return "<p class=\"muted\">(none: a tombstone)</p>" }
+            let (text, valid) = HTML.bytes(bytes)
+            var shown = text
+            if valid, let object = try? JSONSerialization.jsonObject(with: Data(bytes), options: [.fragmentsAllowed]),
+                let pretty = try? JSONSerialization.data(withJSONObject: object, options: [.prettyPrinted, .sortedKeys, .fragmentsAllowed, .withoutEscapingSlashes])
+            {
+                shown = String(decoding: pretty, as: UTF8.self)
+            }
+            return "<pre class=\"value\">\(HTML.text(shown))</pre>" + (valid ? "" : "<p class=\"warning\">not valid UTF-8: invalid bytes shown as \u{FFFD}</p>")
+        }
+        let l = e.letter
+        var body = """
+            <h1>Dead letter \(e.record.partition)/\(e.record.offset)</h1>
+            <dl><dt>stage</dt><dd>\(HTML.text(l.stage))</dd><dt>reason</dt><dd>\(HTML.text(l.failure.reason.rawValue))</dd>\
+            <dt>field</dt><dd>\(HTML.text(l.failure.field))</dd><dt>detail</dt><dd>\(HTML.text(l.failure.detail))</dd>\
+            <dt>origin</dt><dd>\(HTML.text("\(l.origin.topic) partition \(l.origin.partition) offset \(l.origin.offset)"))</dd>\
+            <dt>written</dt><dd>\(HTML.text(HTML.time(e.record.timestamp)))</dd><dt>attempts</dt><dd>\(l.attempts)</dd>\
+            <dt>redriven</dt><dd>\(e.redriveCount) times</dd></dl>
+            <h2>Key</h2>\(block(l.key))<h2>Value</h2>\(block(l.value))
+            <h2>Headers</h2><table class="headers"><thead><tr><th>name</th><th>value</th></tr></thead><tbody>
+            """
+        for h in e.record.headers {
+            let (value, valid) = h.value.map(HTML.bytes) ?? ("(null)", true)
+            body += "<tr><td>\(HTML.text(h.key))</td><td>\(HTML.text(value))\(valid ? "" : " <span class=\"warning\">(not valid UTF-8)</span>")</td></tr>"
+        }
+        body += "</tbody></table><p><a href=\"/dead-letters\">all dead letters</a></p>"
+        return HTML.page(title: "Dead letter", nav: "/dead-letters", body: body)
+    }
+}

@@ -1,0 +1,104 @@
+import ArgumentParser
+import Console
+import Foundation
+import Kafka
+import Logging
+import Metrics
+import Operations
+import Pipeline
+import Prometheus
+import ServiceLifecycle
+
+/// `pipelinectl console`: the operators' web page over the pipeline of a topology.
+struct ConsoleCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "console",
+        abstract: "Serve the operator console: every stage's lag and verdict with history, and the dead letters.",
+        discussion: """
+            A web page for the pipeline of --topology: one row per stage, worst first, with its
+            workers, partitions, in and arrival rates, lag in records and in seconds, time to
+            drain, a sparkline of the last 5 minutes and Burrow's verdict with the reason in words
+            (what `pipelinectl lag` computes, sampled every --sample-interval without joining the
+            groups); a page per stage with its history (5 s points for 5 minutes, 1 min for an
+            hour, 30 min for a day) and partitions; the dead letters grouped by stage, reason,
+            field and origin topic, filtered, and each one in full (key, value, headers; text
+            escaped, invalid UTF-8 marked). The overview updates itself every 5 s, but not while
+            text is selected or a form is in use.
+
+            It listens on 127.0.0.1 by default. Listening elsewhere needs a token, from
+            --token-file or $PIPELINE_CONSOLE_TOKEN (never a flag): requests then carry it as
+            `Authorization: Bearer TOKEN` or sign in once at /login (an HttpOnly, SameSite=Strict
+            cookie). Every page is sent with a strict Content-Security-Policy.
+
+            The verdicts are also metrics on --metrics-address, so alerts and the page agree:
+            pipeline_consumer_status{group,topic} (0 OK, 1 WARN, 2 STALL, 3 STOP, 4 REWIND, 5 ERR)
+            and pipeline_group_lag_seconds{group,topic}.
+
+            Examples:
+              pipelinectl console --topology topology.yaml --bootstrap-server kafka:9092
+              PIPELINE_CONSOLE_TOKEN=… pipelinectl console --listen 0.0.0.0:8090
+            """)
+
+    @Option(help: "The topology file.") var topology = "topology.yaml"
+    @Option(help: "Where to listen (host:port; port 0 picks a free one, logged at start).") var listen = "127.0.0.1:8090"
+    @Option(help: "The token file (one line) required when --listen is not a loopback address. Default: $PIPELINE_CONSOLE_TOKEN.")
+    var tokenFile: String?
+    @Option(help: "Time between lag samples of every stage (default: 5s).", transform: Ingest.Upbit.duration("--sample-interval"))
+    var sampleInterval: Duration = .seconds(5)
+    @Option(help: "The newest dead letters read per partition of each dead-letter topic.") var deadLettersPerPartition = 10_000
+    @Option(help: "Address of /metrics, /healthz and /readyz (host:port; port 0 picks a free one, logged at start).")
+    var metricsAddress = "127.0.0.1:9467"
+    @OptionGroup var connection: RequiredConnection
+    @OptionGroup var logging: LoggingOptions
+
+    func listenAddress() throws -> (host: String, port: Int) { try parseListen(listen, example: "127.0.0.1:8090") }
+
+    func token() throws -> String? {
+        if let tokenFile {
+            guard let text = try? String(contentsOfFile: tokenFile, encoding: .utf8) else { throw ValidationError("--token-file: cannot read '\(tokenFile)'") }
+            let token = text.trimmingCharacters(in: .whitespacesAndNewlines)
+            guard token.count >= 16 else { throw ValidationError("--token-file: the token in '\(tokenFile)' is shorter than 16 characters") }
+            return token
+        }
+        if let token = ProcessInfo.processInfo.environment["PIPELINE_CONSOLE_TOKEN"], !token.isEmpty {
+            guard token.count >= 16 else { throw ValidationError("PIPELINE_CONSOLE_TOKEN is shorter than 16 characters") }
+            return token
+        }
+        return nil
+    }
+
+    func validate() throws {
+        let (host, _) = try listenAddress()
+        if try token() == nil, !ConsoleSettings.isLoopback(host) {
+            throw ValidationError("--listen \(listen) is not a loopback address: give a token with --token-file or PIPELINE_CONSOLE_TOKEN (never a flag), or listen on 127.0.0.1")
+        }
+        if deadLettersPerPartition <= 0 { throw ValidationError("--dead-letters-per-partition must be positive") }
+    }
+
+    func run() async throws {
+        let signals = WorkerSignals.install(escalateAfter: .seconds(15))
+        try Preflight.checkRuntime()
+        let logger = logging.bootstrap(label: "pipelinectl.console")
+        let topology: Topology
+        do { topology = try Topology.load(path: self.topology) } catch { throw ValidationError(error.description) }
+        let registry = PrometheusCollectorRegistry()
+        MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: registry))
+        let state = ConsoleState(topology: topology)
+        let endpoint: HTTPEndpoint
+        do {
+            endpoint = try HTTPEndpoint(address: metricsAddress, registry: registry, health: state, logger: logger)
+        } catch {
+            throw ValidationError("--metrics-address: \(error)")
+        }
+        var settings = ConsoleSettings()
+        (settings.host, settings.port) = try listenAddress()
+        settings.token = try token()
+        settings.deadLettersPerPartition = Int64(deadLettersPerPartition)
+        let service = ConsoleService(settings: settings, state: state, kafka: connection.kafka, logger: logger)
+        let sampler = ConsoleSampler(state: state, kafka: connection.kafka, interval: sampleInterval, logger: logger)
+        let group = ServiceGroup(configuration: .init(
+            services: [.init(service: endpoint), .init(service: sampler), .init(service: service)], logger: logger))
+        signals.attach(logger: logger) { Task { await group.triggerGracefulShutdown() } }
+        try await group.run()
+    }
+}

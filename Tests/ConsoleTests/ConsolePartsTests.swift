@@ -1,0 +1,128 @@
+import Foundation
+import Kafka
+import Operations
+import Pipeline
+import Testing
+import Workers
+@testable import Console
+
+/// The console's pure parts: escaping, the history's tiers and bounds, dead-letter grouping,
+/// verdicts in words.
+@Suite struct ConsolePartsTests {
+    @Test func everythingFromKafkaIsEscapedAsText() {
+        #expect(HTML.text(#"<script>alert("x")</script> & 'y'"#) == "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; &#39;y&#39;")
+        let (text, valid) = HTML.bytes([0x61, 0xFF, 0x62])
+        #expect(!valid && text == "a\u{FFFD}b")
+        #expect(HTML.bytes(Array("é".utf8)) == ("é", true))
+        #expect(HTML.query("a b&c=d/é") == "a%20b%26c%3Dd%2F%C3%A9")
+    }
+
+    @Test func chartsAndSparklinesSayHowManyPointsTheyDraw() {
+        let chart = HTML.chart([(0, 1), (5000, 3), (10000, 2)], label: "lag <x>", format: { String($0) })
+        #expect(chart.contains(#"data-points="3""#))
+        #expect(chart.contains("lag &lt;x&gt;"), "labels escaped")
+        #expect(!chart.contains("style="), "no inline style (the CSP forbids it)")
+        #expect(HTML.chart([], label: "l", format: { String($0) }).contains("no samples yet"))
+        #expect(HTML.sparkline([1, 2, 3]).contains(#"data-points="3""#))
+    }
+
+    @Test func historyKeepsTheLastObservationPerIntervalInBoundedTiers() {
+        var history = LagHistory()
+        let t0: Int64 = 1_700_000_000_000 - 1_700_000_000_000 % 1_800_000
+        for i in 0..<2000 {  // one observation a second for 2,000 s
+            history.record("s", time: t0 + Int64(i) * 1000, lagRecords: Double(i), lagSeconds: 0, inRate: 0, arrivalRate: 0)
+        }
+        let now = t0 + 2_000_000
+        let fine = history.points("s", tier: 0, now: now)
+        #expect(fine.count == 60, "5 s points for 5 minutes")
+        #expect(fine.last?.lagRecords == 1999, "the last observation of the interval stands for it")
+        #expect(zip(fine, fine.dropFirst()).allSatisfy { $1.time - $0.time == 5000 })
+        #expect(history.points("s", tier: 1, now: now).count == 34, "1 min points: 2,000 s span 34 intervals")
+        #expect(history.points("s", tier: 2, now: now).count == 2, "30 min points")
+        #expect(history.points("other", tier: 0, now: now).isEmpty)
+        // Out-of-order observations do not rewrite older points.
+        history.record("s", time: t0, lagRecords: -1, lagSeconds: 0, inRate: 0, arrivalRate: 0)
+        #expect(history.points("s", tier: 0, now: now).allSatisfy { $0.lagRecords >= 0 })
+    }
+
+    func entry(stage: String, reason: DecodeFailure.Reason, field: String, origin: String, offset: Int64, time: Int64) -> DeadLetterEntry {
+        let input = InputRecord(value: Array("x".utf8), timestamp: time, origin: RecordOrigin(topic: origin, partition: 0, offset: offset))
+        let letter = DeadLetter(stage: stage, input: input, failure: DecodeFailure(field: field, reason: reason, detail: "d"))
+        let record = ConsumerRecord(topic: "pipeline.dead-letters", partition: 1, offset: offset, key: letter.key, value: letter.value,
+                                    headers: letter.recordHeaders.map { KafkaHeader(key: $0.name, value: $0.value) }, timestamp: time)
+        return DeadLetterEntry(record)!
+    }
+
+    @Test func deadLettersGroupByStageReasonFieldAndOrigin() {
+        let entries = [
+            entry(stage: "prices.decode", reason: .malformedJSON, field: "$", origin: "prices.raw", offset: 1, time: 100),
+            entry(stage: "prices.decode", reason: .malformedJSON, field: "$", origin: "prices.raw", offset: 2, time: 300),
+            entry(stage: "prices.decode", reason: .missingField, field: "trade_price", origin: "prices.raw", offset: 3, time: 200),
+        ]
+        let groups = DeadLetterGroup.groups(entries)
+        #expect(groups.map(\.count) == [2, 1])
+        #expect(groups[0].firstSeen == 100 && groups[0].lastSeen == 300 && groups[0].latest.offset == 2)
+        #expect(DeadLetterFilter(query: ["reason": "missing-field"]).matches(entries[2]))
+        #expect(!DeadLetterFilter(query: ["reason": "missing-field"]).matches(entries[0]))
+    }
+
+    @Test func verdictsSayWhatTheRuleSaw() {
+        var p = PartitionLag(topic: "t", partition: 0, committed: 10, logEnd: 1210, firstUnconsumedTimestamp: nil, now: 0)
+        p.status = .stop
+        #expect(LagVerdict.reason(p, window: [], hasMembers: false) == "no member consumes, 1,200 behind")
+        p.status = .stall
+        let window = [CommitSample(offset: 10, logEnd: 1000, time: 0), CommitSample(offset: 10, logEnd: 1210, time: 180_000)]
+        #expect(LagVerdict.reason(p, window: window, hasMembers: true) == "committed offset stuck at 10 for 3 m, 1,200 behind")
+        p.status = .ok
+        p.lagRecords = 0
+        #expect(LagVerdict.reason(p, window: [], hasMembers: true) == "caught up")
+        #expect(LagVerdict.grouped(-1_234_567) == "-1,234,567")
+    }
+
+    @Test func onlyLoopbackListensWithoutAToken() {
+        #expect(ConsoleSettings.isLoopback("127.0.0.1") && ConsoleSettings.isLoopback("localhost") && ConsoleSettings.isLoopback("::1"))
+        #expect(!ConsoleSettings.isLoopback("0.0.0.0") && !ConsoleSettings.isLoopback("10.0.0.5"))
+        #expect(SessionCookie.value(Array("a-token-of-16-chars".utf8)) != "a-token-of-16-chars", "the cookie is not the token")
+    }
+
+    /// 50 stages of 4 partitions each, every one with a 5-minute history: the overview renders
+    /// in well under 200 ms (a debug build; best of 5).
+    @Test func fiftyStagesOfFourPartitionsRenderUnder200Milliseconds() throws {
+        var yaml = "topics:\n"
+        for i in 0..<50 { yaml += "  - {name: in.t\(i), partitions: 4}\n" }
+        yaml += "  - {name: pipeline.dead-letters, partitions: 4}\nstages:\n"
+        for i in 0..<50 {
+            yaml += "  - {name: stage-\(i), chain: [prices.decode], inputs: [in.t\(i)], outputs: {ticks: in.t\((i + 1) % 50)}, dead-letter-topic: pipeline.dead-letters}\n"
+        }
+        let topology = try Topology.parse(yaml)
+        #expect(topology.stages.count == 50)
+        let state = ConsoleState(topology: topology)
+        let t0: Int64 = 1_700_000_000_000
+        for tick in 0..<60 {
+            for (i, stage) in topology.stages.enumerated() {
+                let rows = (0..<4).map { p in
+                    var lag = PartitionLag(topic: "in.t\(i)", partition: Int32(p), committed: 100, logEnd: 100 + Int64(tick * p),
+                                           firstUnconsumedTimestamp: t0, now: t0 + Int64(tick) * 5000)
+                    lag.status = p == 3 && i == 7 ? .stall : .ok
+                    lag.owner = "w-\(p)"
+                    return PartitionRow(lag: lag, reason: "r")
+                }
+                state.update(StageRow(
+                    stage: stage.name, group: stage.group, inputs: stage.inputs, members: 2, partitions: 4, lagRecords: Int64(tick * 6),
+                    lagSeconds: Double(tick), inRate: 10, arrivalRate: 12, secondsToDrain: nil, status: i == 7 ? "STALL" : "OK",
+                    reason: "r", partitionRows: rows, sampledAt: t0 + Int64(tick) * 5000, error: nil), at: t0 + Int64(tick) * 5000)
+            }
+        }
+        let pages = ConsolePages(state: state)
+        var best = Duration.seconds(10)
+        var html = ""
+        for _ in 0..<5 {
+            let start = ContinuousClock.now
+            html = pages.overview(now: t0 + 300_000)
+            best = min(best, ContinuousClock.now - start)
+        }
+        #expect(html.components(separatedBy: "<tr data-stage=").count - 1 == 50)
+        #expect(html.range(of: "stage-7")!.lowerBound < html.range(of: "stage-0\"")!.lowerBound, "the STALL stage first")
+        #expect(best < .milliseconds(200), "\(best)")
+    }
+}

@@ -1,0 +1,223 @@
+import AsyncHTTPClient
+import Foundation
+import NIOCore
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import PipelineTesting
+import Testing
+@testable import Kafka
+@testable import Operations
+@testable import Pipeline
+
+/// `pipelinectl console` in a real browser (headless Chromium from Debian, driven over
+/// WebDriver) against the real local broker and a real worker process: every stage of the
+/// topology on the overview, lag falling to 0, a stopped worker's stage turning STOP without a
+/// reload, charts with points, the garbage inputs' dead letters grouped by reason and shown as
+/// text (hostile keys, values and headers run no script), and every link answering 200.
+/// Screenshots go to .build/console-screenshots/.
+@Suite(.serialized, .timeLimit(.minutes(5))) struct ConsoleBrowserTests {
+    static let root = DevCommandTests.root
+    static let screenshots = root.appendingPathComponent(".build/console-screenshots").path
+
+    static func json(_ url: String) async throws -> [String: Any] {
+        let (data, _) = try await URLSession.shared.data(from: URL(string: url)!)
+        return (try JSONSerialization.jsonObject(with: data) as? [String: Any]) ?? [:]
+    }
+
+    /// Waits (polling, up to `timeout`) until `condition` holds.
+    static func eventually(_ what: String, timeout: Duration = .seconds(90), _ condition: () async throws -> Bool) async throws {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            if try await condition() { return }
+            try await Task.sleep(for: .milliseconds(300))
+        }
+        throw WebDriverError(description: "timed out waiting until \(what)")
+    }
+
+    static func stageCells(_ port: Int, _ stage: String) async throws -> [String: String] {
+        let stages = try await json("http://127.0.0.1:\(port)/api/stages")["stages"] as? [[String: Any]] ?? []
+        return stages.first { $0["stage"] as? String == stage }?["cells"] as? [String: String] ?? [:]
+    }
+
+    @Test(.enabled(if: WebDriver.available, "needs chromium and chromium-driver (scripts/install-deps)"))
+    func theConsoleShowsEveryStageTheDeadLettersAsTextAndAStoppedWorker() async throws {
+        try await LocalBroker.with { broker in
+            let bootstrap = broker.bootstrapServers
+            let topologyPath = Self.root.appendingPathComponent("topology.yaml").path
+            let topology = try Topology.load(path: topologyPath)
+            let admin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: [bootstrap]))
+            _ = try await topology.apply(using: admin)
+            await admin.close()
+
+            // A prices-decode worker; 40 good ticks and 3 hostile garbage records.
+            let worker = try WorkerProcessTests.startWorker("prices-decode", topology: topologyPath, bootstrap: bootstrap)
+            defer { worker.kill() }
+            let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [bootstrap]))
+            var records = (0..<40).map { PriceTicks.tick($0) }
+            for i in 0..<3 {
+                var hostile = ProducerRecord(topic: "prices.raw", key: Array("<script>window.__xss=\(i)</script>".utf8),
+                                             value: Array(#"<img src=x onerror="window.__xss=1"> "><b>not json</b> "#.utf8) + [0xFF, 0xFE, UInt8(i)])
+                hostile.headers = [KafkaHeader(key: "x-note", string: "<script>window.__xss=3</script>"), KafkaHeader(key: "x-bytes", value: [0xC3, 0x28])]
+                records.append(hostile)
+            }
+            let reports = try await producer.send(records)
+            #expect(reports.allSatisfy { $0.error == nil })
+
+            let console = try ManagedProcess.launch(
+                try WorkerProcessTests.pipelinectl(),
+                arguments: ["console", "--topology", topologyPath, "--listen", "127.0.0.1:0", "--metrics-address", "127.0.0.1:0",
+                            "--sample-interval", "1s", "--log-format", "json", "--bootstrap-server", bootstrap],
+                environment: [:])
+            defer { console.kill() }
+            let port = try await IngestHTTPTests.loggedPort(console, "console listening")
+            let base = "http://127.0.0.1:\(port)"
+            let browser = try await WebDriver.start()
+
+            do {
+                // The overview lists every stage of the topology; prices-decode's lag falls to 0.
+                try await Self.eventually("prices-decode caught up") {
+                    let cells = try await Self.stageCells(port, "prices-decode")
+                    return cells["lag"] == "0" && cells["verdict"] == "OK" && cells["partitions"] != "0"
+                }
+                try await browser.go(base + "/")
+                let shown = try await browser.run("return Array.from(document.querySelectorAll('tr[data-stage]')).map(r => r.dataset.stage)") as? [String]
+                #expect(Set(shown ?? []) == Set(topology.stages.map(\.name)), "\(shown ?? [])")
+                #expect(shown?.count == topology.stages.count)
+                try await browser.screenshot(to: Self.screenshots + "/overview.png")
+
+                // Dead letters: the three garbage records, grouped by reason, shown as text.
+                try await Self.eventually("three dead letters listed") {
+                    try await browser.go(base + "/dead-letters")
+                    let count = try await browser.run("""
+                        return Array.from(document.querySelectorAll('table.groups tbody tr')).filter(r => r.cells[0].textContent === 'prices.decode')
+                          .reduce((n, r) => n + Number(r.querySelector('td.count').textContent), 0)
+                        """) as? Int
+                    return count == 3
+                }
+                let reasons = try await browser.run("return Array.from(document.querySelectorAll('tr[data-reason]')).map(r => r.dataset.reason)") as? [String]
+                #expect(reasons == ["wrong-type"], "one group: the decoder reads the three as not a JSON object: \(reasons ?? [])")
+                try await browser.screenshot(to: Self.screenshots + "/dead-letters.png")
+                let opened = try await browser.run("return Array.from(document.querySelectorAll('table.letters a')).map(a => a.href)") as? [String] ?? []
+                #expect(opened.count == 3)
+                for link in opened {
+                    try await browser.go(link)
+                    let page = try await browser.run("""
+                        return { xss: typeof window.__xss, images: document.images.length, scripts: document.scripts.length,
+                                 pre: Array.from(document.querySelectorAll('pre.value')).map(p => p.textContent).join('|'),
+                                 headers: document.querySelector('table.headers').textContent,
+                                 warning: document.querySelectorAll('.warning').length }
+                        """) as? [String: Any] ?? [:]
+                    #expect(page["xss"] as? String == "undefined", "no injected script ran: \(page)")
+                    #expect(page["images"] as? Int == 0, "no injected <img>")
+                    #expect(page["scripts"] as? Int == 1, "only the console's own script")
+                    #expect((page["pre"] as? String ?? "").contains("<script>window.__xss="), "the key shown as text")
+                    #expect((page["pre"] as? String ?? "").contains(#"<img src=x onerror="window.__xss=1"> "><b>"#), "the value shown as text")
+                    #expect((page["headers"] as? String ?? "").contains("<script>window.__xss=3</script>"))
+                    #expect((page["warning"] as? Int ?? 0) >= 2, "invalid UTF-8 in the value and a header is marked")
+                }
+                try await browser.screenshot(to: Self.screenshots + "/dead-letter.png")
+                let log = try await browser.consoleLog()
+                #expect(log.filter { $0.level == "SEVERE" }.isEmpty, "no errors (a blocked inline script would log one): \(log)")
+
+                // Every link on every page answers 200.
+                var seen: Set<String> = [base + "/"]
+                var queue = [base + "/"]
+                while let page = queue.popLast() {
+                    try await browser.go(page)
+                    let links = try await browser.run("return Array.from(document.querySelectorAll('a[href]')).map(a => a.href)") as? [String] ?? []
+                    for link in links where link.hasPrefix(base) && !seen.contains(link) && seen.count < 150 {
+                        seen.insert(link)
+                        if !link.contains("/dead-letters/") { queue.append(link) }
+                    }
+                }
+                for link in seen.sorted() {
+                    let (_, response) = try await URLSession.shared.data(from: URL(string: link)!)
+                    #expect((response as? HTTPURLResponse)?.statusCode == 200, "\(link)")
+                }
+                #expect(seen.count > topology.stages.count, "the crawler saw the stage pages and more: \(seen.count)")
+
+                // The stage page's charts have points.
+                try await browser.go(base + "/stages/prices-decode")
+                try await Self.eventually("a chart with points") {
+                    try await browser.go(base + "/stages/prices-decode")
+                    return (try await browser.run("return Number(document.querySelector('figure.chart svg').dataset.points)") as? Int ?? 0) >= 2
+                }
+                try await browser.screenshot(to: Self.screenshots + "/stage.png")
+
+                // The worker stops (it leaves the group); new ticks wait: the overview, left
+                // open, turns prices-decode to STOP by itself.
+                try await browser.go(base + "/")
+                worker.terminate()
+                #expect(await worker.waitForExit() == 0)
+                _ = try await producer.send((100..<110).map { PriceTicks.tick($0) })
+                try await Self.eventually("prices-decode STOP on the open page") {
+                    try await browser.run("return document.querySelector('tr[data-stage=\"prices-decode\"] [data-field=\"verdict\"]').textContent") as? String == "STOP"
+                }
+                let reason = try await browser.run("return document.querySelector('tr[data-stage=\"prices-decode\"] [data-field=\"reason\"]').textContent") as? String
+                #expect(reason?.contains("no member consumes") == true && reason?.contains("behind") == true, "\(reason ?? "")")
+                #expect(try await browser.run("return document.querySelector('tr[data-stage]').dataset.stage") as? String != nil)
+                try await browser.screenshot(to: Self.screenshots + "/overview-stop.png")
+            } catch {
+                await browser.quit()
+                await producer.close()
+                throw error
+            }
+            await browser.quit()
+            await producer.close()
+        }
+    }
+
+    /// Beyond loopback the console refuses to start without a token; with one, pages without it
+    /// go to /login, the API answers 401, a bearer token or the cookie /login sets gets in.
+    @Test func beyondLoopbackTheConsoleNeedsItsToken() async throws {
+        let refused = try ManagedProcess.launch(
+            try WorkerProcessTests.pipelinectl(), arguments: ["console", "--listen", "0.0.0.0:0", "--bootstrap-server", "127.0.0.1:1"],
+            environment: [:])
+        #expect(await refused.waitForExit() != 0)
+        #expect(refused.output().contains("give a token with --token-file or PIPELINE_CONSOLE_TOKEN"), "\(refused.output())")
+
+        let token = "console-token-0123456789"
+        let console = try ManagedProcess.launch(
+            try WorkerProcessTests.pipelinectl(),
+            arguments: ["console", "--topology", Self.root.appendingPathComponent("topology.yaml").path, "--listen", "0.0.0.0:0",
+                        "--metrics-address", "127.0.0.1:0", "--log-format", "json", "--bootstrap-server", "127.0.0.1:1"],
+            environment: ["PIPELINE_CONSOLE_TOKEN": token])
+        defer { console.kill() }
+        let port = try await IngestHTTPTests.loggedPort(console, "console listening")
+        let client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: .init(redirectConfiguration: .disallow))
+        func get(_ path: String, headers: [(String, String)] = []) async throws -> (Int, [String: String], String) {
+            var request = HTTPClientRequest(url: "http://127.0.0.1:\(port)\(path)")
+            for (name, value) in headers { request.headers.add(name: name, value: value) }
+            let response = try await client.execute(request, timeout: .seconds(30))
+            let body = String(buffer: try await response.body.collect(upTo: 1 << 22))
+            return (Int(response.status.code), Dictionary(response.headers.map { ($0.name.lowercased(), $0.value) }, uniquingKeysWith: { a, _ in a }), body)
+        }
+        do {
+            let page = try await get("/")
+            #expect(page.0 == 303 && page.1["location"] == "/login", "\(page.0) \(page.1)")
+            #expect(page.1["content-security-policy"]?.contains("script-src 'self'") == true)
+            #expect(try await get("/api/stages").0 == 401)
+            #expect(try await get("/api/stages", headers: [("Authorization", "Bearer wrong-token-0123456789")]).0 == 401)
+            #expect(try await get("/api/stages", headers: [("Authorization", "Bearer \(token)")]).0 == 200)
+            #expect(try await get("/static/console.css").0 == 200, "the sign-in page's style needs no token")
+            var login = HTTPClientRequest(url: "http://127.0.0.1:\(port)/login")
+            login.method = .POST
+            login.headers.add(name: "Content-Type", value: "application/x-www-form-urlencoded")
+            login.body = .bytes(ByteBuffer(string: "token=wrong"))
+            #expect(try await client.execute(login, timeout: .seconds(30)).status.code == 401)
+            login.body = .bytes(ByteBuffer(string: "token=\(token)"))
+            let signedIn = try await client.execute(login, timeout: .seconds(30))
+            #expect(signedIn.status.code == 303)
+            let cookie = try #require(signedIn.headers.first(name: "Set-Cookie"))
+            #expect(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict") && !cookie.contains(token))
+            let pair = String(cookie.split(separator: ";")[0])
+            let inside = try await get("/", headers: [("Cookie", pair)])
+            #expect(inside.0 == 200 && inside.2.contains("<h1>Stages</h1>"))
+        } catch {
+            try? await client.shutdown()
+            throw error
+        }
+        try await client.shutdown()
+    }
+}
