@@ -18,6 +18,12 @@ public struct ConsoleSettings: Sendable {
     public var token: String?
     /// The newest dead letters read per partition of each dead-letter topic.
     public var deadLettersPerPartition: Int64 = 10_000
+    /// No actions: the redrive forms are not shown and their POSTs are refused.
+    public var readOnly = false
+    /// A dead letter redriven this many times already is left.
+    public var maxRedrives = 3
+    /// The redrive log (created if missing).
+    public var auditTopic = "pipeline.console.redrives"
 
     public init() {}
 
@@ -39,15 +45,30 @@ public final class ConsoleService: Service, Sendable {
     let pages: ConsolePages
     let deadLetterReader: DeadLetterReader
     let deadLetterTopics: [String]
+    let redriveLog: RedriveLog
+    /// Sends redrives and writes the redrive log; nil with --read-only.
+    let producer: KafkaProducer?
+    /// The token every form carries (a POST without it is refused): random per process.
+    let csrf: String
     let logger: Logger
-    private let cache = Mutex<(at: ContinuousClock.Instant, entries: [DeadLetterEntry])?>(nil)
+    private let cache = Mutex<(at: ContinuousClock.Instant, entries: [DeadLetterEntry], redrives: [RedriveRecord])?>(nil)
 
-    public init(settings: ConsoleSettings, state: ConsoleState, kafka: KafkaConfiguration, logger: Logger) {
+    public init(settings: ConsoleSettings, state: ConsoleState, kafka: KafkaConfiguration, logger: Logger) throws {
         self.settings = settings
         self.state = state
         self.pages = ConsolePages(state: state)
         self.deadLetterTopics = Array(Set(state.topology.stages.map(\.deadLetterTopic))).sorted()
         self.deadLetterReader = DeadLetterReader(kafka: kafka, topics: deadLetterTopics, maxPerPartition: settings.deadLettersPerPartition)
+        self.redriveLog = RedriveLog(topic: settings.auditTopic, kafka: kafka)
+        if settings.readOnly {
+            producer = nil
+        } else {
+            var configuration = ProducerConfiguration(kafka: kafka)
+            configuration.acks = .all
+            configuration.idempotence = true
+            producer = try KafkaProducer(configuration: configuration, logger: logger)
+        }
+        csrf = (0..<4).map { _ in String(UInt64.random(in: .min ... .max), radix: 16) }.joined()
         self.logger = logger
     }
 
@@ -70,6 +91,9 @@ public final class ConsoleService: Service, Sendable {
             await self.deadLetterPage(context.parameters.get("partition") ?? "", context.parameters.get("offset") ?? "")
         }
         router.get("/api/stages") { _, _ in self.stagesJSON() }
+        router.get("/redrives") { _, _ in await self.redrivesPage() }
+        router.post("/dead-letters/redrive/preview") { request, _ in try await self.redrive(request, execute: false) }
+        router.post("/dead-letters/redrive") { request, _ in try await self.redrive(request, execute: true) }
         router.get("/static/console.css") { _, _ in Self.asset(Assets.css, type: "text/css; charset=utf-8") }
         router.get("/static/console.js") { _, _ in Self.asset(Assets.js, type: "text/javascript; charset=utf-8") }
         router.get("/login") { _, _ in self.html(Self.loginPage(failed: false)) }
@@ -77,6 +101,9 @@ public final class ConsoleService: Service, Sendable {
         router.get("/healthz") { _, _ in Self.plain(200, "ok\n") }
         router.get("/favicon.ico") { _, _ in Response(status: .noContent, headers: Self.securityHeaders) }
 
+        if !settings.readOnly {
+            do { try await redriveLog.ensure() } catch { logger.warning("cannot create the redrive log \(settings.auditTopic): \(error)") }
+        }
         let responder = router.buildResponder()
         let guarded = Guarded(inner: responder, token: settings.token.map { Array($0.utf8) })
         let app = Application(
@@ -88,6 +115,7 @@ public final class ConsoleService: Service, Sendable {
             },
             logger: logger)
         try await app.run()
+        await producer?.close(deadline: .seconds(10))
     }
 
     // MARK: Pages
@@ -108,22 +136,74 @@ public final class ConsoleService: Service, Sendable {
         return html(page)
     }
 
-    /// The dead letters, read again at most every 5 s.
-    func entries() async -> (entries: [DeadLetterEntry], error: String?) {
-        if let cached = cache.withLock({ $0 }), ContinuousClock.now - cached.at < .seconds(5) { return (cached.entries, nil) }
+    /// The dead letters and the redrive log, read again at most every 5 s (`fresh`: now).
+    func entries(fresh: Bool = false) async -> (entries: [DeadLetterEntry], redrives: [RedriveRecord], error: String?) {
+        if !fresh, let cached = cache.withLock({ $0 }), ContinuousClock.now - cached.at < .seconds(5) { return (cached.entries, cached.redrives, nil) }
         do {
             let entries = try await deadLetterReader.read()
-            cache.withLock { $0 = (ContinuousClock.now, entries) }
-            return (entries, nil)
+            let redrives = settings.readOnly ? [] : try await redriveLog.read()
+            cache.withLock { $0 = (ContinuousClock.now, entries, redrives) }
+            return (entries, redrives, nil)
         } catch {
             logger.warning("cannot read the dead letters", metadata: ["error": "\(error)"])
-            return (cache.withLock { $0 }?.entries ?? [], "\(error)")
+            let cached = cache.withLock { $0 }
+            return (cached?.entries ?? [], cached?.redrives ?? [], "\(error)")
         }
     }
 
     func deadLettersPage(_ query: [String: String]) async -> Response {
-        let (entries, error) = await entries()
-        return html(pages.deadLetters(entries, filter: DeadLetterFilter(query: query), readError: error))
+        let (entries, redrives, error) = await entries()
+        return html(pages.deadLetters(entries, filter: DeadLetterSelection(query: query), redrives: redrives,
+                                      actions: settings.readOnly ? nil : csrf, readError: error))
+    }
+
+    func redrivesPage() async -> Response {
+        do {
+            return html(pages.redrives(try await redriveLog.read(), topic: settings.auditTopic, readError: nil))
+        } catch {
+            return html(pages.redrives([], topic: settings.auditTopic, readError: "\(error)"))
+        }
+    }
+
+    /// POST from the dead-letters page (preview) or the preview (execute): the form carries the
+    /// selection and the CSRF token; execute also carries the count previewed.
+    func redrive(_ request: Request, execute: Bool) async throws -> Response {
+        guard !settings.readOnly, let producer else { return html(notFound("the console is read-only (--read-only)"), status: 403) }
+        let form = try await Self.form(request)
+        guard ConstantTime.equal(Array((form["csrf"] ?? "").utf8), Array(csrf.utf8)) else {
+            return html(HTML.page(title: "Refused", nav: "", body: "<h1>Refused</h1><p>The form is not one this console served (CSRF token missing or stale): open the page again.</p>"), status: 403)
+        }
+        let selection = DeadLetterSelection(query: form)
+        let (entries, redrives, error) = await entries(fresh: true)
+        if let error { return html(notFound("cannot read the dead letters: \(error)"), status: 503) }
+        let selected = entries.filter { e in selection.matches(e) && !redrives.contains { $0.covers(e) } }
+        let alreadyRedriven = entries.filter(selection.matches).count - selected.count
+        let plan = RedrivePlan(selected, maxRedrives: settings.maxRedrives)
+        guard execute else { return html(pages.redrivePreview(selection, plan: plan, alreadyRedriven: alreadyRedriven, csrf: csrf, note: nil)) }
+        guard let expected = form["expected"].flatMap(Int.init), expected == plan.sends.count else {
+            let note = "The selection changed since the preview (\(form["expected"] ?? "?") records then, \(plan.sends.count) now): nothing was sent. Check this preview."
+            return html(pages.redrivePreview(selection, plan: plan, alreadyRedriven: alreadyRedriven, csrf: csrf, note: note), status: 409)
+        }
+        let outcome = try await plan.execute(with: producer)
+        let sentEntries = selected.filter { e in if case .send = DeadLetterRedrive.decide(e, maxRedrives: settings.maxRedrives) { true } else { false } }
+        let record = RedriveRecord(
+            time: Self.now(), who: settings.token == nil ? "loopback" : "token holder", selection: selection, maxRedrives: settings.maxRedrives,
+            sent: outcome.sent, failed: outcome.failed.count, exhausted: plan.exhausted.count, redriven: sentEntries)
+        try await redriveLog.append(record, with: producer)
+        cache.withLock { $0 = nil }
+        logger.notice("redrive", metadata: ["selection": "\(selection.flags)", "sent": "\(outcome.sent)", "failed": "\(outcome.failed.count)"])
+        return html(pages.redriveDone(record))
+    }
+
+    /// An `application/x-www-form-urlencoded` body (at most 16 KiB).
+    static func form(_ request: Request) async throws -> [String: String] {
+        let body = String(buffer: try await request.body.collect(upTo: 16 << 10))
+        var out: [String: String] = [:]
+        for pair in body.split(separator: "&") {
+            let parts = pair.split(separator: "=", maxSplits: 1).map { String($0).replacingOccurrences(of: "+", with: " ").removingPercentEncoding ?? "" }
+            if parts.count == 2 { out[parts[0]] = parts[1] } else if parts.count == 1 { out[parts[0]] = "" }
+        }
+        return out
     }
 
     func deadLetterPage(_ partition: String, _ offset: String) async -> Response {
@@ -169,13 +249,7 @@ public final class ConsoleService: Service, Sendable {
     }
 
     func login(_ request: Request) async throws -> Response {
-        let body = try await request.body.collect(upTo: 4096)
-        let form = String(buffer: body)
-        let presented = form.split(separator: "&").compactMap { pair -> String? in
-            let parts = pair.split(separator: "=", maxSplits: 1).map(String.init)
-            guard parts.count == 2, parts[0] == "token" else { return nil }
-            return parts[1].replacingOccurrences(of: "+", with: " ").removingPercentEncoding
-        }.first ?? ""
+        let presented = try await Self.form(request)["token"] ?? ""
         guard let token = settings.token, ConstantTime.equal(Array(presented.utf8), Array(token.utf8)) else {
             return html(Self.loginPage(failed: settings.token != nil), status: settings.token == nil ? 404 : 401)
         }

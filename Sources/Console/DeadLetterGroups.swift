@@ -42,25 +42,38 @@ public struct DeadLetterGroup: Sendable, Hashable, Codable {
     }
 }
 
-/// A filter over dead letters from the page's query (`stage`, `reason`, `origin`, `field`).
-public struct DeadLetterFilter: Sendable, Hashable {
-    public var stage = ""
-    public var reason = ""
-    public var origin = ""
-    public var field = ""
+/// The page's filter is the CLI's selection (`pipelinectl dlq --stage --reason --origin-topic
+/// --field`), one value each, from the query (`stage`, `reason`, `origin`, `field`).
+extension DeadLetterSelection {
+    public static let queryNames = ["stage", "reason", "origin", "field"]
 
-    public init(query: [String: String] = [:]) {
-        stage = query["stage"] ?? ""
-        reason = query["reason"] ?? ""
-        origin = query["origin"] ?? ""
-        field = query["field"] ?? ""
+    public init(query: [String: String]) {
+        self.init()
+        func set(_ name: String) -> Set<String> { query[name].flatMap { $0.isEmpty ? nil : [$0] } ?? [] }
+        stages = set("stage")
+        reasons = set("reason")
+        originTopics = set("origin")
+        fields = set("field")
     }
 
-    public var isEmpty: Bool { stage.isEmpty && reason.isEmpty && origin.isEmpty && field.isEmpty }
+    /// The value of one of ``queryNames`` ("" for any).
+    public func value(_ name: String) -> String {
+        let values: Set<String> = switch name {
+        case "stage": stages
+        case "reason": reasons
+        case "origin": originTopics
+        default: fields
+        }
+        return values.first ?? ""
+    }
 
-    public func matches(_ e: DeadLetterEntry) -> Bool {
-        (stage.isEmpty || e.letter.stage == stage) && (reason.isEmpty || e.letter.failure.reason.rawValue == reason)
-            && (origin.isEmpty || e.letter.origin.topic == origin) && (field.isEmpty || e.letter.failure.field == field)
+    public var isEverything: Bool { stages.isEmpty && reasons.isEmpty && originTopics.isEmpty && fields.isEmpty }
+
+    /// The same selection as `pipelinectl dlq` flags.
+    public var flags: String {
+        [("--stage", stages), ("--reason", reasons), ("--origin-topic", originTopics), ("--field", fields)]
+            .flatMap { flag, values in values.sorted().map { "\(flag) '\($0.replacingOccurrences(of: "'", with: "'\\''"))'" } }
+            .joined(separator: " ")
     }
 }
 

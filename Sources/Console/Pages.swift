@@ -35,7 +35,7 @@ public enum HTML {
     }
 
     static func page(title: String, nav: String, live: String? = nil, body: String) -> String {
-        let links = [("/", "Stages"), ("/dead-letters", "Dead letters")].map { href, name in
+        let links = [("/", "Stages"), ("/dead-letters", "Dead letters"), ("/redrives", "Redrives")].map { href, name in
             "<a href=\"\(href)\"\(href == nav ? " class=\"current\"" : "")>\(name)</a>"
         }.joined(separator: " ")
         return """
@@ -193,8 +193,17 @@ struct ConsolePages {
         return HTML.page(title: name, nav: "/stages", body: body)
     }
 
-    func deadLetters(_ entries: [DeadLetterEntry], filter: DeadLetterFilter, readError: String?) -> String {
+    /// Hidden inputs carrying a selection and the CSRF token into a POST form.
+    static func hidden(_ selection: DeadLetterSelection, csrf: String, extra: [(String, String)] = []) -> String {
+        (DeadLetterSelection.queryNames.map { ($0, selection.value($0)) } + [("csrf", csrf)] + extra).map { name, value in
+            "<input type=\"hidden\" name=\"\(name)\" value=\"\(HTML.text(value))\">"
+        }.joined()
+    }
+
+    /// `actions`: the CSRF token when redrives are allowed, nil with --read-only.
+    func deadLetters(_ entries: [DeadLetterEntry], filter: DeadLetterSelection, redrives: [RedriveRecord], actions csrf: String?, readError: String?) -> String {
         let selected = entries.filter(filter.matches)
+        let redriven = selected.filter { e in redrives.contains { $0.covers(e) } }.count
         let groups = DeadLetterGroup.groups(selected)
         func option(_ name: String, _ values: Set<String>, _ current: String) -> String {
             "<label>\(name) <select name=\"\(name)\"><option value=\"\">any</option>"
@@ -204,13 +213,21 @@ struct ConsolePages {
         var body = """
             <h1>Dead letters</h1>
             <form method="get" action="/dead-letters" class="filter">\
-            \(option("stage", Set(entries.map(\.letter.stage)), filter.stage))\
-            \(option("reason", Set(entries.map(\.letter.failure.reason.rawValue)), filter.reason))\
-            \(option("origin", Set(entries.map(\.letter.origin.topic)), filter.origin))\
-            \(option("field", Set(entries.map(\.letter.failure.field)), filter.field))\
+            \(option("stage", Set(entries.map(\.letter.stage)), filter.value("stage")))\
+            \(option("reason", Set(entries.map(\.letter.failure.reason.rawValue)), filter.value("reason")))\
+            \(option("origin", Set(entries.map(\.letter.origin.topic)), filter.value("origin")))\
+            \(option("field", Set(entries.map(\.letter.failure.field)), filter.value("field")))\
             <button type="submit">Filter</button> <a href="/dead-letters">clear</a></form>
-            <p class="muted">\(selected.count) of \(entries.count) dead letters\(filter.isEmpty ? "" : " match"). Grouped by stage, reason, field and origin topic.</p>
+            <p class="muted">\(selected.count) of \(entries.count) dead letters\(filter.isEverything ? "" : " match")\(redriven > 0 ? ", \(redriven) of them redriven already" : ""). \
+            Grouped by stage, reason, field and origin topic.</p>
             """
+        if let csrf, selected.count > redriven {
+            body += """
+                <form method="post" action="/dead-letters/redrive/preview" class="action">\(Self.hidden(filter, csrf: csrf))\
+                <button type="submit" id="preview-redrive">Preview a redrive of the \(selected.count - redriven) listed</button> \
+                <span class="muted">(nothing is sent before you confirm)</span></form>
+                """
+        }
         if let readError { body += "<p class=\"error\">cannot read the dead letters: \(HTML.text(readError))</p>" }
         body += "<table class=\"groups\"><thead><tr><th>stage</th><th>reason</th><th>field</th><th>origin topic</th><th>count</th><th>first seen</th><th>last seen</th><th></th></tr></thead><tbody>"
         for g in groups {
@@ -222,17 +239,71 @@ struct ConsolePages {
                 <td><a href="/dead-letters/\(g.latest.partition)/\(g.latest.offset)">newest</a></td></tr>
                 """
         }
-        body += "</tbody></table><h2>Newest</h2><table class=\"letters\"><thead><tr><th>written</th><th>stage</th><th>reason</th><th>field</th><th>origin</th><th>key</th><th></th></tr></thead><tbody>"
+        body += "</tbody></table><h2>Newest</h2><table class=\"letters\"><thead><tr><th>written</th><th>stage</th><th>reason</th><th>field</th><th>origin</th><th>key</th><th>redriven</th><th></th></tr></thead><tbody>"
         for e in selected.sorted(by: { ($0.record.timestamp ?? 0) > ($1.record.timestamp ?? 0) }).prefix(100) {
             let key = e.letter.key.map { HTML.bytes($0).text } ?? "(none)"
             body += """
                 <tr><td>\(HTML.text(HTML.time(e.record.timestamp)))</td><td>\(HTML.text(e.letter.stage))</td><td>\(HTML.text(e.letter.failure.reason.rawValue))</td>\
                 <td>\(HTML.text(e.letter.failure.field))</td><td>\(HTML.text("\(e.letter.origin.topic)[\(e.letter.origin.partition)]@\(e.letter.origin.offset)"))</td>\
-                <td class="key">\(HTML.text(String(key.prefix(80))))</td><td><a href="/dead-letters/\(e.record.partition)/\(e.record.offset)">open</a></td></tr>
+                <td class="key">\(HTML.text(String(key.prefix(80))))</td>\
+                <td>\(redrives.contains { $0.covers(e) } ? "yes, by the console" : (e.redriveCount > 0 ? "was redriven \(e.redriveCount)×" : ""))</td>\
+                <td><a href="/dead-letters/\(e.record.partition)/\(e.record.offset)">open</a></td></tr>
                 """
         }
         body += "</tbody></table>"
         return HTML.page(title: "Dead letters", nav: "/dead-letters", body: body)
+    }
+
+    /// What a redrive would do, and the button that does it (with the count previewed, so that a
+    /// selection that changed in between is previewed again rather than sent).
+    func redrivePreview(_ selection: DeadLetterSelection, plan: RedrivePlan, alreadyRedriven: Int, csrf: String, note: String?) -> String {
+        var body = "<h1>Redrive preview</h1>"
+        if let note { body += "<p class=\"warning\">\(HTML.text(note))</p>" }
+        body += """
+            <p>Selection: \(selection.isEverything ? "every dead letter" : HTML.text(DeadLetterSelection.queryNames.filter { !selection.value($0).isEmpty }.map { "\($0) \(selection.value($0))" }.joined(separator: ", "))). \
+            <span id="redrive-count">\(plan.sends.count)</span> records go back to their origin (original key, value, timestamp and \
+            headers, <code>dead-letter.redriven</code> counting the redrives); \(plan.exhausted.count) were redriven \(plan.maxRedrives) times already \
+            and are left (<code>--max-redrives</code>)\(alreadyRedriven > 0 ? "; \(alreadyRedriven) the console redrove before are not sent again" : "").</p>
+            <table class="destinations"><thead><tr><th>topic</th><th>partition</th><th>records</th></tr></thead><tbody>
+            """
+        for d in plan.destinations {
+            body += "<tr><td>\(HTML.text(d.topic))</td><td>\(d.partition.map(String.init) ?? "by key")</td><td class=\"count\">\(d.count)</td></tr>"
+        }
+        body += """
+            </tbody></table>
+            <p>The same from the command line: <code>pipelinectl dlq redrive \(HTML.text(selection.flags)) --max-redrives \(plan.maxRedrives) --execute</code></p>
+            """
+        if plan.sends.isEmpty {
+            body += "<p>Nothing to send.</p>"
+        } else {
+            body += """
+                <form method="post" action="/dead-letters/redrive" class="action">\(Self.hidden(selection, csrf: csrf, extra: [("expected", String(plan.sends.count))]))\
+                <button type="submit" id="execute-redrive">Redrive \(plan.sends.count) records</button></form>
+                """
+        }
+        body += "<p><a href=\"/dead-letters\">back to the dead letters</a></p>"
+        return HTML.page(title: "Redrive preview", nav: "/dead-letters", body: body)
+    }
+
+    func redriveDone(_ record: RedriveRecord) -> String {
+        HTML.page(title: "Redrive", nav: "/redrives", body: """
+            <h1>Redrive done</h1>
+            <p>Sent <span id="redriven">\(record.sent)</span> records back to their origin\(record.failed > 0 ? "; \(record.failed) were not delivered" : ""); \
+            \(record.exhausted) left (redriven \(record.maxRedrives) times already). Recorded in the redrive log.</p>
+            <p><a href="/redrives">all redrives</a> · <a href="/dead-letters">dead letters</a></p>
+            """)
+    }
+
+    func redrives(_ records: [RedriveRecord], topic: String, readError: String?) -> String {
+        var body = "<h1>Redrives</h1><p class=\"muted\">Every redrive the console executed, newest first, from the topic <code>\(HTML.text(topic))</code>.</p>"
+        if let readError { body += "<p class=\"error\">cannot read the redrive log: \(HTML.text(readError))</p>" }
+        body += "<table class=\"redrives\"><thead><tr><th>when</th><th>who</th><th>selection</th><th>sent</th><th>failed</th><th>left</th></tr></thead><tbody>"
+        for r in records.sorted(by: { $0.time > $1.time }) {
+            let selection = r.selection.isEverything ? "every dead letter" : DeadLetterSelection.queryNames.filter { !r.selection.value($0).isEmpty }.map { "\($0) \(r.selection.value($0))" }.joined(separator: ", ")
+            body += "<tr><td>\(HTML.text(HTML.time(r.time)))</td><td>\(HTML.text(r.who))</td><td>\(HTML.text(selection))</td><td class=\"count\">\(r.sent)</td><td class=\"count\">\(r.failed)</td><td class=\"count\">\(r.exhausted)</td></tr>"
+        }
+        body += "</tbody></table>"
+        return HTML.page(title: "Redrives", nav: "/redrives", body: body)
     }
 
     func deadLetter(_ e: DeadLetterEntry) -> String {

@@ -22,7 +22,11 @@ struct ConsoleCommand: AsyncParsableCommand {
             groups); a page per stage with its history (5 s points for 5 minutes, 1 min for an
             hour, 30 min for a day) and partitions; the dead letters grouped by stage, reason,
             field and origin topic, filtered, and each one in full (key, value, headers; text
-            escaped, invalid UTF-8 marked). The overview updates itself every 5 s, but not while
+            escaped, invalid UTF-8 marked). A selection of dead letters can be redriven to their
+            origin: a preview first (how many records to which topic and partition, how many
+            exceed --max-redrives, the equivalent `pipelinectl dlq redrive`), then the redrive;
+            each is recorded in --audit-topic and listed under Redrives. --read-only hides the
+            actions. The overview updates itself every 5 s, but not while
             text is selected or a form is in use.
 
             It listens on 127.0.0.1 by default. Listening elsewhere needs a token, from
@@ -46,6 +50,9 @@ struct ConsoleCommand: AsyncParsableCommand {
     @Option(help: "Time between lag samples of every stage (default: 5s).", transform: Ingest.Upbit.duration("--sample-interval"))
     var sampleInterval: Duration = .seconds(5)
     @Option(help: "The newest dead letters read per partition of each dead-letter topic.") var deadLettersPerPartition = 10_000
+    @Flag(help: "No actions: no redrive forms, every POST but /login refused.") var readOnly = false
+    @Option(help: "Leave dead letters that were redriven this many times already.") var maxRedrives = 3
+    @Option(help: "The topic of the redrive log (created if missing).") var auditTopic = "pipeline.console.redrives"
     @Option(help: "Address of /metrics, /healthz and /readyz (host:port; port 0 picks a free one, logged at start).")
     var metricsAddress = "127.0.0.1:9467"
     @OptionGroup var connection: RequiredConnection
@@ -73,6 +80,7 @@ struct ConsoleCommand: AsyncParsableCommand {
             throw ValidationError("--listen \(listen) is not a loopback address: give a token with --token-file or PIPELINE_CONSOLE_TOKEN (never a flag), or listen on 127.0.0.1")
         }
         if deadLettersPerPartition <= 0 { throw ValidationError("--dead-letters-per-partition must be positive") }
+        if maxRedrives <= 0 { throw ValidationError("--max-redrives must be at least 1, got \(maxRedrives)") }
     }
 
     func run() async throws {
@@ -94,7 +102,10 @@ struct ConsoleCommand: AsyncParsableCommand {
         (settings.host, settings.port) = try listenAddress()
         settings.token = try token()
         settings.deadLettersPerPartition = Int64(deadLettersPerPartition)
-        let service = ConsoleService(settings: settings, state: state, kafka: connection.kafka, logger: logger)
+        settings.readOnly = readOnly
+        settings.maxRedrives = maxRedrives
+        settings.auditTopic = auditTopic
+        let service = try ConsoleService(settings: settings, state: state, kafka: connection.kafka, logger: logger)
         let sampler = ConsoleSampler(state: state, kafka: connection.kafka, interval: sampleInterval, logger: logger)
         let group = ServiceGroup(configuration: .init(
             services: [.init(service: endpoint), .init(service: sampler), .init(service: service)], logger: logger))

@@ -30,6 +30,7 @@ struct DLQ: AsyncParsableCommand {
         @Option(name: .customLong("reason"), help: "Only this reason (repeatable), e.g. missing-field, delivery-failed.") var reasons: [String] = []
         @Option(name: .customLong("stage"), help: "Only dead letters of this stage (repeatable).") var stages: [String] = []
         @Option(name: .customLong("origin-topic"), help: "Only dead letters from this input topic (repeatable).") var originTopics: [String] = []
+        @Option(name: .customLong("field"), help: "Only dead letters failing on this field (repeatable), e.g. trade_price, or $ for the whole record.") var fields: [String] = []
         @Option(help: "Only dead letters whose record timestamp (the original record's) is at or after this time (epoch ms, ISO-8601 or a duration such as 2h).") var since: String?
         @Option(help: "Only dead letters whose record timestamp is before this time.") var until: String?
         @Option(help: "Start each partition of the dead-letter topic here, PARTITION:OFFSET[,…] (what a redrive --execute prints as the next start).") var from: String?
@@ -77,6 +78,7 @@ struct DLQ: AsyncParsableCommand {
             s.reasons = Set(reasons)
             s.stages = Set(stages)
             s.originTopics = Set(originTopics)
+            s.fields = Set(fields)
             s.since = try parseTime(since, flag: "--since")
             s.until = try parseTime(until, flag: "--until")
             return s
@@ -292,26 +294,16 @@ struct DLQ: AsyncParsableCommand {
 
         func run() async throws {
             let (entries, _, seen, next) = try await selection.readAll()
-            var sends: [ProducerRecord] = []
-            var exhausted: [DeadLetterEntry] = []
-            for e in entries {
-                switch DeadLetterRedrive.decide(e, maxRedrives: maxRedrives) {
-                case .send(let record): sends.append(record)
-                case .exhausted: exhausted.append(e)
-                }
-            }
+            let plan = RedrivePlan(entries, maxRedrives: maxRedrives)
+            let sends = plan.sends, exhausted = plan.exhausted
             var byTopic: [String: Int] = [:]
             for r in sends { byTopic[r.topic, default: 0] += 1 }
             var failed = 0
             if execute, !sends.isEmpty {
                 let producer = try KafkaProducer(configuration: ProducerConfiguration(kafka: selection.connection.kafka))
-                for chunk in stride(from: 0, to: sends.count, by: 10_000) {
-                    let reports = try await producer.send(Array(sends[chunk..<min(chunk + 10_000, sends.count)]))
-                    for r in reports where r.error != nil {
-                        failed += 1
-                        Terminal.error("not delivered: \(r.error!)")
-                    }
-                }
+                let outcome = try await plan.execute(with: producer)
+                for error in outcome.failed { Terminal.error("not delivered: \(error)") }
+                failed = outcome.failed.count
                 await producer.close()
             }
             if json {

@@ -62,8 +62,16 @@ import Workers
         let groups = DeadLetterGroup.groups(entries)
         #expect(groups.map(\.count) == [2, 1])
         #expect(groups[0].firstSeen == 100 && groups[0].lastSeen == 300 && groups[0].latest.offset == 2)
-        #expect(DeadLetterFilter(query: ["reason": "missing-field"]).matches(entries[2]))
-        #expect(!DeadLetterFilter(query: ["reason": "missing-field"]).matches(entries[0]))
+        let missing = DeadLetterSelection(query: ["reason": "missing-field", "stage": ""])
+        #expect(missing.matches(entries[2]) && !missing.matches(entries[0]))
+        #expect(missing.flags == "--reason 'missing-field'")
+        #expect(DeadLetterSelection(query: ["field": "it's"]).flags == #"--field 'it'\''s'"#, "quoted for a shell")
+        // A redrive covers the dead letters it sent, by offset range and selection.
+        let plan = RedrivePlan([entries[0], entries[1]], maxRedrives: 3)
+        #expect(plan.destinations.map(\.count) == [2] && plan.destinations[0].topic == "prices.raw" && plan.destinations[0].partition == 0)
+        let record = RedriveRecord(time: 1, who: "loopback", selection: DeadLetterSelection(query: ["reason": "malformed-json"]),
+                                   maxRedrives: 3, sent: 2, failed: 0, exhausted: 0, redriven: [entries[0], entries[1]])
+        #expect(record.covers(entries[0]) && record.covers(entries[1]) && !record.covers(entries[2]))
     }
 
     @Test func verdictsSayWhatTheRuleSaw() {

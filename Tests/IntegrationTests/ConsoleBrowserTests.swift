@@ -117,6 +117,32 @@ import Testing
                     #expect((page["warning"] as? Int ?? 0) >= 2, "invalid UTF-8 in the value and a header is marked")
                 }
                 try await browser.screenshot(to: Self.screenshots + "/dead-letter.png")
+
+                // A redrive: the group's selection, a preview (nothing sent yet), then the redrive.
+                try await browser.go(base + "/dead-letters?stage=prices.decode&reason=wrong-type")
+                _ = try await browser.run("document.getElementById('preview-redrive').click()")
+                try await Self.eventually("the preview") {
+                    try await browser.run("var c = document.getElementById('redrive-count'); return c ? c.textContent : null") as? String == "3"
+                }
+                let destinations = try await browser.run("return Array.from(document.querySelectorAll('table.destinations tbody tr')).map(r => r.textContent)") as? [String] ?? []
+                #expect(!destinations.isEmpty && destinations.allSatisfy { $0.hasPrefix("prices.raw") }, "\(destinations)")
+                #expect((try await browser.run("return document.body.textContent") as? String ?? "").contains("pipelinectl dlq redrive --stage 'prices.decode' --reason 'wrong-type' --max-redrives 3 --execute"))
+                try await browser.screenshot(to: Self.screenshots + "/redrive-preview.png")
+                let before = try await OperatorCommandTests.readAll("prices.raw", bootstrap: bootstrap).filter { $0.headers.contains { $0.key == "dead-letter.redriven" } }
+                #expect(before.isEmpty, "a preview sends nothing")
+                _ = try await browser.run("document.getElementById('execute-redrive').click()")
+                try await Self.eventually("the redrive") {
+                    try await browser.run("var c = document.getElementById('redriven'); return c ? c.textContent : null") as? String == "3"
+                }
+                let redriven = try await OperatorCommandTests.readAll("prices.raw", bootstrap: bootstrap).filter {
+                    $0.headers.contains { $0.key == "dead-letter.redriven" && $0.value == Array("1".utf8) }
+                }
+                #expect(redriven.count == 3, "exactly the three, once each: \(redriven.count)")
+                #expect(Set(redriven.compactMap(\.key)) == Set((0..<3).map { Array("<script>window.__xss=\($0)</script>".utf8) }))
+                try await browser.go(base + "/redrives")
+                let logged = try await browser.run("return Array.from(document.querySelectorAll('table.redrives tbody tr')).map(r => r.cells[3].textContent)") as? [String]
+                #expect(logged == ["3"], "the redrive log lists it: \(logged ?? [])")
+
                 let log = try await browser.consoleLog()
                 #expect(log.filter { $0.level == "SEVERE" }.isEmpty, "no errors (a blocked inline script would log one): \(log)")
 
@@ -214,6 +240,15 @@ import Testing
             let pair = String(cookie.split(separator: ";")[0])
             let inside = try await get("/", headers: [("Cookie", pair)])
             #expect(inside.0 == 200 && inside.2.contains("<h1>Stages</h1>"))
+            // A redrive form posted without the page's CSRF token (another site's form) is refused.
+            var forged = HTTPClientRequest(url: "http://127.0.0.1:\(port)/dead-letters/redrive")
+            forged.method = .POST
+            forged.headers.add(name: "Cookie", value: pair)
+            forged.headers.add(name: "Content-Type", value: "application/x-www-form-urlencoded")
+            forged.body = .bytes(ByteBuffer(string: "stage=prices.decode&expected=3"))
+            let refused = try await client.execute(forged, timeout: .seconds(30))
+            #expect(refused.status.code == 403)
+            #expect(String(buffer: try await refused.body.collect(upTo: 1 << 20)).contains("CSRF token missing or stale"))
         } catch {
             try? await client.shutdown()
             throw error

@@ -79,6 +79,18 @@ public final class KafkaAdmin: Sendable {
         try await run { (admin, ms) throws(KafkaError) in try admin.createTopic(spec, ignoreExisting: ignoreExisting, timeoutMilliseconds: ms) }
     }
 
+    /// Creates `spec` unless a topic of that name exists, with a client of its own (closed after).
+    public static func ensureTopic(_ spec: TopicSpec, configuration: KafkaConfiguration) async throws(KafkaError) {
+        let admin = try KafkaAdmin(configuration: configuration, timeout: .seconds(10))
+        do {
+            try await admin.createTopic(spec, ignoreExisting: true)
+        } catch {
+            await admin.close()
+            throw error
+        }
+        await admin.close()
+    }
+
     public func deleteTopic(_ name: String) async throws(KafkaError) {
         try await run { (admin, ms) throws(KafkaError) in try admin.deleteTopic(name, timeoutMilliseconds: ms) }
     }

@@ -22,6 +22,8 @@ public struct DeadLetterSelection: Sendable, Hashable {
     public var reasons: Set<String> = []
     public var stages: Set<String> = []
     public var originTopics: Set<String> = []
+    /// The failing field's path (`trade_price`, `$` for the record as a whole).
+    public var fields: Set<String> = []
     /// Epoch ms: dead letters written at or after / before.
     public var since: Int64?
     public var until: Int64?
@@ -32,6 +34,7 @@ public struct DeadLetterSelection: Sendable, Hashable {
         if !reasons.isEmpty, !reasons.contains(e.letter.failure.reason.rawValue) { return false }
         if !stages.isEmpty, !stages.contains(e.letter.stage) { return false }
         if !originTopics.isEmpty, !originTopics.contains(e.letter.origin.topic) { return false }
+        if !fields.isEmpty, !fields.contains(e.letter.failure.field) { return false }
         if let since, (e.record.timestamp ?? 0) < since { return false }
         if let until, (e.record.timestamp ?? 0) >= until { return false }
         return true
@@ -44,6 +47,46 @@ public enum RedriveDecision: Sendable {
     case send(ProducerRecord)
     /// Leave it: it was redriven `maxRedrives` times already and failed again.
     case exhausted(redriven: Int)
+}
+
+/// What a redrive of some dead letters does: the records to send back, where they go, and the
+/// dead letters left because they were redriven `maxRedrives` times already. `pipelinectl dlq
+/// redrive` and the console's preview both show it; both execute it.
+public struct RedrivePlan: Sendable {
+    public var sends: [ProducerRecord]
+    public var exhausted: [DeadLetterEntry]
+    public let maxRedrives: Int
+
+    public init(_ entries: [DeadLetterEntry], maxRedrives: Int) {
+        self.maxRedrives = maxRedrives
+        sends = []
+        exhausted = []
+        for e in entries {
+            switch DeadLetterRedrive.decide(e, maxRedrives: maxRedrives) {
+            case .send(let record): sends.append(record)
+            case .exhausted: exhausted.append(e)
+            }
+        }
+    }
+
+    /// How many records go to each topic and partition, sorted.
+    public var destinations: [(topic: String, partition: Int32?, count: Int)] {
+        var counts: [String: [Int32: Int]] = [:]
+        for r in sends { counts[r.topic, default: [:]][r.partition ?? -1, default: 0] += 1 }
+        return counts.keys.sorted().flatMap { topic in
+            counts[topic]!.keys.sorted().map { p in (topic, p < 0 ? nil : p, counts[topic]![p]!) }
+        }
+    }
+
+    /// Sends the records (in chunks of 10,000); returns how many were delivered and the errors.
+    public func execute(with producer: KafkaProducer) async throws -> (sent: Int, failed: [KafkaError]) {
+        var failed: [KafkaError] = []
+        for chunk in stride(from: 0, to: sends.count, by: 10_000) {
+            let reports = try await producer.send(Array(sends[chunk..<min(chunk + 10_000, sends.count)]))
+            failed += reports.compactMap(\.error)
+        }
+        return (sends.count - failed.count, failed)
+    }
 }
 
 public enum DeadLetterRedrive {

@@ -52,14 +52,7 @@ public struct LedgerTopic: Sendable {
 
     /// Creates the topic (compacted, one partition) unless it exists.
     public func ensure() async throws {
-        let admin = try KafkaAdmin(configuration: kafka)
-        do {
-            try await admin.createTopic(TopicSpec(name: topic, partitions: 1, cleanupPolicy: .compact), ignoreExisting: true)
-        } catch {
-            await admin.close()
-            throw error
-        }
-        await admin.close()
+        try await KafkaAdmin.ensureTopic(TopicSpec(name: topic, partitions: 1, cleanupPolicy: .compact), configuration: kafka)
     }
 
     /// Reads the topic to its end: the last value per key wins.
