@@ -50,6 +50,7 @@ public final class ConsoleService: Service, Sendable {
     let producer: KafkaProducer?
     /// The token every form carries (a POST without it is refused): random per process.
     let csrf: String
+    let kafka: KafkaConfiguration
     let logger: Logger
     private let cache = Mutex<(at: ContinuousClock.Instant, entries: [DeadLetterEntry], redrives: [RedriveRecord])?>(nil)
 
@@ -69,6 +70,7 @@ public final class ConsoleService: Service, Sendable {
             producer = try KafkaProducer(configuration: configuration, logger: logger)
         }
         csrf = (0..<4).map { _ in String(UInt64.random(in: .min ... .max), radix: 16) }.joined()
+        self.kafka = kafka
         self.logger = logger
     }
 
@@ -92,6 +94,12 @@ public final class ConsoleService: Service, Sendable {
         }
         router.get("/api/stages") { _, _ in self.stagesJSON() }
         router.get("/redrives") { _, _ in await self.redrivesPage() }
+        router.get("/stages/:name/reset") { request, context in await self.resetPage(context.parameters.get("name") ?? "", Self.query(request), execute: false) }
+        router.post("/stages/:name/reset") { request, context in
+            let form = try await Self.form(request)
+            guard !self.settings.readOnly, ConstantTime.equal(Array((form["csrf"] ?? "").utf8), Array(self.csrf.utf8)) else { return self.refused() }
+            return await self.resetPage(context.parameters.get("name") ?? "", form, execute: true)
+        }
         router.post("/dead-letters/redrive/preview") { request, _ in try await self.redrive(request, execute: false) }
         router.post("/dead-letters/redrive") { request, _ in try await self.redrive(request, execute: true) }
         router.get("/static/console.css") { _, _ in Self.asset(Assets.css, type: "text/css; charset=utf-8") }
@@ -168,11 +176,9 @@ public final class ConsoleService: Service, Sendable {
     /// POST from the dead-letters page (preview) or the preview (execute): the form carries the
     /// selection and the CSRF token; execute also carries the count previewed.
     func redrive(_ request: Request, execute: Bool) async throws -> Response {
-        guard !settings.readOnly, let producer else { return html(notFound("the console is read-only (--read-only)"), status: 403) }
+        guard !settings.readOnly, let producer else { return refused() }
         let form = try await Self.form(request)
-        guard ConstantTime.equal(Array((form["csrf"] ?? "").utf8), Array(csrf.utf8)) else {
-            return html(HTML.page(title: "Refused", nav: "", body: "<h1>Refused</h1><p>The form is not one this console served (CSRF token missing or stale): open the page again.</p>"), status: 403)
-        }
+        guard ConstantTime.equal(Array((form["csrf"] ?? "").utf8), Array(csrf.utf8)) else { return refused() }
         let selection = DeadLetterSelection(query: form)
         let (entries, redrives, error) = await entries(fresh: true)
         if let error { return html(notFound("cannot read the dead letters: \(error)"), status: 503) }
@@ -193,6 +199,57 @@ public final class ConsoleService: Service, Sendable {
         cache.withLock { $0 = nil }
         logger.notice("redrive", metadata: ["selection": "\(selection.flags)", "sent": "\(outcome.sent)", "failed": "\(outcome.failed.count)"])
         return html(pages.redriveDone(record))
+    }
+
+    func refused() -> Response {
+        html(HTML.page(title: "Refused", nav: "", body: "<h1>Refused</h1><p>The console is read-only, or the form is not one this console served (CSRF token missing or stale): open the page again.</p>"), status: 403)
+    }
+
+    /// The reset page: the form; with a target, the diff (`execute`: commit it if the plan is
+    /// still the one shown, else show the new one).
+    func resetPage(_ name: String, _ values: [String: String], execute: Bool) async -> Response {
+        guard let stage = state.row(name) else { return html(notFound("no stage \(name)"), status: 404) }
+        let csrf = settings.readOnly ? nil : csrf
+        guard let to = values["to"] else {
+            return html(pages.reset(stage: stage, request: values, prepared: nil, error: nil, csrf: csrf, done: false))
+        }
+        let topic = values["topic"] ?? stage.inputs.first ?? ""
+        let value = (values["value"] ?? "").trimmingCharacters(in: .whitespaces)
+        let target: OffsetResetTarget
+        switch to {
+        case "earliest": target = .earliest
+        case "latest": target = .latest
+        case "datetime":
+            guard let ms = Int64(value) ?? ISO8601DateFormatter().date(from: value).map({ Int64($0.timeIntervalSince1970 * 1000) }) else {
+                return html(pages.reset(stage: stage, request: values, prepared: nil, error: "'\(value)' is not a time (ISO-8601 such as 2026-11-25T10:00:00Z, or epoch ms)", csrf: csrf, done: false), status: 400)
+            }
+            target = .time(ms)
+        case "shift", "offset":
+            guard let n = Int64(value), to == "shift" || n >= 0 else {
+                return html(pages.reset(stage: stage, request: values, prepared: nil, error: "'\(value)' is not \(to == "shift" ? "a number of records" : "an offset")", csrf: csrf, done: false), status: 400)
+            }
+            target = to == "shift" ? .shift(n) : .offset(n)
+        default:
+            return html(pages.reset(stage: stage, request: values, prepared: nil, error: "no target '\(to)'", csrf: csrf, done: false), status: 400)
+        }
+        guard stage.inputs.contains(topic) else {
+            return html(pages.reset(stage: stage, request: values, prepared: nil, error: "\(topic) is not an input of \(name)", csrf: csrf, done: false), status: 400)
+        }
+        do {
+            let admin = try KafkaAdmin(configuration: kafka, timeout: .seconds(10))
+            defer { Task { await admin.close() } }
+            let prepared = try await PreparedOffsetReset.prepare(group: stage.group, topic: topic, partitions: [], target: target, admin: admin, kafka: kafka)
+            guard execute else { return html(pages.reset(stage: stage, request: values, prepared: prepared, error: nil, csrf: csrf, done: false)) }
+            let fingerprint = prepared.plan.map { "\($0.partition):\($0.target)" }.joined(separator: ",")
+            guard fingerprint == values["plan"] else {
+                return html(pages.reset(stage: stage, request: values, prepared: prepared, error: "The offsets changed since the diff was shown: nothing was committed. Check this diff.", csrf: csrf, done: false), status: 409)
+            }
+            try await prepared.execute(admin: admin)
+            logger.notice("offsets reset", metadata: ["group": "\(stage.group)", "topic": "\(topic)", "plan": "\(fingerprint)"])
+            return html(pages.reset(stage: stage, request: values, prepared: prepared, error: nil, csrf: csrf, done: true))
+        } catch {
+            return html(pages.reset(stage: stage, request: values, prepared: nil, error: "\(error)", csrf: csrf, done: false), status: 409)
+        }
     }
 
     /// An `application/x-www-form-urlencoded` body (at most 16 KiB).

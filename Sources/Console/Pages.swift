@@ -172,7 +172,7 @@ struct ConsolePages {
             <h1>\(HTML.text(name))</h1>
             <p>group <code>\(HTML.text(r.group))</code>, inputs \(r.inputs.map { "<code>\(HTML.text($0))</code>" }.joined(separator: ", ")). \
             <span class="status status-\(HTML.text(r.status))">\(HTML.text(r.status.isEmpty ? "–" : r.status))</span> \(HTML.text(r.reason))</p>
-            <p>History: \(tierLinks)</p>
+            <p>History: \(tierLinks) · <a href="/stages/\(HTML.query(name))/reset">Reset offsets…</a></p>
             \(HTML.chart(points.map { ($0.time, $0.lagRecords) }, label: "lag (records)", format: { HTML.count(Int64($0)) }))
             \(HTML.chart(points.map { ($0.time, $0.lagSeconds) }, label: "lag (time)", format: { HTML.seconds($0) }))
             \(HTML.chart(points.map { ($0.time, $0.inRate) }, label: "records in per second", format: HTML.rate))
@@ -304,6 +304,65 @@ struct ConsolePages {
         }
         body += "</tbody></table>"
         return HTML.page(title: "Redrives", nav: "/redrives", body: body)
+    }
+
+    /// The reset form; with a prepared reset, its diff per partition and (when allowed) the
+    /// button that commits it. `request` holds the form's values (topic, to, value).
+    func reset(stage: StageRow, request: [String: String], prepared: PreparedOffsetReset?, error: String?, csrf: String?, done: Bool) -> String {
+        let topic = request["topic"] ?? stage.inputs.first ?? ""
+        let to = request["to"] ?? "earliest"
+        let targets = [("earliest", "the first offset still stored"), ("latest", "the log end (skip everything)"),
+                       ("datetime", "the first record at or after a time (ISO-8601 or epoch ms)"), ("shift", "move by N records (negative: back)"),
+                       ("offset", "this offset")]
+        var body = """
+            <h1>Reset offsets of \(HTML.text(stage.stage))</h1>
+            <p>Group <code>\(HTML.text(stage.group))</code>. A reset moves the group's committed offsets: back re-reads records, forward skips them. \
+            It is refused while the group has members: stop its workers first. Nothing changes until you confirm.</p>
+            <form method="get" action="/stages/\(HTML.query(stage.stage))/reset" class="filter">\
+            <label>topic <select name="topic">\(stage.inputs.map { "<option\($0 == topic ? " selected" : "")>\(HTML.text($0))</option>" }.joined())</select></label>\
+            <label>to <select name="to">\(targets.map { "<option value=\"\($0.0)\"\($0.0 == to ? " selected" : "")>\(HTML.text($0.1))</option>" }.joined())</select></label>\
+            <label>value <input name="value" value="\(HTML.text(request["value"] ?? ""))" size="24"></label>\
+            <button type="submit" id="show-diff">Show the diff</button></form>
+            """
+        if let error { body += "<p class=\"error\">\(HTML.text(error))</p>" }
+        guard let prepared else { return HTML.page(title: "Reset offsets", nav: "/stages", body: body) }
+        if done { body += "<p id=\"reset-done\" class=\"status status-OK\">Committed the new offsets.</p>" }
+        body += """
+            <table class="diff"><thead><tr><th>partition</th><th>committed</th><th>new</th><th>move</th><th>records</th><th>time span of those records</th></tr></thead><tbody>
+            """
+        var reread: Int64 = 0, skipped: Int64 = 0
+        for p in prepared.plan {
+            let n = PreparedOffsetReset.records(p)
+            if let n { if n > 0 { reread += n } else { skipped -= n } }
+            let what = n.map { $0 > 0 ? "\(HTML.count($0)) re-read" : ($0 < 0 ? "\(HTML.count(-$0)) skipped" : "none") } ?? "no committed offset"
+            let ts = prepared.timestamps[p.topicPartition]
+            let span = ts.map { "\(HTML.time($0.first)) → \(HTML.time($0.last))" } ?? "–"
+            body += """
+                <tr data-partition="\(p.partition)"><td>\(p.partition)</td><td>\(HTML.count(p.current))</td><td>\(HTML.count(p.target))</td>\
+                <td>\(p.current.map { String(format: "%+lld", p.target - $0) } ?? "–")</td><td class="records">\(what)</td><td>\(HTML.text(span))</td></tr>
+                """
+        }
+        body += "</tbody></table><p>In all: <span id=\"reread\">\(reread)</span> records re-read, <span id=\"skipped\">\(skipped)</span> skipped.</p>"
+        var cli = "pipelinectl groups reset-offsets \(prepared.group) --topic \(prepared.topic)"
+        switch to {
+        case "latest": cli += " --to-latest"
+        case "datetime": cli += " --to-datetime '\(request["value"] ?? "")'"
+        case "shift": cli += " --shift-by \(request["value"] ?? "")"
+        case "offset": cli += " --to-offset \(request["value"] ?? "")"
+        default: cli += " --to-earliest"
+        }
+        body += "<p>The same from the command line: <code>\(HTML.text(cli)) --execute</code> (without <code>--execute</code>: this diff).</p>"
+        if !prepared.members.isEmpty {
+            body += "<p class=\"warning\" id=\"refused\">Refused while the group has members (\(HTML.text(prepared.members.joined(separator: ", ")))): stop them first.</p>"
+        } else if let csrf, !done {
+            let fingerprint = prepared.plan.map { "\($0.partition):\($0.target)" }.joined(separator: ",")
+            body += """
+                <form method="post" action="/stages/\(HTML.query(stage.stage))/reset" class="action">\
+                \([("topic", topic), ("to", to), ("value", request["value"] ?? ""), ("csrf", csrf), ("plan", fingerprint)].map { "<input type=\"hidden\" name=\"\($0.0)\" value=\"\(HTML.text($0.1))\">" }.joined())\
+                <button type="submit" id="execute-reset">Commit these offsets</button></form>
+                """
+        }
+        return HTML.page(title: "Reset offsets", nav: "/stages", body: body)
     }
 
     func deadLetter(_ e: DeadLetterEntry) -> String {

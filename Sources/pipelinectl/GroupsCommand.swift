@@ -142,38 +142,21 @@ struct Groups: AsyncParsableCommand {
             if let missing = partitions.first(where: { p in !all.contains { $0.partition == p } }) {
                 throw ValidationError("--partition \(missing): \(topic) has partitions 0…\(all.count - 1)")
             }
-            let chosen = all.filter { partitions.isEmpty || partitions.contains($0.partition) }
-            if let description = try? await admin.describeGroup(group), !description.members.isEmpty {
-                Terminal.error("group \(group) has \(description.members.count) members (\(description.members.map(\.clientID).joined(separator: ", "))): stop them first, then run this again")
+            let prepared = try await PreparedOffsetReset.prepare(
+                group: group, topic: topic, partitions: partitions, target: try target(), admin: admin, kafka: kafka)
+            if !prepared.members.isEmpty {
+                Terminal.error(PreparedOffsetReset.Refusal.hasMembers(group: group, members: prepared.members).description)
                 throw ExitCode(Exit.partial)
             }
-            let committed = Dictionary(try await admin.committedOffsets(group: group, partitions: chosen).map { ($0.topicPartition, $0.offset) },
-                                       uniquingKeysWith: { a, _ in a })
-            // Low watermark from ListOffsets(earliest); the log end from a fetch (right on tansu too).
-            let ends = try await LagProbe(reader: TopicReader(kafka: kafka))
-                .probe(chosen.map { TopicPartitionOffset($0.topic, $0.partition, offset: TopicPartitionOffset.beginning) })
-            var watermarks: [TopicPartition: Watermarks] = [:]
-            for tp in chosen {
-                let low = (try? await admin.watermarks(tp).low) ?? 0
-                watermarks[tp] = Watermarks(low: low, high: ends[tp]?.logEnd ?? low)
-            }
-            let target = try target()
-            var timeOffsets: [TopicPartition: Int64] = [:]
-            if case .time(let ms) = target {
-                for o in try await admin.offsetsForTimes(chosen, timestamp: ms) { timeOffsets[o.topicPartition] = o.offset }
-            }
-            let plan = OffsetReset.plan(target: target, partitions: chosen, committed: committed, watermarks: watermarks, timeOffsets: timeOffsets)
             if execute {
                 do {
-                    try await admin.alterCommittedOffsets(group: group, offsets: plan.map { TopicPartitionOffset($0.topic, $0.partition, offset: $0.target) })
-                } catch {
-                    // ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS, NON_EMPTY_GROUP:
-                    // the group is active even if DescribeGroups listed no member (tansu lists none).
-                    guard [22, 25, 27, 68].contains(error.rdKafkaCode ?? 0) else { throw error }
-                    Terminal.error("group \(group) is active (the broker refused the commit: \(error.message)): stop its members first, then run this again")
+                    try await prepared.execute(admin: admin)
+                } catch let refusal as PreparedOffsetReset.Refusal {
+                    Terminal.error(refusal.description)
                     throw ExitCode(Exit.partial)
                 }
             }
+            let plan = prepared.plan
             if json { return try printJSON(Output(group: group, executed: execute, plan: plan)) }
             print(Groups.planTable(plan) ?? "no partitions selected")
             print(execute ? "committed new offsets for group \(group)" : "dry run: add --execute to commit these offsets for group \(group)")

@@ -184,6 +184,27 @@ import Testing
                 #expect(reason?.contains("no member consumes") == true && reason?.contains("behind") == true, "\(reason ?? "")")
                 #expect(try await browser.run("return document.querySelector('tr[data-stage]').dataset.stage") as? String != nil)
                 try await browser.screenshot(to: Self.screenshots + "/overview-stop.png")
+
+                // A reset to the earliest offsets: the diff first (every record the group read, to
+                // be read again), then the commit; the group's offsets are then 0.
+                let kafka = KafkaConfiguration(bootstrapServers: [bootstrap])
+                let groupAdmin = try KafkaAdmin(configuration: kafka)
+                let partitions = try await groupAdmin.partitions(of: "prices.raw")
+                let committedBefore = try await groupAdmin.committedOffsets(group: "prices-decode", partitions: partitions)
+                let read = committedBefore.reduce(Int64(0)) { $0 + max(0, $1.offset) }
+                try await browser.go(base + "/stages/prices-decode")
+                _ = try await browser.run("Array.from(document.querySelectorAll('a')).find(a => a.textContent.startsWith('Reset offsets')).click()")
+                try await Self.eventually("the reset form") { try await browser.run("return !!document.getElementById('show-diff')") as? Bool == true }
+                _ = try await browser.run("document.getElementById('show-diff').click()")
+                try await Self.eventually("the diff") { try await browser.run("var r = document.getElementById('reread'); return r ? r.textContent : null") as? String == String(read) }
+                #expect((try await browser.run("return document.body.textContent") as? String ?? "").contains("pipelinectl groups reset-offsets prices-decode --topic prices.raw --to-earliest --execute"))
+                try await browser.screenshot(to: Self.screenshots + "/reset-diff.png")
+                #expect(try await groupAdmin.committedOffsets(group: "prices-decode", partitions: partitions) == committedBefore, "the diff commits nothing")
+                _ = try await browser.run("document.getElementById('execute-reset').click()")
+                try await Self.eventually("the reset") { try await browser.run("return !!document.getElementById('reset-done')") as? Bool == true }
+                let after = try await groupAdmin.committedOffsets(group: "prices-decode", partitions: partitions)
+                await groupAdmin.close()
+                #expect(after.allSatisfy { $0.offset == 0 } && after.count == committedBefore.count, "\(after)")
             } catch {
                 await browser.quit()
                 await producer.close()
