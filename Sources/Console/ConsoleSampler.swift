@@ -90,6 +90,10 @@ public final class ConsoleState: HealthReporting {
         state.withLock { $0.history.points(key, tier: tier, now: now) }
     }
 
+    /// The history as it is now (to save it), and the one read back at start.
+    var history: LagHistory { state.withLock { $0.history } }
+    func restore(_ history: LagHistory) { state.withLock { $0.history = history } }
+
     func update(_ row: StageRow, at time: Int64) {
         state.withLock { s in
             s.rows[row.stage] = row
@@ -111,13 +115,37 @@ public final class ConsoleSampler: Service, Sendable {
     let state: ConsoleState
     let kafka: KafkaConfiguration
     let interval: Duration
+    let historyTopic: HistoryTopic
+    let saveInterval: Duration
     let logger: Logger
 
-    public init(state: ConsoleState, kafka: KafkaConfiguration, interval: Duration, logger: Logger) {
+    public init(state: ConsoleState, kafka: KafkaConfiguration, interval: Duration, historyTopic: String, saveInterval: Duration, logger: Logger) {
         self.state = state
         self.kafka = kafka
         self.interval = interval
+        self.historyTopic = HistoryTopic(topic: historyTopic, kafka: kafka)
+        self.saveInterval = saveInterval
         self.logger = logger
+    }
+
+    /// Reads the saved history back (a console that cannot is still useful: it starts empty).
+    private func restoreHistory() async {
+        do {
+            try await historyTopic.ensure()
+            let history = try await historyTopic.load(stages: Set(state.topology.stages.map(\.name)))
+            state.restore(history)
+            logger.info("history restored", metadata: ["topic": "\(historyTopic.topic)", "series": "\(history.seriesCount)"])
+        } catch {
+            logger.warning("cannot read the history topic: starting without history", metadata: ["topic": "\(historyTopic.topic)", "error": "\(error)"])
+        }
+    }
+
+    private func saveHistory(_ producer: KafkaProducer) async {
+        do {
+            try await historyTopic.save(state.history, with: producer)
+        } catch {
+            logger.warning("cannot save the history", metadata: ["topic": "\(historyTopic.topic)", "error": "\(error)"])
+        }
     }
 
     struct Previous {
@@ -133,6 +161,11 @@ public final class ConsoleSampler: Service, Sendable {
         let probe = LagProbe(reader: reader)
         var windows: [String: [TopicPartition: CommitWindow]] = [:]
         var previous: [String: [TopicPartition: Previous]] = [:]
+        await restoreHistory()
+        var producerConfiguration = ProducerConfiguration(kafka: kafka)
+        producerConfiguration.acks = .all
+        let producer = try KafkaProducer(configuration: producerConfiguration, logger: logger)
+        var lastSave = ContinuousClock.now
         while !Task.isShuttingDownGracefully && !Task.isCancelled {
             for stage in state.topology.stages {
                 if Task.isShuttingDownGracefully { break }
@@ -154,8 +187,14 @@ public final class ConsoleSampler: Service, Sendable {
                 }
                 windows[stage.name] = window
             }
+            if ContinuousClock.now - lastSave >= saveInterval {
+                await saveHistory(producer)
+                lastSave = .now
+            }
             try? await cancelWhenGracefulShutdown { [interval] in try await Task.sleep(for: interval) }
         }
+        await saveHistory(producer)
+        await producer.close(deadline: .seconds(10))
         await admin.close()
     }
 

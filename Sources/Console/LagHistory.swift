@@ -34,6 +34,17 @@ public struct LagHistory: Sendable {
 
     public var seriesCount: Int { series.count }
 
+    public var keys: [String] { Array(series.keys) }
+
+    /// One series' points, every tier (what the history topic stores per key).
+    public func snapshot(_ key: String) -> [[Point]]? { series[key] }
+
+    /// Puts back a series read from the history topic (tiers cut to their capacity).
+    public mutating func restore(_ key: String, tiers: [[Point]]) {
+        guard tiers.count == Self.tiers.count else { return }
+        series[key] = zip(tiers, Self.tiers).map { points, tier in Array(points.sorted { $0.time < $1.time }.suffix(tier.capacity)) }
+    }
+
     /// Records an observation of `key` at `time`: each tier keeps the last observation of each of
     /// its intervals (lag is a level, so the latest value stands for the interval).
     public mutating func record(_ key: String, time: Int64, lagRecords: Double, lagSeconds: Double, inRate: Double, arrivalRate: Double) {

@@ -20,7 +20,7 @@ struct ConsoleCommand: AsyncParsableCommand {
             drain, a sparkline of the last 5 minutes and Burrow's verdict with the reason in words
             (what `pipelinectl lag` computes, sampled every --sample-interval without joining the
             groups); a page per stage with its history (5 s points for 5 minutes, 1 min for an
-            hour, 30 min for a day) and partitions; the dead letters grouped by stage, reason,
+            hour, 30 min for a day; kept across restarts in --history-topic) and partitions; the dead letters grouped by stage, reason,
             field and origin topic, filtered, and each one in full (key, value, headers; text
             escaped, invalid UTF-8 marked). A selection of dead letters can be redriven to their
             origin: a preview first (how many records to which topic and partition, how many
@@ -53,6 +53,9 @@ struct ConsoleCommand: AsyncParsableCommand {
     @Flag(help: "No actions: no redrive forms, every POST but /login refused.") var readOnly = false
     @Option(help: "Leave dead letters that were redriven this many times already.") var maxRedrives = 3
     @Option(help: "The topic of the redrive log (created if missing).") var auditTopic = "pipeline.console.redrives"
+    @Option(help: "The compacted topic the lag history is kept in across restarts (created if missing).") var historyTopic = "pipeline.console.history"
+    @Option(help: "How often the history is saved (default: 60s; also at a graceful stop).", transform: Ingest.Upbit.duration("--history-save-interval"))
+    var historySaveInterval: Duration = .seconds(60)
     @Option(help: "Address of /metrics, /healthz and /readyz (host:port; port 0 picks a free one, logged at start).")
     var metricsAddress = "127.0.0.1:9467"
     @OptionGroup var connection: RequiredConnection
@@ -106,7 +109,8 @@ struct ConsoleCommand: AsyncParsableCommand {
         settings.maxRedrives = maxRedrives
         settings.auditTopic = auditTopic
         let service = try ConsoleService(settings: settings, state: state, kafka: connection.kafka, logger: logger)
-        let sampler = ConsoleSampler(state: state, kafka: connection.kafka, interval: sampleInterval, logger: logger)
+        let sampler = ConsoleSampler(
+            state: state, kafka: connection.kafka, interval: sampleInterval, historyTopic: historyTopic, saveInterval: historySaveInterval, logger: logger)
         let group = ServiceGroup(configuration: .init(
             services: [.init(service: endpoint), .init(service: sampler), .init(service: service)], logger: logger))
         signals.attach(logger: logger) { Task { await group.triggerGracefulShutdown() } }

@@ -45,6 +45,21 @@ import Workers
         #expect(history.points("s", tier: 0, now: now).allSatisfy { $0.lagRecords >= 0 })
     }
 
+    @Test func aSavedSeriesComesBackCutToItsTiers() throws {
+        var history = LagHistory()
+        for i in 0..<100 { history.record("s", time: Int64(i) * 5000, lagRecords: Double(i), lagSeconds: 0, inRate: 0, arrivalRate: 0) }
+        let saved = try JSONEncoder().encode(try #require(history.snapshot("s")))
+        var restored = LagHistory()
+        restored.restore("s", tiers: try JSONDecoder().decode([[LagHistory.Point]].self, from: saved))
+        #expect(restored.points("s", tier: 0, now: 500_000) == history.points("s", tier: 0, now: 500_000))
+        #expect(restored.points("s", tier: 0, now: 500_000).count == 60)
+        var oversized = LagHistory()
+        oversized.restore("s", tiers: [(0..<500).map { LagHistory.Point(time: Int64($0) * 5000, lagRecords: 0, lagSeconds: 0, inRate: 0, arrivalRate: 0) }, [], []])
+        #expect(oversized.snapshot("s")?[0].count == 60, "a stored series longer than its tier is cut")
+        oversized.restore("t", tiers: [[]])
+        #expect(oversized.snapshot("t") == nil, "a record with another number of tiers is ignored")
+    }
+
     func entry(stage: String, reason: DecodeFailure.Reason, field: String, origin: String, offset: Int64, time: Int64) -> DeadLetterEntry {
         let input = InputRecord(value: Array("x".utf8), timestamp: time, origin: RecordOrigin(topic: origin, partition: 0, offset: offset))
         let letter = DeadLetter(stage: stage, input: input, failure: DecodeFailure(field: field, reason: reason, detail: "d"))

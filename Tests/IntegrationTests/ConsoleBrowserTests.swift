@@ -276,4 +276,44 @@ import Testing
         }
         try await client.shutdown()
     }
+
+    /// The lag history is saved to the console's compacted topic and read back by the next
+    /// console: a chart has its points right after a restart.
+    @Test func theHistorySurvivesARestart() async throws {
+        try await LocalBroker.with { broker in
+            let topologyPath = Self.root.appendingPathComponent("topology.yaml").path
+            let admin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: [broker.bootstrapServers]))
+            _ = try await Topology.load(path: topologyPath).apply(using: admin)
+            await admin.close()
+            func start() async throws -> (ManagedProcess.Handle, Int) {
+                let console = try ManagedProcess.launch(
+                    try WorkerProcessTests.pipelinectl(),
+                    arguments: ["console", "--topology", topologyPath, "--listen", "127.0.0.1:0", "--metrics-address", "127.0.0.1:0",
+                                "--sample-interval", "1s", "--history-save-interval", "1s", "--log-format", "json", "--bootstrap-server", broker.bootstrapServers],
+                    environment: [:])
+                return (console, try await IngestHTTPTests.loggedPort(console, "console listening"))
+            }
+            func points(_ port: Int) async throws -> Int {
+                let (data, _) = try await URLSession.shared.data(from: URL(string: "http://127.0.0.1:\(port)/stages/prices-decode")!)
+                let page = String(decoding: data, as: UTF8.self)
+                guard let range = page.range(of: #"data-points=""#) else { return 0 }
+                return Int(page[range.upperBound...].prefix { $0.isNumber }) ?? 0
+            }
+            let (first, port) = try await start()
+            defer { first.kill() }
+            try await Self.eventually("three points of history") { try await points(port) >= 3 }
+            let before = try await points(port)
+            first.terminate()
+            #expect(await first.waitForExit() == 0, "\(first.recentOutput())")
+
+            let (second, again) = try await start()
+            defer { second.kill() }
+            try await second.waitForLine(containing: "history restored", timeout: .seconds(60))
+            #expect(!second.output().contains(#""series":"0""#), "\(second.output())")
+            let after = try await points(again)
+            #expect(after >= before, "the chart kept its \(before) points across the restart (now \(after))")
+            second.terminate()
+            _ = await second.waitForExit()
+        }
+    }
 }
