@@ -94,6 +94,7 @@ public final class ConsoleService: Service, Sendable {
         }
         router.get("/api/stages") { _, _ in self.stagesJSON() }
         router.get("/redrives") { _, _ in await self.redrivesPage() }
+        router.get("/find") { request, _ in await self.findPage(Self.query(request)) }
         router.get("/stages/:name/reset") { request, context in await self.resetPage(context.parameters.get("name") ?? "", Self.query(request), execute: false) }
         router.post("/stages/:name/reset") { request, context in
             let form = try await Self.form(request)
@@ -163,6 +164,28 @@ public final class ConsoleService: Service, Sendable {
         let (entries, redrives, error) = await entries()
         return html(pages.deadLetters(entries, filter: DeadLetterSelection(query: query), redrives: redrives,
                                       actions: settings.readOnly ? nil : csrf, readError: error))
+    }
+
+    func findPage(_ query: [String: String]) async -> Response {
+        let topics = Array(Set(state.topology.stages.flatMap(\.inputs))).sorted()
+        let finder = MessageFinder(kafka: kafka)
+        guard let by = query["by"], let value = query["value"], let topic = query["topic"] else {
+            return html(pages.find(topics: topics, request: query, found: nil, scanned: finder.scanPerPartition, error: nil))
+        }
+        guard topics.contains(topic) else {
+            return html(pages.find(topics: topics, request: query, found: nil, scanned: finder.scanPerPartition, error: "\(topic) is not an input of any stage"), status: 400)
+        }
+        do {
+            let search = try MessageQuery(by: by, value: value)
+            let stages = state.topology.stages.filter { $0.inputs.contains(topic) }.map { ($0.name, $0.group) }
+            let (deadLetters, _, _) = await entries()
+            let found = try await finder.find(search, topic: topic, stages: stages, deadLetters: deadLetters)
+            return html(pages.find(topics: topics, request: query, found: found, scanned: finder.scanPerPartition, error: nil))
+        } catch let error as MessageQueryError {
+            return html(pages.find(topics: topics, request: query, found: nil, scanned: finder.scanPerPartition, error: error.reason), status: 400)
+        } catch {
+            return html(pages.find(topics: topics, request: query, found: nil, scanned: finder.scanPerPartition, error: "\(error)"), status: 503)
+        }
     }
 
     func redrivesPage() async -> Response {

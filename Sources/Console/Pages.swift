@@ -35,7 +35,7 @@ public enum HTML {
     }
 
     static func page(title: String, nav: String, live: String? = nil, body: String) -> String {
-        let links = [("/", "Stages"), ("/dead-letters", "Dead letters"), ("/redrives", "Redrives")].map { href, name in
+        let links = [("/", "Stages"), ("/dead-letters", "Dead letters"), ("/redrives", "Redrives"), ("/find", "Find a message")].map { href, name in
             "<a href=\"\(href)\"\(href == nav ? " class=\"current\"" : "")>\(name)</a>"
         }.joined(separator: " ")
         return """
@@ -363,6 +363,55 @@ struct ConsolePages {
                 """
         }
         return HTML.page(title: "Reset offsets", nav: "/stages", body: body)
+    }
+
+    /// The Find form and, for a query, every record found with its fate per stage.
+    func find(topics: [String], request: [String: String], found: [FoundMessage]?, scanned: Int64, error: String?) -> String {
+        let topic = request["topic"] ?? topics.first ?? ""
+        let by = request["by"] ?? "key"
+        let kinds = [("key", "key"), ("header", "header NAME=VALUE"), ("offset", "offset PARTITION:OFFSET"), ("time", "time (ISO-8601 or epoch ms)")]
+        var body = """
+            <h1>Find a message</h1>
+            <form method="get" action="/find" class="filter">\
+            <label>topic <select name="topic">\(topics.map { "<option\($0 == topic ? " selected" : "")>\(HTML.text($0))</option>" }.joined())</select></label>\
+            <label>by <select name="by">\(kinds.map { "<option value=\"\($0.0)\"\($0.0 == by ? " selected" : "")>\(HTML.text($0.1))</option>" }.joined())</select></label>\
+            <label>value <input name="value" value="\(HTML.text(request["value"] ?? ""))" size="40"></label>\
+            <button type="submit" id="find">Find</button></form>
+            <p class="muted">Read without joining any group. A key or header is looked for in the newest \(HTML.count(scanned)) records of each partition; \
+            a time finds the first record at or after it in each partition.</p>
+            """
+        if let error { body += "<p class=\"error\">\(HTML.text(error))</p>" }
+        guard let found else { return HTML.page(title: "Find a message", nav: "/find", body: body) }
+        body += "<p id=\"found\">\(found.count) found.</p>"
+        for m in found {
+            let r = m.record
+            let key = r.key.map { HTML.bytes($0).text } ?? "(none)"
+            body += """
+                <section class="found"><h2>\(HTML.text(r.topic)) partition \(r.partition) offset \(r.offset)</h2>\
+                <dl><dt>written</dt><dd>\(HTML.text(HTML.time(r.timestamp)))</dd><dt>key</dt><dd class="key">\(HTML.text(key))</dd>\
+                <dt>headers</dt><dd>\(HTML.text(r.headers.map { "\($0.key)=\($0.value.map { HTML.bytes($0).text } ?? "")" }.joined(separator: ", ")))</dd>\
+                <dt>value</dt><dd class="key">\(HTML.text(String((r.value.map { HTML.bytes($0).text } ?? "(tombstone)").prefix(200))))</dd></dl>\
+                <table class="fate"><thead><tr><th>stage</th><th>group</th><th>committed</th><th>consumed</th></tr></thead><tbody>
+                """
+            for s in m.stages {
+                body += "<tr data-stage=\"\(HTML.text(s.stage))\"><td>\(HTML.text(s.stage))</td><td>\(HTML.text(s.group))</td><td>\(HTML.count(s.committed))</td>"
+                    + "<td class=\"consumed\">\(m.consumed(s.committed) ? "yes, committed past it" : "not yet")</td></tr>"
+            }
+            body += "</tbody></table>"
+            if m.deadLetters.isEmpty {
+                body += "<p class=\"muted\">Not in the dead letters.</p>"
+            } else {
+                for e in m.deadLetters {
+                    let redrive = "/dead-letters?stage=\(HTML.query(e.letter.stage))&reason=\(HTML.query(e.letter.failure.reason.rawValue))&origin=\(HTML.query(r.topic))"
+                    body += """
+                        <p class="dead-letter">In the dead letters: <a href="/dead-letters/\(e.record.partition)/\(e.record.offset)">\(HTML.text(e.letter.stage)), \
+                        \(HTML.text(e.letter.failure.reason.rawValue))</a> · <a href="\(HTML.text(redrive))">its group, to redrive</a></p>
+                        """
+                }
+            }
+            body += "</section>"
+        }
+        return HTML.page(title: "Find a message", nav: "/find", body: body)
     }
 
     func deadLetter(_ e: DeadLetterEntry) -> String {

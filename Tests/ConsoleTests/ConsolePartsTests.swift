@@ -102,6 +102,16 @@ import Workers
         #expect(LagVerdict.grouped(-1_234_567) == "-1,234,567")
     }
 
+    @Test func aFindQuerySaysWhatIsWrongWithIt() throws {
+        #expect(try MessageQuery(by: "offset", value: "2:1500") == .offset(partition: 2, offset: 1500))
+        #expect(try MessageQuery(by: "header", value: "user-id=u=1") == .header(name: "user-id", value: "u=1"))
+        #expect(try MessageQuery(by: "time", value: "2026-11-25T10:00:00Z") == .time(1_795_600_800_000))
+        for (by, value, reason) in [("offset", "2", "PARTITION:OFFSET"), ("header", "=x", "NAME=VALUE"), ("time", "soon", "not a time"), ("colour", "red", "by key, header, offset or time")] {
+            #expect(throws: MessageQueryError.self, "\(by) \(value)") { try MessageQuery(by: by, value: value) }
+            do { _ = try MessageQuery(by: by, value: value) } catch { #expect(error.reason.contains(reason), "\(error.reason)") }
+        }
+    }
+
     @Test func onlyLoopbackListensWithoutAToken() {
         #expect(ConsoleSettings.isLoopback("127.0.0.1") && ConsoleSettings.isLoopback("localhost") && ConsoleSettings.isLoopback("::1"))
         #expect(!ConsoleSettings.isLoopback("0.0.0.0") && !ConsoleSettings.isLoopback("10.0.0.5"))

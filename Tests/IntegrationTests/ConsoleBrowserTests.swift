@@ -143,6 +143,22 @@ import Testing
                 let logged = try await browser.run("return Array.from(document.querySelectorAll('table.redrives tbody tr')).map(r => r.cells[3].textContent)") as? [String]
                 #expect(logged == ["3"], "the redrive log lists it: \(logged ?? [])")
 
+                // Find the first hostile record by its key: where it sits, that prices-decode
+                // committed past it (and the other stages reading prices.raw did not), and its dead letter.
+                try await browser.go(base + "/find?topic=prices.raw&by=key&value=" + "<script>window.__xss=0</script>".addingPercentEncoding(withAllowedCharacters: .alphanumerics)!)
+                let found = try await browser.run("""
+                    return { found: document.getElementById('found').textContent, key: document.querySelector('dd.key').textContent,
+                             decode: document.querySelector('tr[data-stage="prices-decode"] td.consumed').textContent,
+                             candles: document.querySelector('tr[data-stage="prices-candles"] td.consumed').textContent,
+                             deadLetter: document.querySelectorAll('p.dead-letter').length, xss: typeof window.__xss }
+                    """) as? [String: Any] ?? [:]
+                #expect(found["found"] as? String == "2 found.", "the original and its redriven copy: \(found)")
+                #expect(found["key"] as? String == "<script>window.__xss=0</script>")
+                #expect(found["decode"] as? String == "yes, committed past it")
+                #expect(found["candles"] as? String == "not yet", "no prices-candles worker ran")
+                #expect((found["deadLetter"] as? Int ?? 0) >= 1 && found["xss"] as? String == "undefined", "\(found)")
+                try await browser.screenshot(to: Self.screenshots + "/find.png")
+
                 let log = try await browser.consoleLog()
                 #expect(log.filter { $0.level == "SEVERE" }.isEmpty, "no errors (a blocked inline script would log one): \(log)")
 
