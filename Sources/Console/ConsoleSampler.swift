@@ -49,6 +49,7 @@ public final class ConsoleState: HealthReporting {
     private struct State {
         var rows: [String: StageRow] = [:]
         var history = LagHistory()
+        var roster = WorkerRoster(statuses: [], members: [:], now: 0, silence: .seconds(30))
     }
 
     private let state = Mutex(State())
@@ -66,10 +67,19 @@ public final class ConsoleState: HealthReporting {
         }
     }
 
+    /// A stage whose workers report counts its live reporting workers; others keep the
+    /// group's member count (nil when the broker does not list members).
+    private static func withWorkers(_ row: StageRow, _ roster: WorkerRoster) -> StageRow {
+        guard roster.rows.contains(where: { $0.status.stage == row.stage }) else { return row }
+        var row = row
+        row.members = roster.alive(stage: row.stage)
+        return row
+    }
+
     /// Every stage, worst first (then by lag in seconds, then by name).
     public func rows() -> [StageRow] {
         state.withLock { s in
-            s.rows.values.sorted {
+            s.rows.values.map { Self.withWorkers($0, s.roster) }.sorted {
                 ($0.severity, $0.lagSeconds, $0.lagRecords) != ($1.severity, $1.lagSeconds, $1.lagRecords)
                     ? ($0.severity, $0.lagSeconds, $0.lagRecords) > ($1.severity, $1.lagSeconds, $1.lagRecords)
                     : $0.stage < $1.stage
@@ -77,7 +87,12 @@ public final class ConsoleState: HealthReporting {
         }
     }
 
-    public func row(_ stage: String) -> StageRow? { state.withLock { $0.rows[stage] } }
+    public func row(_ stage: String) -> StageRow? { state.withLock { s in s.rows[stage].map { Self.withWorkers($0, s.roster) } } }
+
+    public var roster: WorkerRoster { state.withLock { $0.roster } }
+
+    /// The workers' reports joined with the groups' members.
+    func update(roster: WorkerRoster) { state.withLock { $0.roster = roster } }
 
     public func liveness(now: ContinuousClock.Instant) -> HealthStatus { HealthStatus(ok: true, reason: "ok") }
 
@@ -117,14 +132,21 @@ public final class ConsoleSampler: Service, Sendable {
     let interval: Duration
     let historyTopic: HistoryTopic
     let saveInterval: Duration
+    let statuses: WorkerStatusReader
+    let workerSilence: Duration
     let logger: Logger
 
-    public init(state: ConsoleState, kafka: KafkaConfiguration, interval: Duration, historyTopic: String, saveInterval: Duration, logger: Logger) {
+    public init(
+        state: ConsoleState, kafka: KafkaConfiguration, interval: Duration, historyTopic: String, saveInterval: Duration,
+        statusTopic: String, workerSilence: Duration, logger: Logger
+    ) {
         self.state = state
         self.kafka = kafka
         self.interval = interval
         self.historyTopic = HistoryTopic(topic: historyTopic, kafka: kafka)
         self.saveInterval = saveInterval
+        self.statuses = WorkerStatusReader(kafka: kafka, topic: statusTopic)
+        self.workerSilence = workerSilence
         self.logger = logger
     }
 
@@ -167,12 +189,15 @@ public final class ConsoleSampler: Service, Sendable {
         let producer = try KafkaProducer(configuration: producerConfiguration, logger: logger)
         var lastSave = ContinuousClock.now
         while !Task.isShuttingDownGracefully && !Task.isCancelled {
+            var members: [String: [String]?] = [:]
             for stage in state.topology.stages {
                 if Task.isShuttingDownGracefully { break }
                 var window = windows[stage.name] ?? [:]
                 let now = Int64(Date().timeIntervalSince1970 * 1000)
                 do {
                     let lag = try await probe.groupLag(stage.group, admin: admin, topics: stage.inputs, windows: &window)
+                    // Empty with no members: none; no members but another state: the broker does not list them.
+                    members[stage.group] = lag.members.isEmpty && lag.state != "Empty" ? .some(nil) : lag.members.map(\.clientID)
                     let row = Self.row(stage, lag: lag, windows: window, previous: &previous[stage.name, default: [:]], now: now)
                     state.update(row, at: now)
                     export(row, lag: lag)
@@ -186,6 +211,12 @@ public final class ConsoleSampler: Service, Sendable {
                     logger.warning("lag sample failed", metadata: ["stage": "\(stage.name)", "error": "\(error)"])
                 }
                 windows[stage.name] = window
+            }
+            do {
+                state.update(roster: WorkerRoster(statuses: try await statuses.read(), members: members,
+                                                  now: Int64(Date().timeIntervalSince1970 * 1000), silence: workerSilence))
+            } catch {
+                logger.warning("cannot read the worker status topic", metadata: ["topic": "\(statuses.topic)", "error": "\(error)"])
             }
             if ContinuousClock.now - lastSave >= saveInterval {
                 await saveHistory(producer)

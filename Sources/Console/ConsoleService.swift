@@ -24,6 +24,8 @@ public struct ConsoleSettings: Sendable {
     public var maxRedrives = 3
     /// The redrive log (created if missing).
     public var auditTopic = "pipeline.console.redrives"
+    /// A worker silent for this long is shown dead.
+    public var workerSilence: Duration = .seconds(30)
 
     public init() {}
 
@@ -95,6 +97,7 @@ public final class ConsoleService: Service, Sendable {
         router.get("/api/stages") { _, _ in self.stagesJSON() }
         router.get("/redrives") { _, _ in await self.redrivesPage() }
         router.get("/find") { request, _ in await self.findPage(Self.query(request)) }
+        router.get("/workers") { _, _ in self.html(self.pages.workers(self.state.roster, silence: self.settings.workerSilence, now: Self.now())) }
         router.get("/stages/:name/reset") { request, context in await self.resetPage(context.parameters.get("name") ?? "", Self.query(request), execute: false) }
         router.post("/stages/:name/reset") { request, context in
             let form = try await Self.form(request)

@@ -35,7 +35,7 @@ public enum HTML {
     }
 
     static func page(title: String, nav: String, live: String? = nil, body: String) -> String {
-        let links = [("/", "Stages"), ("/dead-letters", "Dead letters"), ("/redrives", "Redrives"), ("/find", "Find a message")].map { href, name in
+        let links = [("/", "Stages"), ("/workers", "Workers"), ("/dead-letters", "Dead letters"), ("/redrives", "Redrives"), ("/find", "Find a message")].map { href, name in
             "<a href=\"\(href)\"\(href == nav ? " class=\"current\"" : "")>\(name)</a>"
         }.joined(separator: " ")
         return """
@@ -412,6 +412,38 @@ struct ConsolePages {
             body += "</section>"
         }
         return HTML.page(title: "Find a message", nav: "/find", body: body)
+    }
+
+    /// Every worker as it reports itself, dead after `silence`, with the membership mismatches.
+    func workers(_ roster: WorkerRoster, silence: Duration, now: Int64) -> String {
+        var body = """
+            <h1>Workers</h1>
+            <p class="muted">Each worker reports every few seconds to the status topic; one silent for more than \(HTML.text(HTML.seconds(silence.asSeconds))) \
+            is shown dead (a worker that stops gracefully removes itself). Joined with the groups' members where the broker lists them.</p>
+            """
+        if !roster.silentMembers.isEmpty {
+            body += "<p class=\"warning\" id=\"silent-members\">Members that do not report: "
+                + roster.silentMembers.keys.sorted().map { "\(HTML.text($0)): \(HTML.text(roster.silentMembers[$0]!.joined(separator: ", ")))" }.joined(separator: "; ") + "</p>"
+        }
+        body += """
+            <table class="workers"><thead><tr><th>stage</th><th>host</th><th>pid</th><th>state</th><th>member</th><th>partitions</th><th>in flight</th>\
+            <th>lag</th><th>in</th><th>RSS</th><th>CPU</th><th>last report</th><th>started</th><th>last error</th></tr></thead><tbody>
+            """
+        for row in roster.rows {
+            let s = row.status
+            let member = row.isMember.map { $0 ? "yes" : "NOT A MEMBER" } ?? "not listed by the broker"
+            body += """
+                <tr data-worker="\(HTML.text(s.key))"><td>\(HTML.text(s.stage))</td><td>\(HTML.text(s.host))</td><td>\(s.pid)</td>\
+                <td class="state"><span class="status status-\(row.alive ? "OK" : "STOP")">\(row.alive ? "alive" : "dead")</span></td><td>\(HTML.text(member))</td>\
+                <td>\(s.assignedPartitions)</td><td>\(HTML.count(Int64(s.inFlightRecords)))</td><td>\(HTML.count(s.lagRecords))</td><td>\(HTML.text(HTML.rate(s.inRate)))</td>\
+                <td>\(s.rssBytes / 1_048_576) MiB</td><td>\(HTML.text(HTML.seconds(s.cpuSeconds)))</td>\
+                <td>\(HTML.text(HTML.seconds(Double(now - s.reportedAt) / 1000))) ago</td><td>\(HTML.text(HTML.time(s.startedAt)))</td>\
+                <td>\(HTML.text(s.lastError ?? ""))</td></tr>
+                """
+        }
+        body += "</tbody></table>"
+        if roster.rows.isEmpty { body += "<p class=\"muted\">No worker has reported yet.</p>" }
+        return HTML.page(title: "Workers", nav: "/workers", body: body)
     }
 
     func deadLetter(_ e: DeadLetterEntry) -> String {

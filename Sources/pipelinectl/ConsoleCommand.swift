@@ -56,6 +56,9 @@ struct ConsoleCommand: AsyncParsableCommand {
     @Option(help: "The compacted topic the lag history is kept in across restarts (created if missing).") var historyTopic = "pipeline.console.history"
     @Option(help: "How often the history is saved (default: 60s; also at a graceful stop).", transform: Ingest.Upbit.duration("--history-save-interval"))
     var historySaveInterval: Duration = .seconds(60)
+    @Option(help: "The topic the workers report their status to.") var statusTopic = WorkerStatus.defaultTopic
+    @Option(help: "A worker silent for this long is shown dead (default: 30s).", transform: Ingest.Upbit.duration("--worker-silence"))
+    var workerSilence: Duration = .seconds(30)
     @Option(help: "Address of /metrics, /healthz and /readyz (host:port; port 0 picks a free one, logged at start).")
     var metricsAddress = "127.0.0.1:9467"
     @OptionGroup var connection: RequiredConnection
@@ -108,9 +111,11 @@ struct ConsoleCommand: AsyncParsableCommand {
         settings.readOnly = readOnly
         settings.maxRedrives = maxRedrives
         settings.auditTopic = auditTopic
+        settings.workerSilence = workerSilence
         let service = try ConsoleService(settings: settings, state: state, kafka: connection.kafka, logger: logger)
         let sampler = ConsoleSampler(
-            state: state, kafka: connection.kafka, interval: sampleInterval, historyTopic: historyTopic, saveInterval: historySaveInterval, logger: logger)
+            state: state, kafka: connection.kafka, interval: sampleInterval, historyTopic: historyTopic, saveInterval: historySaveInterval,
+            statusTopic: statusTopic, workerSilence: workerSilence, logger: logger)
         let group = ServiceGroup(configuration: .init(
             services: [.init(service: endpoint), .init(service: sampler), .init(service: service)], logger: logger))
         signals.attach(logger: logger) { Task { await group.triggerGracefulShutdown() } }

@@ -58,6 +58,12 @@ struct Worker: AsyncParsableCommand {
         return d
     })
     var statisticsInterval: Duration = .seconds(5)
+    @Option(help: "The compacted topic the worker reports its status to, for the console (empty: none).") var statusTopic = WorkerStatus.defaultTopic
+    @Option(help: "How often the worker reports its status (default: 5s).", transform: { text in
+        guard let d = parseDuration(text), d > .zero else { throw ValidationError("--status-interval: '\(text)' is not a duration such as 5s") }
+        return d
+    })
+    var statusInterval: Duration = .seconds(5)
     @Option(help: "librdkafka debug contexts, e.g. broker,cgrp,fetch (logged at debug level).") var kafkaDebug: String?
     @Option(name: .customShort("X"), parsing: .singleValue, help: "Raw librdkafka property key=value for the worker's clients (repeatable).")
     var properties: [String] = []
@@ -119,6 +125,10 @@ struct Worker: AsyncParsableCommand {
         kafka.security = try security.configuration()
         kafka.debugContexts = kafkaDebug.map { $0.split(separator: ",").map(String.init) } ?? []
         kafka.raw = try parseProperties(properties)
+        // A client id a group's member list can be matched with the worker's status by.
+        if kafka.raw["client.id"] == nil {
+            kafka.clientID = WorkerStatus.clientID(stage: definition.name, host: WorkerStatusReporter.hostName, pid: getpid())
+        }
         var settings = WorkerSettings(kafka: kafka)
         settings.statisticsInterval = statisticsInterval
         settings.shutdownDeadline = shutdownDeadline
@@ -146,10 +156,11 @@ struct Worker: AsyncParsableCommand {
             // A stage that stops by itself (--stop-after) shuts the group down gracefully.
             // Signals come through `signals`, installed before anything else.
             configuration: .init(
-                services: [
-                    .init(service: endpoint),
-                    .init(service: service, successTerminationBehavior: .gracefullyShutdownGroup),
-                ],
+                services: [.init(service: endpoint)]
+                    + (statusTopic.isEmpty ? [] : [.init(
+                        service: WorkerStatusReporter(service: service, topic: statusTopic, interval: statusInterval, kafka: kafka, logger: logger),
+                        successTerminationBehavior: .ignore, failureTerminationBehavior: .ignore)])
+                    + [.init(service: service, successTerminationBehavior: .gracefullyShutdownGroup)],
                 logger: logger))
         signals.attach(logger: logger) { Task { await group.triggerGracefulShutdown() } }
         try await group.run()

@@ -112,6 +112,26 @@ import Workers
         }
     }
 
+    func status(_ stage: String, pid: Int32, reportedAt: Int64) -> WorkerStatus {
+        WorkerStatus(stage: stage, group: stage, version: "1", host: "h", pid: pid, clientID: WorkerStatus.clientID(stage: stage, host: "h", pid: pid),
+                     startedAt: 0, reportedAt: reportedAt, assignedPartitions: 1, inFlightRecords: 0, lagRecords: 0, inRate: 0, processed: 0,
+                     produced: 0, deadLettered: 0, rssBytes: 0, cpuSeconds: 0, lastLoopTurnAge: 0, lastError: nil)
+    }
+
+    @Test func theRosterFlagsSilentWorkersAndBothMembershipMismatches() {
+        let now: Int64 = 100_000
+        let statuses = [status("a", pid: 1, reportedAt: now - 1000), status("a", pid: 2, reportedAt: now - 31_000), status("b", pid: 3, reportedAt: now)]
+        let members: [String: [String]?] = [
+            "a": [WorkerStatus.clientID(stage: "a", host: "h", pid: 1), "a@other:9"],  // pid 9 does not report
+            "b": [String]?.none,  // the broker does not list them
+        ]
+        let roster = WorkerRoster(statuses: statuses, members: members, now: now, silence: .seconds(30))
+        #expect(roster.rows.map(\.alive) == [true, false, true])
+        #expect(roster.rows.map(\.isMember) == [Bool?.some(true), .some(false), .none], "pid 2 reports but is not a member; b's membership is unknown")
+        #expect(roster.silentMembers == ["a": ["a@other:9"]])
+        #expect(roster.alive(stage: "a") == 1)
+    }
+
     @Test func onlyLoopbackListensWithoutAToken() {
         #expect(ConsoleSettings.isLoopback("127.0.0.1") && ConsoleSettings.isLoopback("localhost") && ConsoleSettings.isLoopback("::1"))
         #expect(!ConsoleSettings.isLoopback("0.0.0.0") && !ConsoleSettings.isLoopback("10.0.0.5"))

@@ -67,11 +67,14 @@ import Testing
             let console = try ManagedProcess.launch(
                 try WorkerProcessTests.pipelinectl(),
                 arguments: ["console", "--topology", topologyPath, "--listen", "127.0.0.1:0", "--metrics-address", "127.0.0.1:0",
-                            "--sample-interval", "1s", "--log-format", "json", "--bootstrap-server", bootstrap],
+                            "--sample-interval", "1s", "--worker-silence", "4s", "--log-format", "json", "--bootstrap-server", bootstrap],
                 environment: [:])
             defer { console.kill() }
             let port = try await IngestHTTPTests.loggedPort(console, "console listening")
             let base = "http://127.0.0.1:\(port)"
+            // A second worker that will die without a word (SIGKILL).
+            let doomed = try WorkerProcessTests.startWorker("prices-latest", topology: topologyPath, bootstrap: bootstrap, extra: ["--status-interval", "1s"])
+            defer { doomed.kill() }
             let browser = try await WebDriver.start()
 
             do {
@@ -86,6 +89,22 @@ import Testing
                 #expect(shown?.count == topology.stages.count)
                 try await browser.screenshot(to: Self.screenshots + "/overview.png")
 
+                // Workers: both report themselves; the killed one turns dead after the silence.
+                try await Self.eventually("both workers reporting") {
+                    try await browser.go(base + "/workers")
+                    let states = try await browser.run("return Array.from(document.querySelectorAll('tr[data-worker]')).map(r => r.cells[0].textContent + ' ' + r.querySelector('td.state').textContent)") as? [String] ?? []
+                    return Set(states) == ["prices-decode alive", "prices-latest alive"]
+                }
+                #expect(try await Self.stageCells(port, "prices-decode")["members"] == "1", "the overview counts the live reporting worker")
+                doomed.kill()
+                _ = await doomed.waitForExit()
+                try await Self.eventually("the killed worker shown dead") {
+                    try await browser.go(base + "/workers")
+                    let states = try await browser.run("return Array.from(document.querySelectorAll('tr[data-worker]')).map(r => r.cells[0].textContent + ' ' + r.querySelector('td.state').textContent)") as? [String] ?? []
+                    return Set(states) == ["prices-decode alive", "prices-latest dead"]
+                }
+                try await browser.screenshot(to: Self.screenshots + "/workers.png")
+
                 // Dead letters: the three garbage records, grouped by reason, shown as text.
                 try await Self.eventually("three dead letters listed") {
                     try await browser.go(base + "/dead-letters")
@@ -95,6 +114,7 @@ import Testing
                         """) as? Int
                     return count == 3
                 }
+                try await browser.go(base + "/dead-letters?stage=prices.decode")
                 let reasons = try await browser.run("return Array.from(document.querySelectorAll('tr[data-reason]')).map(r => r.dataset.reason)") as? [String]
                 #expect(reasons == ["wrong-type"], "one group: the decoder reads the three as not a JSON object: \(reasons ?? [])")
                 try await browser.screenshot(to: Self.screenshots + "/dead-letters.png")
@@ -200,6 +220,12 @@ import Testing
                 #expect(reason?.contains("no member consumes") == true && reason?.contains("behind") == true, "\(reason ?? "")")
                 #expect(try await browser.run("return document.querySelector('tr[data-stage]').dataset.stage") as? String != nil)
                 try await browser.screenshot(to: Self.screenshots + "/overview-stop.png")
+                // A worker that stopped gracefully removed itself from the status topic.
+                try await Self.eventually("the stopped worker gone from Workers") {
+                    try await browser.go(base + "/workers")
+                    let stages = try await browser.run("return Array.from(document.querySelectorAll('tr[data-worker]')).map(r => r.cells[0].textContent)") as? [String] ?? []
+                    return stages == ["prices-latest"]
+                }
 
                 // A reset to the earliest offsets: the diff first (every record the group read, to
                 // be read again), then the commit; the group's offsets are then 0.

@@ -64,6 +64,13 @@ public final class WorkerHealth: HealthReporting {
         }
     }
     func lag(records: Int64) { state.withLock { $0.lagRecords = records } }
+
+    /// What the status report says: partitions held, lag, how long since the loop turned, and
+    /// why the worker is not ready (nil when it is).
+    public func snapshot(now: ContinuousClock.Instant = .now) -> (assigned: Int, lagRecords: Int64, loopAge: Duration, lastError: String?) {
+        let ready = readiness(now: now)
+        return state.withLock { s in (s.assigned, s.lagRecords, now - s.lastLoopTurn, ready.ok ? nil : ready.reason) }
+    }
     func stopping() { state.withLock { $0.stopping = true } }
 
     public func liveness(now: ContinuousClock.Instant = .now) -> Status {

@@ -17,6 +17,8 @@ public final class StageCounters: Sendable {
     /// Partitions whose state was restored from the changelog.
     public let restoredPartitions = Atomic<Int>(0)
     public let pausedPartitions = Atomic<Int>(0)
+    /// Records taken in and not yet settled, as of the last tick (the in-flight bound's count).
+    public let inFlightRecords = Atomic<Int>(0)
     /// Times the in-flight bound was reached and the worker waited for deliveries before
     /// taking more input.
     public let backpressureWaits = Atomic<Int>(0)

@@ -71,6 +71,7 @@ struct StageRecorder: Sendable {
     func observed(producerQueue: Int, inFlightRecords: Int, consumer: KafkaStatistics?, producer: KafkaStatistics?, group: String) {
         metrics.producerQueue.record(producerQueue)
         metrics.inFlightRecords.record(inFlightRecords)
+        counters.inFlightRecords.store(inFlightRecords, ordering: .relaxed)
         metrics.pausedPartitions.record(counters.pausedPartitions.value)
         if let consumer {
             counters.fetchedRecords.store(Int(consumer.receivedMessages), ordering: .relaxed)

@@ -1,0 +1,150 @@
+import Foundation
+import Synchronization
+import Kafka
+import Logging
+import ServiceLifecycle
+
+/// What a worker process reports about itself every few seconds to the status topic
+/// (`pipeline.workers`, compacted, keyed `host/pid/stage`), as Karafka's processes do: the
+/// console joins it with the group's membership. A worker that stops gracefully writes a
+/// tombstone for its key; one that dies goes silent.
+public struct WorkerStatus: Sendable, Codable, Hashable {
+    public var stage: String
+    public var group: String
+    public var version: String
+    public var host: String
+    public var pid: Int32
+    /// The worker's Kafka client id (what the group's member list shows).
+    public var clientID: String
+    /// Epoch ms.
+    public var startedAt: Int64
+    public var reportedAt: Int64
+    public var assignedPartitions: Int
+    public var inFlightRecords: Int
+    public var lagRecords: Int64
+    /// Inputs processed per second since the previous report.
+    public var inRate: Double
+    public var processed: Int
+    public var produced: Int
+    public var deadLettered: Int
+    public var rssBytes: Int
+    public var cpuSeconds: Double
+    /// Seconds since the event loop last turned (polls included).
+    public var lastLoopTurnAge: Double
+    public var lastError: String?
+
+    public init(
+        stage: String, group: String, version: String, host: String, pid: Int32, clientID: String, startedAt: Int64, reportedAt: Int64,
+        assignedPartitions: Int, inFlightRecords: Int, lagRecords: Int64, inRate: Double, processed: Int, produced: Int, deadLettered: Int,
+        rssBytes: Int, cpuSeconds: Double, lastLoopTurnAge: Double, lastError: String?
+    ) {
+        self.stage = stage
+        self.group = group
+        self.version = version
+        self.host = host
+        self.pid = pid
+        self.clientID = clientID
+        self.startedAt = startedAt
+        self.reportedAt = reportedAt
+        self.assignedPartitions = assignedPartitions
+        self.inFlightRecords = inFlightRecords
+        self.lagRecords = lagRecords
+        self.inRate = inRate
+        self.processed = processed
+        self.produced = produced
+        self.deadLettered = deadLettered
+        self.rssBytes = rssBytes
+        self.cpuSeconds = cpuSeconds
+        self.lastLoopTurnAge = lastLoopTurnAge
+        self.lastError = lastError
+    }
+
+    public var key: String { "\(host)/\(pid)/\(stage)" }
+
+    /// The client id a worker gives its Kafka clients, so that a group member can be matched
+    /// with its status.
+    public static func clientID(stage: String, host: String, pid: Int32) -> String { "\(stage)@\(host):\(pid)" }
+
+    public static let defaultTopic = "pipeline.workers"
+    public static let version = "1"
+}
+
+/// Reports a stage service's status every `interval` (a producer of its own: reporting never
+/// holds up the stage; a failed report is logged and tried at the next interval; the worker
+/// runs it so that its end, even by an error, does not stop the stage).
+public final class WorkerStatusReporter: Service, Sendable {
+    let service: StageService
+    let topic: String
+    let interval: Duration
+    let kafka: KafkaConfiguration
+    let logger: Logger
+    let startedAt = Int64(Date().timeIntervalSince1970 * 1000)
+
+    public init(service: StageService, topic: String, interval: Duration, kafka: KafkaConfiguration, logger: Logger) {
+        self.service = service
+        self.topic = topic
+        self.interval = interval
+        self.kafka = kafka
+        self.logger = logger
+    }
+
+    public static var hostName: String { ProcessInfo.processInfo.hostName }
+
+    public func run() async throws {
+        var configuration = ProducerConfiguration(kafka: kafka)
+        configuration.messageTimeout = interval * 2
+        let producer = try KafkaProducer(configuration: configuration, logger: logger)
+        var previous: (processed: Int, at: ContinuousClock.Instant) = (0, .now)
+        var failing = false
+        while !Task.isShuttingDownGracefully && !Task.isCancelled {
+            let status = self.status(previous: &previous)
+            do {
+                let report = try await producer.send(ProducerRecord(topic: topic, key: Array(status.key.utf8), value: Array(try JSONEncoder().encode(status))))
+                if let error = report.error { throw error }
+                failing = false
+            } catch {
+                if !failing { logger.warning("cannot report the worker's status", metadata: ["topic": "\(topic)", "error": "\(error)"]) }
+                failing = true
+            }
+            try? await cancelWhenGracefulShutdown { [interval] in try await Task.sleep(for: interval) }
+        }
+        // Gone, not dead: a tombstone for this worker's key.
+        let key = self.status(previous: &previous).key
+        _ = try? await producer.send(ProducerRecord(topic: topic, key: Array(key.utf8), value: nil))
+        await producer.close(deadline: .seconds(5))
+    }
+
+    func status(previous: inout (processed: Int, at: ContinuousClock.Instant)) -> WorkerStatus {
+        let counters = service.counters
+        let health = service.health.snapshot()
+        let processed = counters.processed.load(ordering: .relaxed)
+        let now = ContinuousClock.now
+        let seconds = (now - previous.at).asSeconds
+        let rate = seconds > 0 ? Double(processed - previous.processed) / seconds : 0
+        previous = (processed, now)
+        let host = Self.hostName
+        let pid = getpid()
+        return WorkerStatus(
+            stage: service.definition.name, group: service.definition.group, version: WorkerStatus.version, host: host, pid: pid,
+            clientID: kafka.clientID ?? WorkerStatus.clientID(stage: service.definition.name, host: host, pid: pid),
+            startedAt: startedAt, reportedAt: Int64(Date().timeIntervalSince1970 * 1000), assignedPartitions: health.assigned,
+            inFlightRecords: counters.inFlightRecords.load(ordering: .relaxed), lagRecords: health.lagRecords, inRate: rate, processed: processed,
+            produced: counters.produced.load(ordering: .relaxed), deadLettered: counters.deadLettered.load(ordering: .relaxed),
+            rssBytes: Self.rss(), cpuSeconds: Self.cpuSeconds(), lastLoopTurnAge: health.loopAge.asSeconds, lastError: health.lastError)
+    }
+
+    /// Resident memory from /proc/self/statm (0 where there is none).
+    static func rss() -> Int {
+        guard let text = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8) else { return 0 }
+        let fields = text.split(separator: " ")
+        guard fields.count > 1, let pages = Int(fields[1]) else { return 0 }
+        return pages * Int(sysconf(Int32(_SC_PAGESIZE)))
+    }
+
+    /// User + system CPU time of the process.
+    static func cpuSeconds() -> Double {
+        var usage = rusage()
+        guard getrusage(__rusage_who_t(RUSAGE_SELF.rawValue), &usage) == 0 else { return 0 }
+        return Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1_000_000
+    }
+}
