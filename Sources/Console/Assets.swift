@@ -10,7 +10,7 @@ enum Assets {
         table { border-collapse: collapse; margin: 8px 0 16px; }
         th, td { padding: 3px 8px; border-bottom: 1px solid #8883; text-align: left; vertical-align: top; }
         th { font-weight: 600; white-space: nowrap; }
-        td[data-field="lag"], td[data-field="in"], td[data-field="arrivals"], td.count { text-align: right; font-variant-numeric: tabular-nums; }
+        td[data-field="lag"], td[data-field="in"], td[data-field="out"], td[data-field="arrivals"], td.count { text-align: right; font-variant-numeric: tabular-nums; }
         .status { font-weight: 600; padding: 0 4px; border-radius: 3px; }
         .status-OK { color: var(--ok); } .status-WARN { color: var(--warn); }
         .status-STALL, .status-STOP, .status-REWIND, .status-ERR { color: #fff; background: var(--bad); }

@@ -30,6 +30,8 @@ public struct StageRow: Sendable, Codable, Hashable {
     public var inRate: Double
     /// Records arriving per second (log end advancing).
     public var arrivalRate: Double
+    /// Outputs per second, as the stage's live workers report it (nil when none reports).
+    public var outRate: Double?
     /// At the current net rate; nil when the lag is not falling (0 when caught up).
     public var secondsToDrain: Double?
     /// The worst partition's status (OK, WARN, STALL, STOP, REWIND, ERR) and why, in words.
@@ -61,7 +63,7 @@ public final class ConsoleState: HealthReporting {
             for stage in topology.stages {
                 s.rows[stage.name] = StageRow(
                     stage: stage.name, group: stage.group, inputs: stage.inputs, members: nil, partitions: 0, lagRecords: 0,
-                    lagSeconds: 0, inRate: 0, arrivalRate: 0, secondsToDrain: nil, status: "", reason: "not sampled yet",
+                    lagSeconds: 0, inRate: 0, arrivalRate: 0, outRate: nil, secondsToDrain: nil, status: "", reason: "not sampled yet",
                     partitionRows: [], sampledAt: nil, error: nil)
             }
         }
@@ -73,6 +75,7 @@ public final class ConsoleState: HealthReporting {
         guard roster.rows.contains(where: { $0.status.stage == row.stage }) else { return row }
         var row = row
         row.members = roster.alive(stage: row.stage)
+        row.outRate = roster.outRate(stage: row.stage)
         return row
     }
 
@@ -250,7 +253,7 @@ public final class ConsoleSampler: Service, Sendable {
         let members = lag.members.isEmpty && lag.state != "Empty" ? nil : lag.members.count
         return StageRow(
             stage: stage.name, group: stage.group, inputs: stage.inputs, members: members, partitions: lag.partitions.count,
-            lagRecords: total, lagSeconds: lag.maxLagSeconds, inRate: inRate, arrivalRate: arrivalRate,
+            lagRecords: total, lagSeconds: lag.maxLagSeconds, inRate: inRate, arrivalRate: arrivalRate, outRate: nil,
             secondsToDrain: total == 0 ? 0 : (net > 0 ? Double(total) / net : nil),
             status: worst?.status.rawValue ?? "",
             reason: worst.map { w in

@@ -116,6 +116,7 @@ struct ConsolePages {
             "partitions": String(r.partitions),
             "in": HTML.rate(r.inRate),
             "arrivals": HTML.rate(r.arrivalRate),
+            "out": r.outRate.map(HTML.rate) ?? "–",
             "lag": HTML.count(r.lagRecords),
             "lag-seconds": HTML.seconds(r.lagSeconds),
             "drain": r.secondsToDrain.map { $0 == 0 ? "0 s" : HTML.seconds($0) } ?? "not draining",
@@ -131,17 +132,17 @@ struct ConsolePages {
             <p class="muted">\(rows.count) stages of the topology, worst first\(Self.tally(rows)). Lag as <code>pipelinectl lag</code> computes it \
             (Burrow's rules), sampled without joining the groups; lag in time is now minus the timestamp of the first record not yet consumed. \
             Updated <span id="updated">\(HTML.text(HTML.time(now)))</span>.</p>
-            <table class="stages"><thead><tr><th>stage</th><th>group</th><th>workers</th><th>partitions</th><th>in</th><th>arrivals</th>\
-            <th>lag</th><th>lag (time)</th><th>time to drain</th><th>last 5 min</th><th>verdict</th></tr></thead><tbody>
+            <table class="stages"><thead><tr><th>stage</th><th>group</th><th>workers</th><th>partitions</th><th>arrivals</th><th>in</th><th>out</th>\
+            <th>lag</th><th>lag (time)</th><th>time to drain</th><th>last hour</th><th>verdict</th></tr></thead><tbody>
             """
         for r in rows {
             let c = Self.cells(r)
-            let spark = HTML.sparkline(state.history(r.stage, tier: 0, now: now).map(\.lagRecords))
+            let spark = HTML.sparkline(state.history(r.stage, tier: 1, now: now).map(\.lagRecords))
             body += """
                 <tr data-stage="\(HTML.text(r.stage))"><td><a href="/stages/\(HTML.query(r.stage))">\(HTML.text(r.stage))</a></td>\
                 <td>\(HTML.text(r.group))</td><td data-field="members">\(HTML.text(c["members"]!))</td>\
-                <td data-field="partitions">\(HTML.text(c["partitions"]!))</td><td data-field="in">\(HTML.text(c["in"]!))</td>\
-                <td data-field="arrivals">\(HTML.text(c["arrivals"]!))</td><td data-field="lag">\(HTML.text(c["lag"]!))</td>\
+                <td data-field="partitions">\(HTML.text(c["partitions"]!))</td><td data-field="arrivals">\(HTML.text(c["arrivals"]!))</td>\
+                <td data-field="in">\(HTML.text(c["in"]!))</td><td data-field="out">\(HTML.text(c["out"]!))</td><td data-field="lag">\(HTML.text(c["lag"]!))</td>\
                 <td data-field="lag-seconds">\(HTML.text(c["lag-seconds"]!))</td><td data-field="drain">\(HTML.text(c["drain"]!))</td>\
                 <td>\(spark)</td><td class="verdict"><span data-field="verdict" class="status status-\(HTML.text(r.status))">\(HTML.text(c["verdict"]!))</span> \
                 <span data-field="reason">\(HTML.text(c["reason"]!))</span></td></tr>

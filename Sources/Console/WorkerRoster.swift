@@ -37,6 +37,12 @@ public struct WorkerRoster: Sendable {
 
     /// Workers alive per stage.
     public func alive(stage: String) -> Int { rows.filter { $0.status.stage == stage && $0.alive }.count }
+
+    /// Outputs per second of a stage's live workers, nil when none reports.
+    public func outRate(stage: String) -> Double? {
+        let live = rows.filter { $0.status.stage == stage && $0.alive }
+        return live.isEmpty ? nil : live.reduce(0) { $0 + $1.status.outRate }
+    }
 }
 
 /// Reads the status topic (without a group): the last status per key, tombstones removing it.

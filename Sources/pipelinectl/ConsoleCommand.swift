@@ -16,8 +16,8 @@ struct ConsoleCommand: AsyncParsableCommand {
         abstract: "Serve the operator console: every stage's lag and verdict with history, and the dead letters.",
         discussion: """
             A web page for the pipeline of --topology: one row per stage, worst first, with its
-            workers, partitions, in and arrival rates, lag in records and in seconds, time to
-            drain, a sparkline of the last 5 minutes and Burrow's verdict with the reason in words
+            workers, partitions, arrival, in and out rates, lag in records and in seconds, time
+            to drain, a sparkline of the last hour and Burrow's verdict with the reason in words
             (what `pipelinectl lag` computes, sampled every --sample-interval without joining the
             groups); a page per stage with its history (5 s points for 5 minutes, 1 min for an
             hour, 30 min for a day; kept across restarts in --history-topic) and partitions; the dead letters grouped by stage, reason,

@@ -114,7 +114,7 @@ import Workers
 
     func status(_ stage: String, pid: Int32, reportedAt: Int64) -> WorkerStatus {
         WorkerStatus(stage: stage, group: stage, version: "1", host: "h", pid: pid, clientID: WorkerStatus.clientID(stage: stage, host: "h", pid: pid),
-                     startedAt: 0, reportedAt: reportedAt, assignedPartitions: 1, inFlightRecords: 0, lagRecords: 0, inRate: 0, processed: 0,
+                     startedAt: 0, reportedAt: reportedAt, assignedPartitions: 1, inFlightRecords: 0, lagRecords: 0, inRate: 0, outRate: 2, processed: 0,
                      produced: 0, deadLettered: 0, rssBytes: 0, cpuSeconds: 0, lastLoopTurnAge: 0, lastError: nil)
     }
 
@@ -130,6 +130,7 @@ import Workers
         #expect(roster.rows.map(\.isMember) == [Bool?.some(true), .some(false), .none], "pid 2 reports but is not a member; b's membership is unknown")
         #expect(roster.silentMembers == ["a": ["a@other:9"]])
         #expect(roster.alive(stage: "a") == 1)
+        #expect(roster.outRate(stage: "a") == 2 && roster.outRate(stage: "c") == nil, "out: the live workers' sum")
     }
 
     @Test func onlyLoopbackListensWithoutAToken() {
@@ -162,7 +163,7 @@ import Workers
                 }
                 state.update(StageRow(
                     stage: stage.name, group: stage.group, inputs: stage.inputs, members: 2, partitions: 4, lagRecords: Int64(tick * 6),
-                    lagSeconds: Double(tick), inRate: 10, arrivalRate: 12, secondsToDrain: nil, status: i == 7 ? "STALL" : "OK",
+                    lagSeconds: Double(tick), inRate: 10, arrivalRate: 12, outRate: nil, secondsToDrain: nil, status: i == 7 ? "STALL" : "OK",
                     reason: "r", partitionRows: rows, sampledAt: t0 + Int64(tick) * 5000, error: nil), at: t0 + Int64(tick) * 5000)
             }
         }

@@ -22,8 +22,9 @@ public struct WorkerStatus: Sendable, Codable, Hashable {
     public var assignedPartitions: Int
     public var inFlightRecords: Int
     public var lagRecords: Int64
-    /// Inputs processed per second since the previous report.
+    /// Inputs processed and outputs produced per second since the previous report.
     public var inRate: Double
+    public var outRate: Double
     public var processed: Int
     public var produced: Int
     public var deadLettered: Int
@@ -35,7 +36,7 @@ public struct WorkerStatus: Sendable, Codable, Hashable {
 
     public init(
         stage: String, group: String, version: String, host: String, pid: Int32, clientID: String, startedAt: Int64, reportedAt: Int64,
-        assignedPartitions: Int, inFlightRecords: Int, lagRecords: Int64, inRate: Double, processed: Int, produced: Int, deadLettered: Int,
+        assignedPartitions: Int, inFlightRecords: Int, lagRecords: Int64, inRate: Double, outRate: Double, processed: Int, produced: Int, deadLettered: Int,
         rssBytes: Int, cpuSeconds: Double, lastLoopTurnAge: Double, lastError: String?
     ) {
         self.stage = stage
@@ -50,6 +51,7 @@ public struct WorkerStatus: Sendable, Codable, Hashable {
         self.inFlightRecords = inFlightRecords
         self.lagRecords = lagRecords
         self.inRate = inRate
+        self.outRate = outRate
         self.processed = processed
         self.produced = produced
         self.deadLettered = deadLettered
@@ -91,10 +93,14 @@ public final class WorkerStatusReporter: Service, Sendable {
     public static var hostName: String { ProcessInfo.processInfo.hostName }
 
     public func run() async throws {
-        var configuration = ProducerConfiguration(kafka: kafka)
+        // The stage's connection without --kafka-debug: the report's client should not drown
+        // the stage's own debug output.
+        var quiet = kafka
+        quiet.debugContexts = []
+        var configuration = ProducerConfiguration(kafka: quiet)
         configuration.messageTimeout = interval * 2
         let producer = try KafkaProducer(configuration: configuration, logger: logger)
-        var previous: (processed: Int, at: ContinuousClock.Instant) = (0, .now)
+        var previous: (processed: Int, produced: Int, at: ContinuousClock.Instant) = (0, 0, .now)
         var failing = false
         while !Task.isShuttingDownGracefully && !Task.isCancelled {
             let status = self.status(previous: &previous)
@@ -114,22 +120,24 @@ public final class WorkerStatusReporter: Service, Sendable {
         await producer.close(deadline: .seconds(5))
     }
 
-    func status(previous: inout (processed: Int, at: ContinuousClock.Instant)) -> WorkerStatus {
+    func status(previous: inout (processed: Int, produced: Int, at: ContinuousClock.Instant)) -> WorkerStatus {
         let counters = service.counters
         let health = service.health.snapshot()
         let processed = counters.processed.load(ordering: .relaxed)
+        let produced = counters.produced.load(ordering: .relaxed)
         let now = ContinuousClock.now
         let seconds = (now - previous.at).asSeconds
         let rate = seconds > 0 ? Double(processed - previous.processed) / seconds : 0
-        previous = (processed, now)
+        let outRate = seconds > 0 ? Double(produced - previous.produced) / seconds : 0
+        previous = (processed, produced, now)
         let host = Self.hostName
         let pid = getpid()
         return WorkerStatus(
             stage: service.definition.name, group: service.definition.group, version: WorkerStatus.version, host: host, pid: pid,
             clientID: kafka.clientID ?? WorkerStatus.clientID(stage: service.definition.name, host: host, pid: pid),
             startedAt: startedAt, reportedAt: Int64(Date().timeIntervalSince1970 * 1000), assignedPartitions: health.assigned,
-            inFlightRecords: counters.inFlightRecords.load(ordering: .relaxed), lagRecords: health.lagRecords, inRate: rate, processed: processed,
-            produced: counters.produced.load(ordering: .relaxed), deadLettered: counters.deadLettered.load(ordering: .relaxed),
+            inFlightRecords: counters.inFlightRecords.load(ordering: .relaxed), lagRecords: health.lagRecords, inRate: rate, outRate: outRate,
+            processed: processed, produced: produced, deadLettered: counters.deadLettered.load(ordering: .relaxed),
             rssBytes: Self.rss(), cpuSeconds: Self.cpuSeconds(), lastLoopTurnAge: health.loopAge.asSeconds, lastError: health.lastError)
     }
 
