@@ -51,7 +51,7 @@ import Testing
             await admin.close()
 
             // A prices-decode worker; 40 good ticks and 3 hostile garbage records.
-            let worker = try WorkerProcessTests.startWorker("prices-decode", topology: topologyPath, bootstrap: bootstrap)
+            let worker = try WorkerProcessTests.startWorker("prices-decode", topology: topologyPath, bootstrap: bootstrap, extra: ["--status-interval", "1s"])
             defer { worker.kill() }
             let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [bootstrap]))
             var records = (0..<40).map { PriceTicks.tick($0) }
