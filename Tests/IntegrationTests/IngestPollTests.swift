@@ -144,4 +144,34 @@ import Testing
             try await upstream.close()
         }
     }
+
+    /// A listing cut by --max-pages is never complete: what lies beyond it is not taken for
+    /// deleted (no tombstone), and the next full poll lists it again.
+    @Test func aListingCutAtMaxPagesTombstonesNothing() async throws {
+        try await LocalBroker.with { broker in
+            let upstream = try await FakeUpstream(catalogue: [Self.product(1), Self.product(2), Self.product(3)])
+            func once(_ maxPages: Int) async throws -> [String: Any] {
+                let process = try ManagedProcess.launch(
+                    try WorkerProcessTests.pipelinectl(),
+                    arguments: ["ingest", "poll", "products", "--url", upstream.url, "--page-size", "2", "--max-pages", String(maxPages), "--tombstones",
+                                "--once", "--json", "--allow-network", "127.0.0.1/32", "--metrics-address", "127.0.0.1:0",
+                                "--bootstrap-server", broker.bootstrapServers],
+                    environment: [:])
+                #expect(await process.waitForExit() == 0, "\(process.output())")
+                let output = process.output()
+                guard let start = output.range(of: "{\n"), let end = output.range(of: "\n}", options: .backwards) else { return [:] }
+                let json = output[start.lowerBound..<end.upperBound]
+                return try JSONSerialization.jsonObject(with: Data(json.utf8)) as? [String: Any] ?? [:]
+            }
+            let full = try await once(2)
+            #expect(full["produced"] as? Int == 3 && full["complete"] as? Bool == true, "\(full)")
+            // 3 moves off the listing, 4 comes on page 2: a poll of page 1 only sees neither.
+            upstream.publish([Self.product(1), Self.product(2), Self.product(4)])
+            let cut = try await once(1)
+            #expect(cut["complete"] as? Bool == false && cut["tombstoned"] as? Int == 0 && cut["produced"] as? Int == 0, "\(cut)")
+            let again = try await once(2)
+            #expect(again["complete"] as? Bool == true && again["tombstoned"] as? Int == 1 && again["produced"] as? Int == 1, "\(again)")
+            try await upstream.close()
+        }
+    }
 }

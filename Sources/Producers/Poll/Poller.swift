@@ -52,7 +52,8 @@ public struct PollSummary: Sendable, Codable, Equatable {
     public var tombstoned = 0
     /// Records the broker did not acknowledge: tried again at the next poll.
     public var failed = 0
-    /// Every page was read (the listing's end, or --max-pages) without an error.
+    /// The listing's end was reached without an error (not at --max-pages): only then can a
+    /// key that is not listed have been deleted.
     public var complete = false
     public var errors: [String] = []
 
@@ -147,8 +148,8 @@ public final class Poller: Service, Sendable {
         var request: PageRequest? = first
         while let current = request {
             guard summary.pages < settings.maxPages else {
+                // Read in part: never complete, so nothing beyond it is taken for deleted.
                 logger.warning("stopped at --max-pages \(settings.maxPages): the listing is read in part", metadata: ["url": "\(current.url)"])
-                summary.complete = summary.errors.isEmpty
                 request = nil
                 break
             }
