@@ -175,8 +175,10 @@ import Workers
         let inputs = 1000
         let (mock, topology) = try await Self.relayHolding(inputs, partitions: 2, "max-in-flight-records: 100")
         // Produce (API key 0) answers NOT_ENOUGH_REPLICAS (19), which librdkafka retries with a
-        // backoff growing to 1 s: 12 s or more for 30 refusals.
-        mock.pushRequestErrors(apiKey: 0, errorCodes: Array(repeating: 19, count: 30))
+        // backoff growing to 1 s. Several produce requests in flight use the refusals up
+        // together, so how long 30 last depends on scheduling (7.5 s once in a loaded full run,
+        // under the 8 s this test needs): 60 last ~18 s or more.
+        mock.pushRequestErrors(apiKey: 0, errorCodes: Array(repeating: 19, count: 60))
         var settings = Self.settings(mock)
         settings.maxPollInterval = .seconds(7)  // at least the session timeout (6 s)
         settings.backpressurePauseAfter = .milliseconds(200)

@@ -20,7 +20,9 @@ public final class LocalBroker: Sendable {
         public var storage: Storage = .memory
         /// The tansu binary; found with ``LocalBroker/locateTansu()`` when nil.
         public var tansuPath: String?
-        public var startTimeout: Duration = .seconds(20)
+        /// Generous: on a loaded 2-core machine (the full test suite, a browser among it) tansu
+        /// once took more than 20 s to say it was ready.
+        public var startTimeout: Duration = .seconds(60)
         public init(storage: Storage = .memory) { self.storage = storage }
     }
 
