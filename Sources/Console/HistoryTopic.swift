@@ -28,14 +28,13 @@ public struct HistoryTopic: Sendable {
         var reader = TopicReader(kafka: kafka)
         reader.idleTimeout = .seconds(10)
         let decoder = JSONDecoder()
-        try await reader.read(from: [TopicPartitionOffset(topic, 0, offset: TopicPartitionOffset.beginning)]) { batch in
+        try await reader.readTopic(topic) { batch in
             for record in batch {
                 guard let key = record.key.map({ String(decoding: $0, as: UTF8.self) }), stages.contains(String(key.prefix { $0 != "/" })),
                     let value = record.value, let tiers = try? decoder.decode([[LagHistory.Point]].self, from: Data(value))
                 else { continue }
                 history.restore(key, tiers: tiers)
             }
-            return true
         }
         return history
     }

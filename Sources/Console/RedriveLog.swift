@@ -71,9 +71,8 @@ public struct RedriveLog: Sendable {
         var records: [RedriveRecord] = []
         var reader = TopicReader(kafka: kafka)
         reader.idleTimeout = .seconds(10)
-        try await reader.read(from: [TopicPartitionOffset(topic, 0, offset: TopicPartitionOffset.beginning)]) { batch in
+        try await reader.readTopic(topic) { batch in
             records += batch.compactMap { $0.value.flatMap { try? JSONDecoder().decode(RedriveRecord.self, from: Data($0)) } }
-            return true
         }
         return records
     }

@@ -95,15 +95,8 @@ struct ConsoleCommand: AsyncParsableCommand {
         let logger = logging.bootstrap(label: "pipelinectl.console")
         let topology: Topology
         do { topology = try Topology.load(path: self.topology) } catch { throw ValidationError(error.description) }
-        let registry = PrometheusCollectorRegistry()
-        MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: registry))
         let state = ConsoleState(topology: topology)
-        let endpoint: HTTPEndpoint
-        do {
-            endpoint = try HTTPEndpoint(address: metricsAddress, registry: registry, health: state, logger: logger)
-        } catch {
-            throw ValidationError("--metrics-address: \(error)")
-        }
+        let endpoint = try metricsEndpoint(metricsAddress, health: state, logger: logger)
         var settings = ConsoleSettings()
         (settings.host, settings.port) = try listenAddress()
         settings.token = try token()

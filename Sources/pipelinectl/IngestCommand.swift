@@ -272,15 +272,8 @@ extension Ingest {
             try Preflight.checkRuntime()
             let tokens = try tokens()
             let logger = logging.bootstrap(label: "pipelinectl.ingest")
-            let registry = PrometheusCollectorRegistry()
-            MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: registry))
             let health = IngestHealth()
-            let endpoint: HTTPEndpoint
-            do {
-                endpoint = try HTTPEndpoint(address: metricsAddress, registry: registry, health: health, logger: logger)
-            } catch {
-                throw ValidationError("--metrics-address: \(error)")
-            }
+            let endpoint = try metricsEndpoint(metricsAddress, health: health, logger: logger)
             let producers = try ProducerSlot.durable(kafka: connection.kafka, deliveryTimeout: deliveryTimeout, logger: logger)
             var settings = IngestHTTPSettings()
             (settings.host, settings.port) = try listenAddress()
@@ -400,15 +393,8 @@ extension Ingest {
             let signals = WorkerSignals.install(escalateAfter: shutdownDeadline + .seconds(5))
             try Preflight.checkRuntime()
             let logger = logging.bootstrap(label: "pipelinectl.ingest.poll")
-            let registry = PrometheusCollectorRegistry()
-            MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: registry))
             let health = PollHealth(readinessTimeout: effectiveReadinessTimeout)
-            let endpoint: HTTPEndpoint
-            do {
-                endpoint = try HTTPEndpoint(address: metricsAddress, registry: registry, health: health, logger: logger)
-            } catch {
-                throw ValidationError("--metrics-address: \(error)")
-            }
+            let endpoint = try metricsEndpoint(metricsAddress, health: health, logger: logger)
             var settings = PollSettings(source: try pollSource(), url: url, topic: topic, stateTopic: stateTopic)
             settings.interval = interval
             settings.once = once

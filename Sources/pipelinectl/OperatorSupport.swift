@@ -3,6 +3,9 @@ import Foundation
 import Pipeline
 import Kafka
 import Operations
+import Logging
+import Metrics
+import Prometheus
 
 /// Exit codes shared by the operator commands (also in `pipelinectl --help`).
 enum Exit {
@@ -141,5 +144,17 @@ final class StopSignal: @unchecked Sendable {  // `sources` set once in install(
                 if fired { c.resume() } else { waiters.append(c) }
             }
         }
+    }
+}
+
+/// A long-running command's `/metrics`, `/healthz` and `/readyz`: bootstraps swift-metrics into a
+/// Prometheus registry (once per process) and serves it on `--metrics-address`.
+func metricsEndpoint(_ address: String, health: any HealthReporting, logger: Logger) throws -> HTTPEndpoint {
+    let registry = PrometheusCollectorRegistry()
+    MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: registry))
+    do {
+        return try HTTPEndpoint(address: address, registry: registry, health: health, logger: logger)
+    } catch {
+        throw ValidationError("--metrics-address: \(error)")
     }
 }

@@ -112,15 +112,8 @@ struct Worker: AsyncParsableCommand {
             definition.options.thumbnails.allowNetworks += allowNetworks
         }
         let logger = logging.bootstrap(label: "pipelinectl.worker")
-        let registry = PrometheusCollectorRegistry()
-        MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: registry))
         let health = WorkerHealth(livenessTimeout: max(.seconds(30), readinessTimeout), readinessTimeout: readinessTimeout)
-        let endpoint: HTTPEndpoint
-        do {
-            endpoint = try HTTPEndpoint(address: metricsAddress, registry: registry, health: health, logger: logger)
-        } catch {
-            throw ValidationError("--metrics-address: \(error)")
-        }
+        let endpoint = try metricsEndpoint(metricsAddress, health: health, logger: logger)
         var kafka = KafkaConfiguration(bootstrapServers: servers)
         kafka.security = try security.configuration()
         kafka.debugContexts = kafkaDebug.map { $0.split(separator: ",").map(String.init) } ?? []

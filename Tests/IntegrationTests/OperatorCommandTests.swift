@@ -44,15 +44,8 @@ import Workers
 
     /// Everything in a topic, read to the end of every partition (so duplicates would show).
     static func readAll(_ topic: String, bootstrap: String) async throws -> [ConsumerRecord] {
-        let kafka = KafkaConfiguration(bootstrapServers: [bootstrap])
-        let admin = try KafkaAdmin(configuration: kafka)
-        let partitions = try await admin.partitions(of: topic)
-        await admin.close()
         var records: [ConsumerRecord] = []
-        try await TopicReader(kafka: kafka).read(from: partitions.map { TopicPartitionOffset($0.topic, $0.partition, offset: TopicPartitionOffset.beginning) }) {
-            records += $0
-            return true
-        }
+        try await TopicReader(kafka: KafkaConfiguration(bootstrapServers: [bootstrap])).readTopic(topic) { records += $0 }
         return records
     }
 

@@ -28,6 +28,24 @@ public struct TopicReader: Sendable {
         return try KafkaConsumer(configuration: config, logger: Logger(label: "pipelinectl.reader"))
     }
 
+    /// Reads every partition of `topic` from its beginning to its end as of the read (a topic a
+    /// service owns: the poll ledger, the console's history and redrive log), batch by batch.
+    public func readTopic(_ topic: String, _ body: ([ConsumerRecord]) async throws -> Void) async throws {
+        let admin = try KafkaAdmin(configuration: kafka, timeout: .seconds(10))
+        let partitions: [TopicPartition]
+        do {
+            partitions = try await admin.partitions(of: topic)
+        } catch {
+            await admin.close()
+            throw error
+        }
+        await admin.close()
+        try await read(from: partitions.map { TopicPartitionOffset($0.topic, $0.partition, offset: TopicPartitionOffset.beginning) }) { batch in
+            try await body(batch)
+            return true
+        }
+    }
+
     /// Reads every record from `start` (per partition; ``TopicPartitionOffset/beginning`` allowed)
     /// until each partition reaches its end (or `stop` offset when given: exclusive), handing
     /// batches to `body`. `body` returns false to stop early.

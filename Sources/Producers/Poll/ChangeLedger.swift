@@ -57,17 +57,8 @@ public struct LedgerTopic: Sendable {
 
     /// Reads the topic to its end: the last value per key wins.
     public func load() async throws -> ChangeLedger {
-        let admin = try KafkaAdmin(configuration: kafka)
-        let partitions: [TopicPartition]
-        do {
-            partitions = try await admin.partitions(of: topic)
-        } catch {
-            await admin.close()
-            throw error
-        }
-        await admin.close()
         var ledger = ChangeLedger()
-        try await TopicReader(kafka: kafka).read(from: partitions.map { TopicPartitionOffset($0.topic, $0.partition, offset: TopicPartitionOffset.beginning) }) { batch in
+        try await TopicReader(kafka: kafka).readTopic(topic) { batch in
             for record in batch {
                 guard let key = record.key.map({ String(decoding: $0, as: UTF8.self) }) else { continue }
                 if let value = record.value, let hash = UInt64(String(decoding: value, as: UTF8.self), radix: 16) {
@@ -76,7 +67,6 @@ public struct LedgerTopic: Sendable {
                     ledger.deleted(key)
                 }
             }
-            return true
         }
         return ledger
     }
