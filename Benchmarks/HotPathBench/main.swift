@@ -62,6 +62,9 @@ var quiet = Logger(label: "hotpath-bench")
 quiet.logLevel = .error  // librdkafka warns that there is no broker: that is the point
 let producer = try KafkaProducer(configuration: configuration, logger: quiet)
 let stageName = stageNames.joined(separator: ",")
+/// Output name → topic, looked up as the worker does (`Topology.Stage.topic(forOutput:)`: a
+/// dictionary of the stage's outputs), not built per input.
+let outputTopics = Dictionary(uniqueKeysWithValues: ["prices.ticks", "prices.latest", "prices.candles.1m", "notifications"].map { ($0, "bench.\($0)") })
 var tickets: [DeliveryTicket] = []
 var produced = 0
 
@@ -80,7 +83,7 @@ var produced = 0
         let index = Int32(batchInputs.count)
         batchInputs.append(input)
         RecordMapping.append(
-            out, of: input, source: index, stage: stageName, topic: { "bench.\($0)" }, deadLetterTopic: "bench.dead-letters",
+            out, of: input, source: index, stage: stageName, topic: { outputTopics[$0] ?? $0 }, deadLetterTopic: "bench.dead-letters",
             deadLetterSource: -1, to: &outgoing, sources: &sources)
     }
     guard let (ticket, stoppedAt) = try? producer.submitUntilFull(outgoing), stoppedAt == nil else {

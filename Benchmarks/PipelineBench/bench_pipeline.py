@@ -9,6 +9,11 @@ record (its processes' user + system time) and the broker's during its rounds ar
 since all share the machine's cores. Then two workers sharing 4 partitions, and per round on a
 fresh broker, the latency at a steady 10,000 msg/s through the broker alone (the floor) and
 through one worker.
+
+CHAIN picks the worker's stages: `prices.decode` (the default; the only one the Python worker
+does too), `prices.candles` (stateful: 1-minute candles, checkpointed to a changelog) or
+`prices.decode,prices.alerts` (a chain: typed ticks fed to watchlist alerts, stateful). For the
+latter two the Python side is skipped. THROUGHPUT_ONLY=1 skips the two-worker and latency parts.
 """
 import json
 import os
@@ -24,6 +29,21 @@ import urllib.request
 CTL = os.environ.get("PIPELINECTL", ".build/release/pipelinectl")
 HERE = os.path.dirname(os.path.abspath(__file__))
 MARKETS = [f"KRW-C{i}" for i in range(40)]
+CHAIN = os.environ.get("CHAIN", "prices.decode")
+# Each chain's last output, sent to the round's target topic.
+CHAINS = {
+    "prices.decode": {"output": "prices.ticks", "stateful": False, "options": ""},
+    "prices.candles": {"output": "prices.candles.1m", "stateful": True, "options": ""},
+    "prices.decode,prices.alerts": {
+        "output": "notifications", "stateful": True,
+        # Watchlist subscriptions on a quarter of the markets, both directions.
+        "options": "    options:\n      alerts:\n" + "".join(
+            f"        - {{subscriber: user-{i}, market: {MARKETS[i]}, threshold: {0.01 if i % 2 == 0 else -0.01}}}\n"
+            for i in range(0, len(MARKETS), 4)),
+    },
+}
+if CHAIN not in CHAINS:
+    sys.exit(f"CHAIN must be one of {', '.join(CHAINS)}, not {CHAIN!r}")
 
 
 def log(*a):
@@ -97,19 +117,30 @@ def process_cpu(pid):
 
 
 def topology(path, group, source, target, partitions):
+    """The worker's topology: CHAIN from source to target; a stateful chain checkpoints to a
+    changelog topic of its own per group (see changelog_topic)."""
+    chain = CHAINS[CHAIN]
+    changelog = f"{group}.changelog"
     with open(path, "w") as f:
         f.write(f"""topics:
   - {{name: {source}, partitions: {partitions}}}
   - {{name: {target}, partitions: {partitions}}}
   - {{name: bench.dead-letters, partitions: 1}}
-stages:
+""" + (f"  - {{name: {changelog}, partitions: {partitions}, config: {{cleanup.policy: compact}}}}\n" if chain["stateful"] else "") + f"""stages:
   - name: bench-decode
-    chain: [prices.decode]
+    chain: [{CHAIN.replace(",", ", ")}]
     inputs: [{source}]
-    outputs: {{prices.ticks: {target}}}
+    outputs: {{{chain["output"]}: {target}}}
     dead-letter-topic: bench.dead-letters
     group: {group}
-""")
+""" + (f"    changelog: {changelog}\n" if chain["stateful"] else "") + chain["options"])
+
+
+def changelog_topic(bootstrap, group, partitions):
+    """Creates a stateful chain's changelog topic for this group (nothing for a stateless one)."""
+    if CHAINS[CHAIN]["stateful"]:
+        run([CTL, "topics", "create", "--bootstrap-server", bootstrap, f"{group}.changelog", "--partitions", str(partitions),
+             "--cleanup-policy", "compact"])
 
 
 def swift_worker(bootstrap, topo, stop_after=None, extra=()):
@@ -174,7 +205,9 @@ def main():
     tansu = child_pid(broker.pid)
     work = tempfile.mkdtemp()
     results = {"kcat pipe": [], "swift worker": [], "python worker": []}
-    rss = {"swift worker": [], "python worker": []}
+    if CHAIN != "prices.decode":
+        del results["python worker"]  # it does prices.decode only
+    rss = {side: [] for side in results if side != "kcat pipe"}
     # CPU per record (user + system, microseconds) of the side's processes and of the broker
     # during that side's round: what each costs the 2 cores they share.
     cpu = {side: [] for side in results}
@@ -191,7 +224,7 @@ def main():
         kp.stdin.close(); kp.wait()
         valid = messages - messages // 50
         for r in range(1, rounds + 1):
-            order = ["kcat pipe", "swift worker", "python worker"]
+            order = list(results)
             if r % 2 == 0:
                 order.reverse()
             for side in order:
@@ -203,6 +236,7 @@ def main():
                 elif side == "swift worker":
                     topo = os.path.join(work, f"t{r}.yaml")
                     topology(topo, f"bench-{r}", "bench.raw", target, partitions)
+                    changelog_topic(bootstrap, f"bench-{r}", partitions)
                     _, err, mib, used = timed_rss(swift_worker(bootstrap, topo, stop_after=messages))
                     secs = stopped_figure(err)
                     rss[side].append(mib)
@@ -220,11 +254,13 @@ def main():
 
         # Two workers sharing the partitions, per round, against one worker's best.
         two = []
-        for r in range(rounds):
+        throughput_only = os.environ.get("THROUGHPUT_ONLY") == "1"
+        for r in range(0 if throughput_only else rounds):
             topo = os.path.join(work, f"two{r}.yaml")
             target = f"bench.two.out.{r}"
             run([CTL, "topics", "create", "--bootstrap-server", bootstrap, target, "--partitions", str(partitions)])
             topology(topo, f"bench-two-{r}", "bench.raw", target, partitions)
+            changelog_topic(bootstrap, f"bench-two-{r}", partitions)
             logs = [open(os.path.join(work, f"two{r}-{i}.log"), "w") for i in range(2)]
             workers = [subprocess.Popen(swift_worker(bootstrap, topo), stderr=l, stdout=l) for l in logs]
             ports = [metrics_port(l.name) for l in logs]
@@ -245,7 +281,7 @@ def main():
         stop(broker)
         rate, seconds = os.environ.get("RATE", "10000"), os.environ.get("SECONDS", "20")
         floor, through = [], []
-        for r in range(rounds):
+        for r in range(0 if throughput_only else rounds):
             broker, bootstrap = start_broker()
             run([CTL, "topics", "create", "--bootstrap-server", bootstrap, "bench.dead-letters", "--partitions", "1"])
             direct = f"bench.direct.{r}"
@@ -258,6 +294,7 @@ def main():
             run([CTL, "topics", "create", "--bootstrap-server", bootstrap, target, "--partitions", str(partitions)])
             topo = os.path.join(work, f"lat{r}.yaml")
             topology(topo, f"bench-lat-{r}", source, target, partitions)
+            changelog_topic(bootstrap, f"bench-lat-{r}", partitions)
             wlog = open(os.path.join(work, f"lat{r}.log"), "w")
             worker = subprocess.Popen(swift_worker(bootstrap, topo), stderr=wlog, stdout=wlog)
             metrics_port(wlog.name)
@@ -275,15 +312,29 @@ def main():
     def fmt(v):
         return f"{max(v):,.0f} ({min(v):,.0f}-{max(v):,.0f})"
 
-    print(f"\n{messages:,} Upbit tickers, {partitions} partitions, {rounds} rounds; msg/s best (min-max), first record to last acknowledged output")
+    print(f"\n{messages:,} Upbit tickers, {partitions} partitions, {rounds} rounds, worker chain {CHAIN}; msg/s best (min-max), first record to last acknowledged output")
     for side, v in results.items():
         print(f"{side:14} {fmt(v):>32}" + (f"   peak RSS {max(rss[side]):.0f} MiB" if side in rss else ""))
     print("CPU per record in microseconds, user + system, min-max over rounds (the side's processes; the broker in the same rounds):")
     for side in results:
         print(f"{side:14} {min(cpu[side]):.2f}-{max(cpu[side]):.2f}   broker {min(broker_cpu[side]):.2f}-{max(broker_cpu[side]):.2f}")
-    print(f"swift worker's event loop busy {min(loop_busy):.0%}-{max(loop_busy):.0%} of its active time")
-    s, k, p = max(results["swift worker"]), max(results["kcat pipe"]), max(results["python worker"])
-    print(f"swift / kcat pipe {s / k:.2f}x   swift / python {s / p:.2f}x   (valid inputs {valid:,}, the rest dead-lettered by both workers)")
+    if not CHAINS[CHAIN]["stateful"]:
+        # (A stateful worker's loop also restores its state before the first record, which
+        # "active" does not count.)
+        print(f"swift worker's event loop busy {min(loop_busy):.0%}-{max(loop_busy):.0%} of its active time")
+    s, k = max(results["swift worker"]), max(results["kcat pipe"])
+    p = max(results["python worker"]) if "python worker" in results else None
+    print(f"swift / kcat pipe {s / k:.2f}x" + (f"   swift / python {s / p:.2f}x" if p else "")
+          + f"   (valid inputs {valid:,}, the rest dead-lettered)")
+    # Round by round (the sides of one round ran back to back): the ratios issue 22 asks for.
+    def ratios(a, b):
+        v = [x / y for x, y in zip(a, b)]
+        return ", ".join(f"{x:.2f}" for x in v) + f" (median {statistics.median(v):.2f})"
+    print(f"per round: CPU per record swift / kcat pipe {ratios(cpu['swift worker'], cpu['kcat pipe'])}"
+          + (f"; swift / python {ratios(cpu['swift worker'], cpu['python worker'])}" if p else "")
+          + f"; throughput swift / kcat pipe {ratios(results['swift worker'], results['kcat pipe'])}")
+    if throughput_only:
+        return
     def spread(rows, key):
         v = [row[key] for row in rows]
         return f"{min(v):.0f}-{max(v):.0f}"

@@ -82,13 +82,17 @@ public final class KafkaProducer: Sendable {
         }
         defer { core.client.leaveUse() }
         var topics = TopicHandleCache()
-        for index in records.indices {
-            let token = batchID << ProducerCore.indexBits | UInt64(index)
-            guard let error = core.client.produce(records[index], token: token, topics: &topics) else { continue }
-            if error.code == .queueFull { return (ticket, index) }
-            core.fail(token: token, error: error)
+        // Through the buffer: an element passed from it is borrowed, one taken from the array's
+        // subscript was copied (every field retained) and released per record.
+        return records.withUnsafeBufferPointer { records in
+            for index in records.indices {
+                let token = batchID << ProducerCore.indexBits | UInt64(index)
+                guard let error = core.client.produce(records[index], token: token, topics: &topics) else { continue }
+                if error.code == .queueFull { return (ticket, index) }
+                core.fail(token: token, error: error)
+            }
+            return (ticket, nil)
         }
-        return (ticket, nil)
     }
 
     /// Enqueues a record and returns its id at once; the report arrives on ``deliveryReports``.

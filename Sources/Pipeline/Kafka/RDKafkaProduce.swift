@@ -34,8 +34,8 @@ extension RDKafkaClient {
     func produce(_ record: ProducerRecord, token: UInt64, topics: inout TopicHandleCache) -> KafkaError? {
         let rkt = topics.handle(record.topic, in: self)
         var headers: OpaquePointer? = nil
-        if !record.headers.isEmpty {
-            let list = rd_kafka_headers_new(record.headers.count)!
+        if !record.headers.isEmpty || record.textHeader != nil {
+            let list = rd_kafka_headers_new(record.headers.count + (record.textHeader == nil ? 0 : 1))!
             for header in record.headers {
                 // The name with its length: passing a String as `const char *` copies a small
                 // string into a new C string, once per record.
@@ -45,6 +45,14 @@ extension RDKafkaClient {
                         _ = value.withUnsafeBytes { rd_kafka_header_add(list, name.baseAddress, name.count, $0.baseAddress, $0.count) }
                     } else {
                         _ = rd_kafka_header_add(list, name.baseAddress, name.count, nil, 0)
+                    }
+                }
+            }
+            if var name = record.textHeader?.key, var value = record.textHeader?.value {
+                name.withUTF8 { name in
+                    value.withUTF8 { value in
+                        // An empty value still needs an address: a null one would make it a null header.
+                        _ = rd_kafka_header_add(list, name.baseAddress, name.count, value.baseAddress.map(UnsafeRawPointer.init) ?? emptyBytes, value.count)
                     }
                 }
             }

@@ -22,10 +22,13 @@ package enum RecordMapping {
         deadLetterSource: Int32, to outgoing: inout [ProducerRecord], sources: inout [Int32]
     ) {
         var route: (output: String, topic: String)?
-        for o in out.records {
-            if route?.output != o.output { route = (o.output, topic(o.output)) }
-            outgoing.append(output(o, topic: route!.topic, timestamp: input.timestamp))
-            sources.append(source)
+        // Elements borrowed from the buffer, not copied out of the array one by one.
+        out.records.withUnsafeBufferPointer { records in
+            for i in records.indices {
+                if route?.output != records[i].output { route = (records[i].output, topic(records[i].output)) }
+                outgoing.append(output(records[i], topic: route!.topic, timestamp: input.timestamp))
+                sources.append(source)
+            }
         }
         for f in out.failures {
             outgoing.append(deadLetter(DeadLetter(stage: stage, input: input, failure: f), topic: deadLetterTopic))
@@ -34,12 +37,13 @@ package enum RecordMapping {
     }
 
     /// A stage output as a record to produce, with its dedupe key as a header and the input's time.
+    /// The dedupe key goes as the record's ``ProducerRecord/textHeader``: the stage's string
+    /// itself, not copied into a header array per record.
+    @inline(__always)
     static func output(_ o: OutputRecord, topic: String, timestamp: Int64) -> ProducerRecord {
-        var headers: [KafkaHeader] = []
-        headers.reserveCapacity(o.headers.count + 1)
-        for h in o.headers { headers.append(KafkaHeader(key: h.name, value: h.value)) }
-        headers.append(KafkaHeader(key: OutputRecord.dedupeKeyHeader, string: o.dedupeKey))
-        return ProducerRecord(topic: topic, key: o.key, value: o.value, headers: headers, timestamp: timestamp)
+        ProducerRecord(
+            topic: topic, key: o.key, value: o.value, headers: o.headers.isEmpty ? [] : o.headers.map { KafkaHeader(key: $0.name, value: $0.value) },
+            textHeader: KafkaTextHeader(key: OutputRecord.dedupeKeyHeader, value: o.dedupeKey), timestamp: timestamp)
     }
 
     /// A dead letter as a record: the original key, value and timestamp, its headers plus `dead-letter.*`.
@@ -52,6 +56,7 @@ package enum RecordMapping {
 
     /// Approximate memory of a record in flight (for the in-flight byte bound).
     static func size(_ r: ProducerRecord) -> Int {
-        (r.key?.count ?? 0) + (r.value?.count ?? 0) + r.headers.reduce(0) { $0 + $1.key.utf8.count + ($1.value?.count ?? 0) } + 64
+        (r.key?.count ?? 0) + (r.value?.count ?? 0) + r.headers.reduce(0) { $0 + $1.key.utf8.count + ($1.value?.count ?? 0) }
+            + (r.textHeader.map { $0.key.utf8.count + $0.value.utf8.count } ?? 0) + 64
     }
 }

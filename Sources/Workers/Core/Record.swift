@@ -7,6 +7,7 @@ public struct RecordOrigin: Sendable, Hashable, Codable {
     public var partition: Int32
     public var offset: Int64
 
+    @inlinable
     public init(topic: String, partition: Int32, offset: Int64) {
         self.topic = topic
         self.partition = partition
@@ -51,6 +52,9 @@ public struct InputRecord: Sendable, Hashable {
     public var timestamp: Int64
     public var origin: RecordOrigin
 
+    // Inlinable (here and for the other records): built per record across modules, where a call
+    // retains every field into the new value and releases the arguments after.
+    @inlinable
     public init(
         key: [UInt8]? = nil, value: [UInt8]?, headers: [RecordHeader] = [], timestamp: Int64,
         origin: RecordOrigin
@@ -83,6 +87,7 @@ public struct OutputRecord: Sendable, Hashable {
     /// should also send it as the `dedupe-key` header.
     public var dedupeKey: String
 
+    @inlinable
     public init(
         output: String, key: [UInt8]?, value: [UInt8]?, headers: [RecordHeader] = [], dedupeKey: String
     ) {
@@ -119,6 +124,7 @@ public struct StageOutput: Sendable, Hashable {
     /// together with the origin of the input record it was processing.
     public var failures: [DecodeFailure]
 
+    @inlinable
     public init(records: [OutputRecord] = [], failures: [DecodeFailure] = []) {
         self.records = records
         self.failures = failures
