@@ -66,15 +66,16 @@ let stageName = stageNames.joined(separator: ",")
 /// dictionary of the stage's outputs), not built per input.
 let outputTopics = Dictionary(uniqueKeysWithValues: ["prices.ticks", "prices.latest", "prices.candles.1m", "notifications"].map { ($0, "bench.\($0)") })
 var tickets: [DeliveryTicket] = []
+/// As the worker's loop does: each batch's buffer reserves what the last one used per input.
+var outputBytesPerInput = 256
 var produced = 0
 
 /// What the loop does for one partition's batch (StageLoop.process, minus its bookkeeping).
 @inline(__always)
 @MainActor func runBatch(_ records: ArraySlice<ConsumerRecord>) {
-    var outgoing: [ProducerRecord] = []
+    var outgoing = ProducerBatch(reservingCapacity: records.count, bytesPerRecord: outputBytesPerInput)
     var sources: [Int32] = []
     var batchInputs: [InputRecord] = []
-    outgoing.reserveCapacity(records.count)
     sources.reserveCapacity(records.count)
     batchInputs.reserveCapacity(records.count)
     for record in records {
@@ -91,6 +92,7 @@ var produced = 0
         exit(1)
     }
     produced += outgoing.count
+    outputBytesPerInput = max(16, outgoing.byteCount / records.count)
     tickets.append(ticket)
 }
 

@@ -48,46 +48,50 @@ public final class KafkaProducer: Sendable {
     /// ``DeliveryTicket/reports()`` for the outcome. Submitting batch after batch keeps their
     /// order within each partition while several are in flight.
     public func submit(_ records: [ProducerRecord]) async throws(KafkaError) -> DeliveryTicket {
-        let (ticket, stoppedAt) = try submitUntilFull(records)
+        try await submit(ProducerBatch(records))
+    }
+
+    /// ``submit(_:)-([ProducerRecord])`` for records already written into one buffer (a
+    /// worker's outputs): the report at index `i` belongs to record `i` of the batch.
+    public func submit(_ batch: ProducerBatch) async throws(KafkaError) -> DeliveryTicket {
+        let (ticket, stoppedAt) = try submitUntilFull(batch)
         guard var index = stoppedAt else { return ticket }
         // librdkafka's queue is full: the rest waits for room, in order.
         let batchID = ticket.batchID!
         guard core.client.enterUse() else {
-            for i in index..<records.count { core.fail(token: batchID << ProducerCore.indexBits | UInt64(i), error: KafkaError.closed) }
+            for i in index..<batch.count { core.fail(token: batchID << ProducerCore.indexBits | UInt64(i), error: KafkaError.closed) }
             return ticket
         }
         defer { core.client.leaveUse() }
         var topics = TopicHandleCache()
-        while index < records.count {
+        while index < batch.count {
             let token = batchID << ProducerCore.indexBits | UInt64(index)
-            if let error = await core.produceWhenThereIsRoom(records[index], token: token, topics: &topics) { core.fail(token: token, error: error) }
+            if let error = await core.produceWhenThereIsRoom(batch, index: index, token: token, topics: &topics) { core.fail(token: token, error: error) }
             index += 1
         }
         return ticket
     }
 
-    /// The synchronous part of ``submit(_:)``: enqueues records in order until librdkafka's
-    /// queue is full, never waiting. Returns the ticket for all of them and the index of the
-    /// first record not enqueued (nil when all were); ``submit(_:)`` enqueues the rest as room
-    /// frees up. (The hot path's instruction count, `scripts/bench-instructions`, measures this.)
-    package func submitUntilFull(_ records: [ProducerRecord]) throws(KafkaError) -> (ticket: DeliveryTicket, stoppedAt: Int?) {
-        guard !records.isEmpty else { return (DeliveryTicket(core: core, batchID: nil, count: 0), nil) }
-        precondition(records.count < ProducerCore.maxBatchSize, "a batch holds at most \(ProducerCore.maxBatchSize - 1) records")
-        let batchID = try core.openBatch(count: records.count)
-        let ticket = DeliveryTicket(core: core, batchID: batchID, count: records.count)
+    /// The synchronous part of ``submit(_:)-(ProducerBatch)``: enqueues records in order until
+    /// librdkafka's queue is full, never waiting. Returns the ticket for all of them and the
+    /// index of the first record not enqueued (nil when all were); `submit` enqueues the rest as
+    /// room frees up. (The hot path's instruction count, `scripts/bench-instructions`, measures this.)
+    package func submitUntilFull(_ batch: ProducerBatch) throws(KafkaError) -> (ticket: DeliveryTicket, stoppedAt: Int?) {
+        guard !batch.isEmpty else { return (DeliveryTicket(core: core, batchID: nil, count: 0), nil) }
+        precondition(batch.count < ProducerCore.maxBatchSize, "a batch holds at most \(ProducerCore.maxBatchSize - 1) records")
+        let batchID = try core.openBatch(count: batch.count)
+        let ticket = DeliveryTicket(core: core, batchID: batchID, count: batch.count)
         // Holds the handle for the whole batch (close waits for it), one guard per batch, not per message.
         guard core.client.enterUse() else {
-            for index in records.indices { core.fail(token: batchID << ProducerCore.indexBits | UInt64(index), error: KafkaError.closed) }
+            for index in 0..<batch.count { core.fail(token: batchID << ProducerCore.indexBits | UInt64(index), error: KafkaError.closed) }
             return (ticket, nil)
         }
         defer { core.client.leaveUse() }
         var topics = TopicHandleCache()
-        // Through the buffer: an element passed from it is borrowed, one taken from the array's
-        // subscript was copied (every field retained) and released per record.
-        return records.withUnsafeBufferPointer { records in
-            for index in records.indices {
+        return batch.bytes.withUnsafeBytes { bytes in
+            for index in 0..<batch.count {
                 let token = batchID << ProducerCore.indexBits | UInt64(index)
-                guard let error = core.client.produce(records[index], token: token, topics: &topics) else { continue }
+                guard let error = core.client.produce(batch, index: index, bytes: bytes, token: token, topics: &topics) else { continue }
                 if error.code == .queueFull { return (ticket, index) }
                 core.fail(token: token, error: error)
             }
@@ -101,9 +105,10 @@ public final class KafkaProducer: Sendable {
         guard core.client.enterUse() else { throw KafkaError.closed }
         defer { core.client.leaveUse() }
         var topics = TopicHandleCache()
-        var error = core.client.produce(record, token: id, topics: &topics)
+        let batch = ProducerBatch([record])
+        var error = batch.bytes.withUnsafeBytes { core.client.produce(batch, index: 0, bytes: $0, token: id, topics: &topics) }
         if error?.code == .queueFull {
-            error = await core.produceWhenThereIsRoom(record, token: id, topics: &topics)
+            error = await core.produceWhenThereIsRoom(batch, index: 0, token: id, topics: &topics)
         }
         if let error {
             if core.isClosed { throw error }
@@ -263,13 +268,13 @@ final class ProducerCore: Sendable {
 
     /// Called after librdkafka said its queue is full: waits for deliveries to make room and
     /// tries again. Returns nil when enqueued, else the error that is not "queue full".
-    func produceWhenThereIsRoom(_ record: ProducerRecord, token: UInt64, topics: inout TopicHandleCache) async -> KafkaError? {
+    func produceWhenThereIsRoom(_ batch: ProducerBatch, index: Int, token: UInt64, topics: inout TopicHandleCache) async -> KafkaError? {
         while true {
             if isClosed { return KafkaError.closed }
             // Read the generation first, then try again: a delivery that freed room in between
             // makes this try succeed; one after it changes the generation we wait on.
             let generation = state.withLock { $0.deliveryGeneration }
-            guard let error = client.produce(record, token: token, topics: &topics) else { return nil }
+            guard let error = batch.bytes.withUnsafeBytes({ client.produce(batch, index: index, bytes: $0, token: token, topics: &topics) }) else { return nil }
             guard error.code == .queueFull else { return error }
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                 let resumeNow = state.withLock { s -> Bool in

@@ -40,17 +40,6 @@ public struct KafkaHeader: Sendable, Hashable {
     }
 }
 
-/// A header whose value is UTF-8 text, kept as the `String` it was made from.
-public struct KafkaTextHeader: Sendable, Hashable {
-    public var key: String
-    public var value: String
-    @inlinable
-    public init(key: String, value: String) {
-        self.key = key
-        self.value = value
-    }
-}
-
 /// A record to produce.
 public struct ProducerRecord: Sendable, Hashable {
     public var topic: String
@@ -60,23 +49,15 @@ public struct ProducerRecord: Sendable, Hashable {
     /// `nil` produces a tombstone.
     public var value: [UInt8]?
     public var headers: [KafkaHeader]
-    /// One more header, sent after `headers` straight from the string's bytes: a worker's
-    /// `dedupe-key` on every output, which as a ``KafkaHeader`` would cost an array for the
-    /// list and another for the value, per record.
-    public var textHeader: KafkaTextHeader?
     /// Milliseconds since the epoch; `nil` lets librdkafka stamp the send time.
     public var timestamp: Int64?
 
-    // Inlinable, like the stage records' initialisers: called once per output on the hot path,
-    // across modules, a call copied (retained) every field in and released the arguments after.
-    @inlinable
     public init(
         topic: String,
         partition: Int32? = nil,
         key: [UInt8]? = nil,
         value: [UInt8]?,
         headers: [KafkaHeader] = [],
-        textHeader: KafkaTextHeader? = nil,
         timestamp: Int64? = nil
     ) {
         self.topic = topic
@@ -84,14 +65,7 @@ public struct ProducerRecord: Sendable, Hashable {
         self.key = key
         self.value = value
         self.headers = headers
-        self.textHeader = textHeader
         self.timestamp = timestamp
-    }
-
-    /// Every header as it is sent: ``headers``, then ``textHeader``.
-    public var allHeaders: [KafkaHeader] {
-        guard let textHeader else { return headers }
-        return headers + [KafkaHeader(key: textHeader.key, string: textHeader.value)]
     }
 }
 

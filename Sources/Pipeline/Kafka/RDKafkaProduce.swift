@@ -26,65 +26,52 @@ struct RDKafkaDelivery {
 }
 
 extension RDKafkaClient {
-    /// Enqueues one message without blocking (`rd_kafka_produceva`; Swift cannot call the
-    /// variadic `rd_kafka_producev`). librdkafka copies key and value (`RD_KAFKA_MSG_F_COPY`),
-    /// so the buffers only need to live for the call. `token` comes back in the delivery report.
+    /// Enqueues record `index` of `batch` without blocking (`rd_kafka_produceva`; Swift cannot
+    /// call the variadic `rd_kafka_producev`). `bytes` is the batch's buffer, opened once by the
+    /// caller for all its records. librdkafka copies key and value (`RD_KAFKA_MSG_F_COPY`), so the
+    /// buffer only needs to live for the call. `token` comes back in the delivery report.
     ///
     /// Returns `nil` when the message was enqueued.
-    func produce(_ record: ProducerRecord, token: UInt64, topics: inout TopicHandleCache) -> KafkaError? {
-        let rkt = topics.handle(record.topic, in: self)
+    func produce(
+        _ batch: ProducerBatch, index: Int, bytes: UnsafeRawBufferPointer, token: UInt64, topics: inout TopicHandleCache
+    ) -> KafkaError? {
+        let entry = batch.entries[index]
+        let rkt = topics.handle(batch.topics[Int(entry.topic)], in: self)
+        func address(_ span: ProducerBatch.Span) -> UnsafeMutableRawPointer? {
+            // A non-null address even for an empty piece: null means "none" to librdkafka.
+            span.isNone ? nil : span.count == 0 ? UnsafeMutableRawPointer(mutating: emptyBytes) : UnsafeMutableRawPointer(mutating: bytes.baseAddress! + span.start)
+        }
         var headers: OpaquePointer? = nil
-        if !record.headers.isEmpty || record.textHeader != nil {
-            let list = rd_kafka_headers_new(record.headers.count + (record.textHeader == nil ? 0 : 1))!
-            for header in record.headers {
-                // The name with its length: passing a String as `const char *` copies a small
-                // string into a new C string, once per record.
-                var name = header.key
-                name.withUTF8 { name in
-                    if let value = header.value {
-                        _ = value.withUnsafeBytes { rd_kafka_header_add(list, name.baseAddress, name.count, $0.baseAddress, $0.count) }
-                    } else {
-                        _ = rd_kafka_header_add(list, name.baseAddress, name.count, nil, 0)
-                    }
-                }
-            }
-            if var name = record.textHeader?.key, var value = record.textHeader?.value {
-                name.withUTF8 { name in
-                    value.withUTF8 { value in
-                        // An empty value still needs an address: a null one would make it a null header.
-                        _ = rd_kafka_header_add(list, name.baseAddress, name.count, value.baseAddress.map(UnsafeRawPointer.init) ?? emptyBytes, value.count)
-                    }
-                }
+        if entry.headerCount > 0 {
+            let list = rd_kafka_headers_new(Int(entry.headerCount))!
+            for h in batch.headers[Int(entry.firstHeader)..<Int(entry.firstHeader + entry.headerCount)] {
+                _ = rd_kafka_header_add(list, address(h.name)?.assumingMemoryBound(to: CChar.self), h.name.count, address(h.value), h.value.count)
             }
             headers = list
         }
-        let error: OpaquePointer? = withOptionalBytes(record.key) { key in
-            withOptionalBytes(record.value) { value in
-                withUnsafeTemporaryAllocation(of: rd_kafka_vu_t.self, capacity: 8) { vus in
-                    var n = 0
-                    func add(_ type: rd_kafka_vtype_t, _ fill: (inout rd_kafka_vu_t) -> Void) {
-                        var vu = rd_kafka_vu_t()
-                        vu.vtype = type
-                        fill(&vu)
-                        vus[n] = vu
-                        n += 1
-                    }
-                    add(RD_KAFKA_VTYPE_RKT) { $0.u.rkt = rkt }
-                    add(RD_KAFKA_VTYPE_PARTITION) { $0.u.i32 = record.partition ?? RD_KAFKA_PARTITION_UA }
-                    add(RD_KAFKA_VTYPE_MSGFLAGS) { $0.u.i = RD_KAFKA_MSG_F_COPY }
-                    add(RD_KAFKA_VTYPE_OPAQUE) { $0.u.ptr = UnsafeMutableRawPointer(bitPattern: UInt(token)) }
-                    if let value { add(RD_KAFKA_VTYPE_VALUE) { $0.u.mem = .init(ptr: UnsafeMutableRawPointer(mutating: value.baseAddress ?? emptyBytes), size: value.count) } }
-                    if let key { add(RD_KAFKA_VTYPE_KEY) { $0.u.mem = .init(ptr: UnsafeMutableRawPointer(mutating: key.baseAddress ?? emptyBytes), size: key.count) } }
-                    if let timestamp = record.timestamp { add(RD_KAFKA_VTYPE_TIMESTAMP) { $0.u.i64 = timestamp } }
-                    if let headers { add(RD_KAFKA_VTYPE_HEADERS) { $0.u.headers = headers } }
-                    return rd_kafka_produceva(handle, vus.baseAddress, n)
-                }
+        let error: OpaquePointer? = withUnsafeTemporaryAllocation(of: rd_kafka_vu_t.self, capacity: 8) { vus in
+            var n = 0
+            func add(_ type: rd_kafka_vtype_t, _ fill: (inout rd_kafka_vu_t) -> Void) {
+                var vu = rd_kafka_vu_t()
+                vu.vtype = type
+                fill(&vu)
+                vus[n] = vu
+                n += 1
             }
+            add(RD_KAFKA_VTYPE_RKT) { $0.u.rkt = rkt }
+            add(RD_KAFKA_VTYPE_PARTITION) { $0.u.i32 = entry.partition == Int32.min ? RD_KAFKA_PARTITION_UA : entry.partition }
+            add(RD_KAFKA_VTYPE_MSGFLAGS) { $0.u.i = RD_KAFKA_MSG_F_COPY }
+            add(RD_KAFKA_VTYPE_OPAQUE) { $0.u.ptr = UnsafeMutableRawPointer(bitPattern: UInt(token)) }
+            if let value = address(entry.value) { add(RD_KAFKA_VTYPE_VALUE) { $0.u.mem = .init(ptr: value, size: entry.value.count) } }
+            if let key = address(entry.key) { add(RD_KAFKA_VTYPE_KEY) { $0.u.mem = .init(ptr: key, size: entry.key.count) } }
+            if entry.timestamp != Int64.min { add(RD_KAFKA_VTYPE_TIMESTAMP) { $0.u.i64 = entry.timestamp } }
+            if let headers { add(RD_KAFKA_VTYPE_HEADERS) { $0.u.headers = headers } }
+            return rd_kafka_produceva(handle, vus.baseAddress, n)
         }
         guard let error else { return nil }  // success: librdkafka owns the headers now
         // On failure the headers stay ours.
         if let headers { rd_kafka_headers_destroy(headers) }
-        return RDKafkaError.take(error, code: .delivery, context: "produce to \(record.topic)")
+        return RDKafkaError.take(error, code: .delivery, context: "produce to \(batch.topics[Int(entry.topic)])")
     }
 
     /// Serves the main queue once: waits up to `timeoutMilliseconds` for an event and hands
@@ -155,12 +142,6 @@ extension RDKafkaClient {
         // instead of through C callbacks (the swift-kafka-client approach).
         rd_kafka_conf_set_events(conf, Int32(RD_KAFKA_EVENT_DR | RD_KAFKA_EVENT_ERROR | RD_KAFKA_EVENT_STATS))
     }
-}
-
-@inline(__always)
-private func withOptionalBytes<R>(_ bytes: [UInt8]?, _ body: (UnsafeRawBufferPointer?) -> R) -> R {
-    guard let bytes else { return body(nil) }
-    return bytes.withUnsafeBytes { body($0) }
 }
 
 /// A non-null address for empty keys and values: librdkafka treats a null pointer as "no value"

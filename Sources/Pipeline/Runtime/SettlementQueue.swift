@@ -24,7 +24,7 @@ import Workers
 final class SettlementQueue: Sendable {
     /// Records handed to the producer for a stretch of input (or an `advance`).
     struct Delivery: Sendable {
-        var records: [ProducerRecord]
+        var records: ProducerBatch
         /// Per record, the index in `inputs` of the input it is an output of; ``noInput`` for a
         /// record that belongs to no single input (a dead letter, an `advance` output),
         /// ``checkpoint`` for a checkpoint.
@@ -161,12 +161,13 @@ private struct Settler: Sendable {
 
     /// Hands a checkpoint to the producer (everything before it is acknowledged) and settles it.
     func checkpoint(_ record: ProducerRecord, offsets: [TopicPartitionOffset]) async -> Bool {
-        let bytes = RecordMapping.size(record)
+        let batch = ProducerBatch([record])
+        let bytes = batch.byteCount
         context.backpressure.add(records: 1, bytes: bytes)
-        let ticket = try? await context.producer.submit([record])
+        let ticket = try? await context.producer.submit(batch)
         let settled = await settle(
             SettlementQueue.Delivery(
-                records: [record], sources: [SettlementQueue.Delivery.checkpoint], inputs: [], ticket: ticket, offsets: offsets,
+                records: batch, sources: [SettlementQueue.Delivery.checkpoint], inputs: [], ticket: ticket, offsets: offsets,
                 inputCount: 0, heldRecords: 1, heldBytes: bytes),
             durable: true)
         if settled { context.recorder.checkpointed() }
@@ -193,10 +194,10 @@ private struct Settler: Sendable {
             for i in reports.indices {
                 if reports[i].error != nil {
                     failed.append(i)
-                } else if records[i].topic == context.deadLetterTopic {
-                    delivered.deadLetter(records[i])
+                } else if records.topic(i) == context.deadLetterTopic {
+                    delivered.deadLetter(reason: records.header(DeadLetterHeader.reason, of: i))
                 } else if sources[i] != SettlementQueue.Delivery.checkpoint {
-                    delivered.output(topic: records[i].topic)
+                    delivered.output(topic: records.topic(i))
                 }
             }
             if failed.isEmpty { break }
@@ -211,15 +212,15 @@ private struct Settler: Sendable {
             // become durable, and retrying would block the partition (and its revocation) for good.
             if let i = failed.first(where: { sources[$0] < 0 && reports[$0].error!.cannotSucceed }) {
                 let what = sources[i] == SettlementQueue.Delivery.checkpoint
-                    ? "the checkpoint of \(partitionName) (\(RecordMapping.size(records[i])) bytes)"
-                    : records[i].topic == context.deadLetterTopic ? "a dead letter of \(partitionName)" : "an advance output of \(partitionName)"
+                    ? "the checkpoint of \(partitionName) (\(records.size(i)) bytes)"
+                    : records.topic(i) == context.deadLetterTopic ? "a dead letter of \(partitionName)" : "an advance output of \(partitionName)"
                 let limit = reports[i].error!.rdKafkaCode == 10 ? " (larger than the producer's message.max.bytes or the topic's max.message.bytes)" : ""
-                context.fail(.undeliverable("\(what) to \(records[i].topic) can never be delivered\(limit): \(reports[i].error!)"))
+                context.fail(.undeliverable("\(what) to \(records.topic(i)) can never be delivered\(limit): \(reports[i].error!)"))
                 return false
             }
             firstFailure = firstFailure ?? Int64(Date().timeIntervalSince1970 * 1000)
             context.recorder.deliveryFailed(records: failed.count, retrying: true)
-            var again: [ProducerRecord] = []
+            var again = ProducerBatch()
             var againSources: [Int32] = []
             // Inputs whose outputs failed for good, or kept failing past the attempts, go to the
             // dead-letter topic once, with the error; what belongs to no input is retried on.
@@ -227,10 +228,10 @@ private struct Settler: Sendable {
             var retried = 0
             for i in failed {
                 let failure = reports[i].error!
-                if sources[i] >= 0, records[i].topic != context.deadLetterTopic, failure.cannotSucceed || attempt >= context.retry.attempts {
+                if sources[i] >= 0, records.topic(i) != context.deadLetterTopic, failure.cannotSucceed || attempt >= context.retry.attempts {
                     dead[sources[i]] = dead[sources[i]] ?? failure
                 } else {
-                    again.append(records[i])
+                    again.append(i, of: records)
                     againSources.append(sources[i])
                     retried += 1
                 }

@@ -44,7 +44,7 @@ struct LoopContext: Sendable {
     /// with the input's timestamp. Each output is tagged `source` in `sources` (its input's
     /// index in a delivery), each dead letter ``SettlementQueue/Delivery/noInput``; dead letters
     /// are logged, rate-limited.
-    func append(_ out: StageOutput, of input: InputRecord, source: Int32, to outgoing: inout [ProducerRecord], sources: inout [Int32]) {
+    func append(_ out: StageOutput, of input: InputRecord, source: Int32, to outgoing: inout ProducerBatch, sources: inout [Int32]) {
         RecordMapping.append(
             out, of: input, source: source, stage: stageName, topic: { definition.topic(forOutput: $0) }, deadLetterTopic: definition.deadLetterTopic,
             deadLetterSource: SettlementQueue.Delivery.noInput, to: &outgoing, sources: &sources)
@@ -78,6 +78,8 @@ final class StageLoop {
     private var lanes: [TopicPartition: PartitionLane] = [:]
     /// Consumer events received so far (the consumer's numbering: the forwarder hands on each).
     private var eventIndex = 0
+    /// Bytes of output per input in the last batch: what the next batch's buffer reserves.
+    private var outputBytesPerInput = 256
     private var definition: Topology.Stage { context.definition }
     private var logger: Logger { context.logger }
 
@@ -269,10 +271,9 @@ final class StageLoop {
         lane.settleRestoredOffsets()
         let now = Self.wallClock()
         let started = ContinuousClock.now
-        var outgoing: [ProducerRecord] = []
+        var outgoing = ProducerBatch(reservingCapacity: records.count, bytesPerRecord: outputBytesPerInput)
         var sources: [Int32] = []
         var inputs: [InputRecord] = []
-        outgoing.reserveCapacity(records.count)
         sources.reserveCapacity(records.count)
         inputs.reserveCapacity(records.count)
         var last: Int64 = first.offset
@@ -286,6 +287,7 @@ final class StageLoop {
             lane.lastTimestamp = input.timestamp
         }
         lane.next[tp] = last + 1
+        outputBytesPerInput = max(16, outgoing.byteCount / max(1, inputs.count))
         context.recorder.processed(inputs.count, startedAt: started, took: ContinuousClock.now - started)
         context.health.progressed()
         if let changelog {
@@ -317,7 +319,7 @@ final class StageLoop {
                 let out = await stage.process(input)
                 gate.release()
                 context.recorder.concurrentRecordTook(ContinuousClock.now - began)
-                var outgoing: [ProducerRecord] = []
+                var outgoing = ProducerBatch()
                 var sources: [Int32] = []
                 context.append(out, of: input, source: 0, to: &outgoing, sources: &sources)
                 // Same key, input order: submit after the earlier record of the key submitted.
@@ -339,9 +341,9 @@ final class StageLoop {
     }
 
     private func submit(
-        _ records: [ProducerRecord], sources: [Int32], inputs: [InputRecord], to lane: PartitionLane, offsets: [TopicPartitionOffset]
+        _ records: ProducerBatch, sources: [Int32], inputs: [InputRecord], to lane: PartitionLane, offsets: [TopicPartitionOffset]
     ) async throws {
-        let bytes = records.reduce(0) { $0 + RecordMapping.size($1) }
+        let bytes = records.byteCount
         let ticket = try await producer.submit(records)
         lane.enqueue(.delivery(SettlementQueue.Delivery(
             records: records, sources: sources, inputs: inputs, ticket: ticket, offsets: offsets,
@@ -369,7 +371,7 @@ final class StageLoop {
             lane.settleRestoredOffsets()
             guard let out = lane.runner?.advance(context: StageContext(now: now)) else { continue }
             if !out.records.isEmpty || !out.failures.isEmpty {
-                var outgoing: [ProducerRecord] = []
+                var outgoing = ProducerBatch()
                 var sources: [Int32] = []
                 context.append(out, of: .advance(at: now), source: SettlementQueue.Delivery.noInput, to: &outgoing, sources: &sources)
                 if changelog != nil { lane.dirty = true }

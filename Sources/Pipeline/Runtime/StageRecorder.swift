@@ -132,9 +132,10 @@ struct DeliveredRecords {
         }
     }
 
-    mutating func deadLetter(_ record: ProducerRecord) {
+    /// A dead letter delivered, with the value of its reason header.
+    mutating func deadLetter(reason: [UInt8]?) {
         deadLetters += 1
-        let reason = record.headers.last { $0.key == DeadLetterHeader.reason }?.value.map { String(decoding: $0, as: UTF8.self) } ?? "unknown"
+        let reason = reason.map { String(decoding: $0, as: UTF8.self) } ?? "unknown"
         deadLettersByReason[reason, default: 0] += 1
     }
 }

@@ -1,0 +1,61 @@
+import Testing
+@testable import Kafka
+@testable import Pipeline
+import Workers
+
+/// `ProducerBatch` writes records into one buffer; these read them back without a broker (the
+/// mock-cluster tests send every produced record through it to a broker and read it back).
+@Suite struct ProducerBatchTests {
+    static let records: [ProducerRecord] = [
+        ProducerRecord(topic: "a", key: Array("k1".utf8), value: Array("v1".utf8), headers: [KafkaHeader(key: "h", string: "x")], timestamp: 5),
+        ProducerRecord(topic: "a", partition: 3, key: nil, value: nil),  // a tombstone without a key
+        ProducerRecord(topic: "b", key: [], value: [], headers: [KafkaHeader(key: "null", value: nil), KafkaHeader(key: "", value: [])]),
+        ProducerRecord(topic: "a", key: [0, 255, 10], value: Array(repeating: 7, count: 10_000),
+                       headers: [KafkaHeader(key: "h", string: "first"), KafkaHeader(key: "h", string: "last")]),
+    ]
+
+    @Test func recordsReadBackAsTheyWereWritten() {
+        let batch = ProducerBatch(Self.records)
+        #expect(batch.count == 4)
+        #expect(batch.records == Self.records, "keys, values, null and empty pieces, partitions, timestamps and headers in order")
+        #expect(batch.topics == ["a", "b"], "each topic once")
+        #expect((0..<4).map { batch.topic($0) } == ["a", "a", "b", "a"])
+        #expect(batch.header("h", of: 3) == Array("last".utf8), "the last header of a name, as Kafka's convention has it")
+        #expect(batch.header("null", of: 2) == nil)
+        #expect(batch.header("", of: 2) == [])
+        #expect(batch.header("h", of: 1) == nil)
+        #expect(batch.size(3) == 3 + 10_000 + 2 * (1 + 5) - 1 + 64)
+    }
+
+    @Test func aRetryCopiesTheChosenRecords() {
+        let batch = ProducerBatch(Self.records)
+        var again = ProducerBatch()
+        again.append(3, of: batch)
+        again.append(1, of: batch)
+        #expect(again.records == [Self.records[3], Self.records[1]])
+    }
+
+    @Test func stageOutputsCarryTheirHeadersAndTheDedupeKeyLast() {
+        let input = InputRecord(key: Array("m".utf8), value: Array("{}".utf8), timestamp: 42, origin: RecordOrigin(topic: "in", partition: 0, offset: 9))
+        let out = StageOutput(
+            records: [
+                OutputRecord(output: "x", key: Array("m".utf8), value: Array("1".utf8), headers: [RecordHeader("user-id", "u")], dedupeKey: "d:1"),
+                OutputRecord(output: "y", key: nil, value: nil, dedupeKey: ""),
+            ],
+            failures: [DecodeFailure(field: "$.price", reason: .invalidValue, detail: "negative")])
+        var batch = ProducerBatch()
+        var sources: [Int32] = []
+        RecordMapping.append(
+            out, of: input, source: 7, stage: "s", topic: { "topic.\($0)" }, deadLetterTopic: "dlq", deadLetterSource: -1, to: &batch, sources: &sources)
+        #expect(sources == [7, 7, -1])
+        #expect(batch.records[0] == ProducerRecord(
+            topic: "topic.x", key: Array("m".utf8), value: Array("1".utf8),
+            headers: [KafkaHeader(key: "user-id", string: "u"), KafkaHeader(key: "dedupe-key", string: "d:1")], timestamp: 42))
+        #expect(batch.records[1] == ProducerRecord(
+            topic: "topic.y", key: nil, value: nil, headers: [KafkaHeader(key: "dedupe-key", string: "")], timestamp: 42),
+            "an empty dedupe key is an empty header value, not a null one")
+        #expect(batch.topic(2) == "dlq")
+        #expect(batch.header(DeadLetterHeader.reason, of: 2) == Array("invalid-value".utf8))
+        #expect(batch.records[2].value == Array("{}".utf8), "a dead letter keeps the input's value")
+    }
+}
