@@ -183,7 +183,7 @@ func decodeOnce(_ stream: String, _ messages: [[UInt8]]) -> (Int, Int) {
     case "ticker-default", "ticker-simple":
         let d = PriceTickDecoder()
         for m in messages {
-            do { try d.decode(m) { events &+= Int($0.tradeTimestamp & 1) &+ 1 } } catch { failures += 1 }
+            do { try d.decode(m[...]) { events &+= Int($0.tradeTimestamp & 1) &+ 1 } } catch { failures += 1 }
         }
     case "product-detail":
         let d = ProductDecoder()

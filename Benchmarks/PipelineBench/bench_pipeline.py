@@ -14,6 +14,8 @@ CHAIN picks the worker's stages: `prices.decode` (the default; the only one the 
 does too), `prices.candles` (stateful: 1-minute candles, checkpointed to a changelog) or
 `prices.decode,prices.alerts` (a chain: typed ticks fed to watchlist alerts, stateful). For the
 latter two the Python side is skipped. THROUGHPUT_ONLY=1 skips the two-worker and latency parts.
+BASELINE=path/to/another/pipelinectl adds its worker as one more side of every round (a
+before/after of two builds in the same run, on the same broker and input).
 """
 import json
 import os
@@ -143,8 +145,8 @@ def changelog_topic(bootstrap, group, partitions):
              "--cleanup-policy", "compact"])
 
 
-def swift_worker(bootstrap, topo, stop_after=None, extra=()):
-    cmd = [CTL, "worker", "bench-decode", "--topology", topo, "--bootstrap-server", bootstrap,
+def swift_worker(bootstrap, topo, stop_after=None, extra=(), ctl=None):
+    cmd = [ctl or CTL, "worker", "bench-decode", "--topology", topo, "--bootstrap-server", bootstrap,
            "--session-timeout", "2s", "--metrics-address", "127.0.0.1:0", "--log-format", "json", *extra]
     if stop_after:
         cmd += ["--stop-after", str(stop_after)]
@@ -207,6 +209,9 @@ def main():
     results = {"kcat pipe": [], "swift worker": [], "python worker": []}
     if CHAIN != "prices.decode":
         del results["python worker"]  # it does prices.decode only
+    baseline = os.environ.get("BASELINE")
+    if baseline:
+        results["baseline worker"] = []
     rss = {side: [] for side in results if side != "kcat pipe"}
     # CPU per record (user + system, microseconds) of the side's processes and of the broker
     # during that side's round: what each costs the 2 cores they share.
@@ -233,14 +238,17 @@ def main():
                 broker_before = process_cpu(tansu)
                 if side == "kcat pipe":
                     secs, used = kcat_seconds(bootstrap, "bench.raw", target, work)
-                elif side == "swift worker":
-                    topo = os.path.join(work, f"t{r}.yaml")
-                    topology(topo, f"bench-{r}", "bench.raw", target, partitions)
-                    changelog_topic(bootstrap, f"bench-{r}", partitions)
-                    _, err, mib, used = timed_rss(swift_worker(bootstrap, topo, stop_after=messages))
+                elif side in ("swift worker", "baseline worker"):
+                    group = f"bench-{side.split()[0]}-{r}"
+                    topo = os.path.join(work, f"{group}.yaml")
+                    topology(topo, group, "bench.raw", target, partitions)
+                    changelog_topic(bootstrap, group, partitions)
+                    _, err, mib, used = timed_rss(swift_worker(
+                        bootstrap, topo, stop_after=messages, ctl=baseline if side == "baseline worker" else None))
                     secs = stopped_figure(err)
                     rss[side].append(mib)
-                    loop_busy.append(stopped_figure(err, "loop-busy-seconds") / secs)
+                    if side == "swift worker":
+                        loop_busy.append(stopped_figure(err, "loop-busy-seconds") / secs)
                 else:
                     out, _, mib, used = timed_rss([sys.executable, os.path.join(HERE, "python_worker.py"), bootstrap, "bench.raw", target, str(messages)])
                     secs = float(re.search(r"active_seconds=([0-9.]+)", out).group(1))
@@ -333,6 +341,10 @@ def main():
     print(f"per round: CPU per record swift / kcat pipe {ratios(cpu['swift worker'], cpu['kcat pipe'])}"
           + (f"; swift / python {ratios(cpu['swift worker'], cpu['python worker'])}" if p else "")
           + f"; throughput swift / kcat pipe {ratios(results['swift worker'], results['kcat pipe'])}")
+    if baseline:
+        print(f"per round: CPU per record swift / baseline {ratios(cpu['swift worker'], cpu['baseline worker'])}; "
+              f"baseline / kcat pipe {ratios(cpu['baseline worker'], cpu['kcat pipe'])}; "
+              f"throughput swift / baseline {ratios(results['swift worker'], results['baseline worker'])}")
     if throughput_only:
         return
     def spread(rows, key):

@@ -121,7 +121,7 @@ struct DevCatalogue: Sendable {
             for file in files {
                 guard let data = fm.contents(atPath: (dir as NSString).appendingPathComponent(file)) else { continue }
                 for line in Array(data).split(separator: 0x0A) {
-                    guard let value = JSONLinesRunner.parseLine(Array(line), topic: "", offset: 0).value else { continue }
+                    guard let value = JSONLinesRunner.parseLine(Array(line), topic: "", offset: 0).value.map(Array.init) else { continue }
                     for item in listed(value, source: source) {
                         guard let object = (try? JSONSerialization.jsonObject(with: Data(item))) as? [String: Any],
                             let key = source.stream.entityKey(object)

@@ -107,7 +107,7 @@ struct Perf: AsyncParsableCommand {
                 guard case .records(let batch) = event else { continue }
                 if firstRecord == nil { firstRecord = clock.now }
                 count += batch.count
-                for r in batch { bytes += r.value?.count ?? 0 }
+                for r in batch { bytes += r.valueBytes?.count ?? 0 }
                 try consumer.store(batch)
                 if count >= messages { break }
             }

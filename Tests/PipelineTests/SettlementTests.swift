@@ -313,7 +313,7 @@ import Workers
         var name: String { "thumbnails.render" }
         func process(_ record: InputRecord) async -> StageOutput {
             await Task.yield()
-            return StageOutput(records: [OutputRecord(output: "out", key: record.key, value: record.value, dedupeKey: "relay:\(record.origin.offset)")])
+            return StageOutput(records: [OutputRecord(output: "out", key: record.key, value: record.value.map(Array.init), dedupeKey: "relay:\(record.origin.offset)")])
         }
     }
 

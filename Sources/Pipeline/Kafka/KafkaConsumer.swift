@@ -282,7 +282,7 @@ final class ConsumerCore: @unchecked Sendable {
     /// handed out after the `.revoked` event. They are dropped (never stored, so the next owner
     /// reads them again).
     private var revokedWhileDraining: Set<TopicPartition> = []
-    private var names = RDKafkaConsumer.TopicNames()
+    private var names = RDKafkaConsumer.ConversionCache()
 
     /// A position change, and who waits for it (nil: nobody, it was deferred past a rebalance):
     /// its error, and how many events had been handed out when it was made.

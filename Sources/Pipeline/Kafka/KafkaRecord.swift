@@ -75,20 +75,35 @@ public struct ConsumerRecord: Sendable, Hashable {
     public var partition: Int32
     public var offset: Int64
     public var key: [UInt8]?
-    /// `nil` for a tombstone.
-    public var value: [UInt8]?
+    /// The value as the consumer read it, `nil` for a tombstone: a slice of the buffer the
+    /// values of its batch were copied into (one allocation per batch, not one per record).
+    public var valueBytes: ArraySlice<UInt8>?
     public var headers: [KafkaHeader]
     /// Milliseconds since the epoch, if the record has a timestamp.
     public var timestamp: Int64?
 
     public init(topic: String, partition: Int32, offset: Int64, key: [UInt8]?, value: [UInt8]?, headers: [KafkaHeader] = [], timestamp: Int64? = nil) {
+        self.init(topic: topic, partition: partition, offset: offset, key: key, sharing: value.map { $0[...] }, headers: headers, timestamp: timestamp)
+    }
+
+    /// A record whose value is a slice of a larger buffer, kept without a copy.
+    public init(
+        topic: String, partition: Int32, offset: Int64, key: [UInt8]?, sharing value: ArraySlice<UInt8>?, headers: [KafkaHeader] = [],
+        timestamp: Int64? = nil
+    ) {
         self.topic = topic
         self.partition = partition
         self.offset = offset
         self.key = key
-        self.value = value
+        self.valueBytes = value
         self.headers = headers
         self.timestamp = timestamp
+    }
+
+    /// The value as an array of its own (a copy of ``valueBytes``; nil for a tombstone).
+    public var value: [UInt8]? {
+        get { valueBytes.map(Array.init) }
+        set { valueBytes = newValue.map { $0[...] } }
     }
 
     public var topicPartition: TopicPartition { TopicPartition(topic, partition) }

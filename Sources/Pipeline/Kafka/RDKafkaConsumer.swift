@@ -178,18 +178,42 @@ final class RDKafkaConsumer: @unchecked Sendable {  // immutable after init; lib
         guard err == RD_KAFKA_RESP_ERR_NO_ERROR else { throw RDKafkaError.make(err, code: .broker, context: "subscribe to \(topics)") }
     }
 
+    /// What the poll thread reuses from record to record instead of allocating it again: the
+    /// topic's name and recent keys. Poll thread only.
+    ///
     /// The last topic name converted, so most records of a batch reuse one `String`. Across
     /// calls it is keyed by the name's bytes, not by the `rd_kafka_topic_t` pointer: a pointer
     /// we hold no reference on can be freed and reused for another topic. Within one batch
     /// (``beginBatch()``) the pointer is enough: every message of a batch holds a reference on
     /// its topic until it is destroyed, and all of them are alive when the batch is returned, so
     /// two messages of one batch with the same pointer have the same topic.
-    struct TopicNames {
+    ///
+    /// Keys repeat (an entity's key on each of its records: a market's on every tick), so the
+    /// last 64 distinct short keys are kept by a hash of their bytes; a key equal to the one in
+    /// its slot shares that array (compared byte for byte, so a collision only costs a copy).
+    struct ConversionCache {
         private var last: String?
         private var lastBytes: [CChar] = []
         private var batchTopic: OpaquePointer?
+        private var keys = [[UInt8]](repeating: [], count: Self.keySlots)
+        private static let keySlots = 64
+        private static let maxCachedKey = 64
 
         mutating func beginBatch() { batchTopic = nil }
+
+        /// The key's bytes as an array, shared with an earlier record's equal key when cached.
+        mutating func key(_ bytes: UnsafeRawPointer, count: Int) -> [UInt8] {
+            guard count > 0 else { return [] }
+            let source = UnsafeRawBufferPointer(start: bytes, count: count)
+            guard count <= Self.maxCachedKey else { return Array(source) }
+            var hash: UInt64 = 0xcbf2_9ce4_8422_2325  // FNV-1a
+            for byte in source { hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01b3 }
+            let slot = Int(truncatingIfNeeded: hash % UInt64(Self.keySlots))
+            if keys[slot].count == count, keys[slot].withUnsafeBytes({ memcmp($0.baseAddress!, bytes, count) == 0 }) { return keys[slot] }
+            let fresh = Array(source)
+            keys[slot] = fresh
+            return fresh
+        }
 
         mutating func name(_ rkt: OpaquePointer) -> String {
             if rkt == batchTopic, let last { return last }
@@ -220,7 +244,7 @@ final class RDKafkaConsumer: @unchecked Sendable {  // immutable after init; lib
     }
 
     /// One `rd_kafka_consumer_poll`. Blocking up to the timeout: only the poll thread calls it.
-    func poll(timeoutMilliseconds: Int32, names: inout TopicNames) -> RDKafkaPolled? {
+    func poll(timeoutMilliseconds: Int32, names: inout ConversionCache) -> RDKafkaPolled? {
         guard let message = rd_kafka_consumer_poll(client.handle, timeoutMilliseconds) else { return nil }
         defer { rd_kafka_message_destroy(message) }
         names.beginBatch()
@@ -235,17 +259,39 @@ final class RDKafkaConsumer: @unchecked Sendable {  // immutable after init; lib
     /// The sinks run after `rd_kafka_consume_batch_queue` returned, never during it: librdkafka
     /// may serve the rebalance callback inside that call, and the callback may touch whatever
     /// the sinks append to.
-    func drainFetched(limit: Int, names: inout TopicNames, record: (ConsumerRecord) -> Void, other: (RDKafkaPolled) -> Void) -> Int {
+    func drainFetched(limit: Int, names: inout ConversionCache, record: (ConsumerRecord) -> Void, other: (RDKafkaPolled) -> Void) -> Int {
         guard limit > 0 else { return 0 }
         return withUnsafeTemporaryAllocation(of: UnsafeMutablePointer<rd_kafka_message_t>?.self, capacity: limit) { buffer in
             let n = rd_kafka_consume_batch_queue(consumerQueue, 0, buffer.baseAddress, limit)
             guard n > 0 else { return 0 }
             names.beginBatch()
+            // Every record's value is copied into one buffer for the lot, and each record holds a
+            // slice of it: one allocation (and, once the last record is released, one free) per
+            // drain instead of one per record.
+            func isRecord(_ i: Int) -> Bool { buffer[i].map { $0.pointee.err == RD_KAFKA_RESP_ERR_NO_ERROR } ?? false }
+            var total = 0
+            for i in 0..<n where isRecord(i) && buffer[i]!.pointee.payload != nil { total += buffer[i]!.pointee.len }
+            let values = [UInt8](unsafeUninitializedCapacity: total) { out, written in
+                written = 0
+                for i in 0..<n where isRecord(i) {
+                    let m = buffer[i]!.pointee
+                    guard let payload = m.payload, m.len > 0 else { continue }
+                    (out.baseAddress! + written).update(from: payload.assumingMemoryBound(to: UInt8.self), count: m.len)
+                    written += m.len
+                }
+            }
+            var at = 0
             for i in 0..<n {
                 guard let message = buffer[i] else { continue }
                 defer { rd_kafka_message_destroy(message) }
-                if message.pointee.err == RD_KAFKA_RESP_ERR_NO_ERROR {
-                    record(convertRecord(message, names: &names))
+                if isRecord(i) {
+                    let m = message.pointee
+                    var value: ArraySlice<UInt8>?
+                    if m.payload != nil {
+                        value = values[at..<(at + m.len)]
+                        at += m.len
+                    }
+                    record(convertRecord(message, value: value, names: &names))
                 } else {
                     other(convert(message, names: &names))
                 }
@@ -255,7 +301,7 @@ final class RDKafkaConsumer: @unchecked Sendable {  // immutable after init; lib
     }
 
     /// Copies key, value and headers out of a message (which the caller then destroys).
-    private func convert(_ message: UnsafeMutablePointer<rd_kafka_message_t>, names: inout TopicNames) -> RDKafkaPolled {
+    private func convert(_ message: UnsafeMutablePointer<rd_kafka_message_t>, names: inout ConversionCache) -> RDKafkaPolled {
         let m = message.pointee
         let topic = m.rkt.map { names.name($0) } ?? ""
         switch m.err {
@@ -271,7 +317,7 @@ final class RDKafkaConsumer: @unchecked Sendable {  // immutable after init; lib
             if m.err == RD_KAFKA_RESP_ERR__FATAL { error.isFatal = true }
             return .error(error)
         }
-        return .record(convertRecord(message, names: &names))
+        return .record(convertRecord(message, value: m.payload.map { Array(UnsafeRawBufferPointer(start: $0, count: m.len))[...] }, names: &names))
     }
 
     /// True when a consumed message certainly has no headers, found without
@@ -304,9 +350,12 @@ final class RDKafkaConsumer: @unchecked Sendable {  // immutable after init; lib
         return payload.load(fromByteOffset: m.len, as: UInt8.self) == 0
     }
 
-    /// Copies key, value and headers out of a message without error (which the caller then destroys).
+    /// Copies key and headers out of a message without error (which the caller then destroys);
+    /// `value` is its value, already copied.
     @inline(__always)
-    private func convertRecord(_ message: UnsafeMutablePointer<rd_kafka_message_t>, names: inout TopicNames) -> ConsumerRecord {
+    private func convertRecord(
+        _ message: UnsafeMutablePointer<rd_kafka_message_t>, value: ArraySlice<UInt8>?, names: inout ConversionCache
+    ) -> ConsumerRecord {
         let m = message.pointee
         let topic = m.rkt.map { names.name($0) } ?? ""
         var headers: [KafkaHeader] = []
@@ -329,8 +378,8 @@ final class RDKafkaConsumer: @unchecked Sendable {  // immutable after init; lib
             topic: topic,
             partition: m.partition,
             offset: m.offset,
-            key: m.key.map { Array(UnsafeRawBufferPointer(start: $0, count: m.key_len)) },
-            value: m.payload.map { Array(UnsafeRawBufferPointer(start: $0, count: m.len)) },
+            key: m.key.map { names.key($0, count: m.key_len) },
+            sharing: value,
             headers: headers,
             timestamp: timestampType == RD_KAFKA_TIMESTAMP_NOT_AVAILABLE ? nil : timestamp)
     }

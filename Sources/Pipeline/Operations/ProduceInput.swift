@@ -151,11 +151,11 @@ public struct ProduceParser: Sendable {
             return
         }
         let envelope = JSONLinesRunner.parseLine(bytes, topic: topic, offset: 0)
-        let isEnvelope = envelope.value != bytes
+        let isEnvelope = envelope.value != bytes[...]
         var record = ProducerRecord(topic: topic, value: bytes)
         var key: String?
         if isEnvelope {
-            record.value = envelope.value
+            record.value = envelope.value.map(Array.init)
             record.headers = envelope.headers.map { KafkaHeader(key: $0.name, value: $0.value) }
             record.timestamp = envelope.timestamp == Int64.min ? nil : envelope.timestamp
             key = envelope.key.map { String(decoding: $0, as: UTF8.self) }

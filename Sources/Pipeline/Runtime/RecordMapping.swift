@@ -6,7 +6,7 @@ package enum RecordMapping {
     /// A consumed record as a stage sees it. A record without a timestamp gets `now`.
     package static func input(_ r: ConsumerRecord, now: Int64) -> InputRecord {
         InputRecord(
-            key: r.key, value: r.value,
+            key: r.key, sharing: r.valueBytes,
             headers: r.headers.map { RecordHeader(name: $0.key, value: $0.value ?? []) },
             timestamp: r.timestamp ?? now,
             origin: RecordOrigin(topic: r.topic, partition: r.partition, offset: r.offset))

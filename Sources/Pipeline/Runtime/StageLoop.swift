@@ -311,7 +311,7 @@ final class StageLoop {
         var heldBytes = 0
         for record in records {
             let input = RecordMapping.input(record, now: now)
-            let bytes = (record.value?.count ?? 0) + (record.key?.count ?? 0)
+            let bytes = (record.valueBytes?.count ?? 0) + (record.key?.count ?? 0)
             let earlier = lane.lastTask(forKey: record.key)
             let task = Task<SettlementQueue.Delivery?, Never> {
                 await gate.acquire()

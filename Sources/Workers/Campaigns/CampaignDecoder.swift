@@ -13,7 +13,9 @@ public struct CampaignDecoder: Sendable {
         self.utcOffsetSeconds = utcOffsetSeconds
     }
 
-    public func decode(_ bytes: [UInt8]) throws(DecodeFailure) -> [Campaign] {
+    public func decode(_ bytes: [UInt8]) throws(DecodeFailure) -> [Campaign] { try decode(bytes[...]) }
+
+    public func decode(_ bytes: ArraySlice<UInt8>) throws(DecodeFailure) -> [Campaign] {
         try JSONScanner.withScanner(bytes, limits: limits) { s throws(DecodeFailure) in
             guard try s.peek() == UInt8(ascii: "[") else { return [try decodeObject(&s)] }
             try s.beginArray()

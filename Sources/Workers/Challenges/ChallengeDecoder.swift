@@ -19,7 +19,9 @@ public struct ChallengeDecoder: Sendable {
 
     public init(limits: DecodeLimits = .default) { self.limits = limits }
 
-    public func decode(_ bytes: [UInt8]) throws(DecodeFailure) -> [ChallengeEvent] {
+    public func decode(_ bytes: [UInt8]) throws(DecodeFailure) -> [ChallengeEvent] { try decode(bytes[...]) }
+
+    public func decode(_ bytes: ArraySlice<UInt8>) throws(DecodeFailure) -> [ChallengeEvent] {
         try JSONScanner.withScanner(bytes, limits: limits) { s throws(DecodeFailure) in
             guard try s.peek() == UInt8(ascii: "[") else { return [try event(try readObject(&s, path: ""))] }
             try s.beginArray()

@@ -45,7 +45,7 @@ public struct DeadLetter: Sendable, Hashable {
         self.origin = input.origin
         self.failure = failure
         self.key = input.key
-        self.value = input.value
+        self.value = input.value.map(Array.init)
         self.headers = input.headers
         self.timestamp = input.timestamp
         self.errorCode = errorCode

@@ -5,7 +5,7 @@ extension InputRecord {
     public var identity: String { .dedupeKey { $0.appendIdentity(of: self) } }
 
     /// The value, or a failure saying the record is a tombstone.
-    func requireValue() throws(DecodeFailure) -> [UInt8] {
+    func requireValue() throws(DecodeFailure) -> ArraySlice<UInt8> {
         guard let value else { throw DecodeFailure(field: "$", reason: .emptyValue, detail: "tombstone (null value)") }
         return value
     }

@@ -120,11 +120,11 @@ public struct JSONLinesRunner: Sendable {
                     sawValue = true
                     switch try s.peek() {
                     case UInt8(ascii: "n"): _ = try s.consumeNull(); record.value = nil
-                    case UInt8(ascii: "\""): record.value = Array(try s.readString().utf8)
+                    case UInt8(ascii: "\""): record.value = Array(try s.readString().utf8)[...]
                     default:
                         let start = s.pos
                         try s.skipValue()
-                        record.value = Array(bytes[start..<s.pos])
+                        record.value = bytes[start..<s.pos]
                     }
                 case .headers:
                     record.headers = []

@@ -9,7 +9,7 @@ public struct PassThroughStage: Stage {
     public func process(_ record: InputRecord, state: inout NoState, context: StageContext) -> StageOutput {
         let origin = record.origin
         return StageOutput(records: [OutputRecord(
-            output: output, key: record.key, value: record.value, headers: record.headers,
+            output: output, key: record.key, value: record.value.map(Array.init), headers: record.headers,
             dedupeKey: "\(origin.topic)/\(origin.partition)/\(origin.offset)")])
     }
 }

@@ -46,7 +46,9 @@ extension [RecordHeader] {
 public struct InputRecord: Sendable, Hashable {
     public var key: [UInt8]?
     /// The payload; nil is a tombstone, a legal Kafka record that every stage must handle.
-    public var value: [UInt8]?
+    /// A slice: the runtime hands out the values of a consumed batch as slices of one buffer
+    /// (one allocation per batch, not one per record); `Array(value)` makes a copy to keep.
+    public var value: ArraySlice<UInt8>?
     public var headers: [RecordHeader]
     /// Record timestamp, epoch milliseconds.
     public var timestamp: Int64
@@ -57,6 +59,15 @@ public struct InputRecord: Sendable, Hashable {
     @inlinable
     public init(
         key: [UInt8]? = nil, value: [UInt8]?, headers: [RecordHeader] = [], timestamp: Int64,
+        origin: RecordOrigin
+    ) {
+        self.init(key: key, sharing: value.map { $0[...] }, headers: headers, timestamp: timestamp, origin: origin)
+    }
+
+    /// A record whose value is a slice of a larger buffer (a consumed batch's), kept without a copy.
+    @inlinable
+    public init(
+        key: [UInt8]? = nil, sharing value: ArraySlice<UInt8>?, headers: [RecordHeader] = [], timestamp: Int64,
         origin: RecordOrigin
     ) {
         self.key = key

@@ -46,7 +46,10 @@ public struct HangoutDecoder: Sendable {
     }
 
     /// The events of one message; `user` is the user of user-scoped messages.
-    public func decode(_ bytes: [UInt8], user: String? = nil) throws(DecodeFailure) -> [HangoutEvent] {
+    public func decode(_ bytes: [UInt8], user: String? = nil) throws(DecodeFailure) -> [HangoutEvent] { try decode(bytes[...], user: user) }
+
+    /// ``decode(_:user:)-([UInt8],_)`` over a slice (a consumed record's value).
+    public func decode(_ bytes: ArraySlice<UInt8>, user: String? = nil) throws(DecodeFailure) -> [HangoutEvent] {
         let body = try JSONScanner.withScanner(bytes, limits: limits) { s throws(DecodeFailure) in
             try readBody(&s, path: "", nested: false)
         }

@@ -68,6 +68,11 @@ public struct ThumbnailRequest: Sendable, Hashable {
 
     /// Reads a request; the dedupe key is recomputed (one definition), a sent one is ignored.
     public static func decode(_ bytes: [UInt8], limits: DecodeLimits = .default) throws(DecodeFailure) -> ThumbnailRequest {
+        try decode(bytes[...], limits: limits)
+    }
+
+    /// ``decode(_:limits:)-([UInt8],_)`` over a slice (a consumed record's value).
+    public static func decode(_ bytes: ArraySlice<UInt8>, limits: DecodeLimits = .default) throws(DecodeFailure) -> ThumbnailRequest {
         try JSONScanner.withScanner(bytes, limits: limits) { s throws(DecodeFailure) in
             try s.beginObject()
             var owner: String?, ownerId: String?, index: Int64?, url: String?
@@ -116,6 +121,11 @@ public struct ThumbnailReady: Sendable, Hashable {
     private static let thumbKeys = KeyTable([("name", ThumbField.name.rawValue), ("uri", ThumbField.uri.rawValue)])
 
     public static func decode(_ bytes: [UInt8], limits: DecodeLimits = .default) throws(DecodeFailure) -> ThumbnailReady {
+        try decode(bytes[...], limits: limits)
+    }
+
+    /// ``decode(_:limits:)-([UInt8],_)`` over a slice (a consumed record's value).
+    public static func decode(_ bytes: ArraySlice<UInt8>, limits: DecodeLimits = .default) throws(DecodeFailure) -> ThumbnailReady {
         try JSONScanner.withScanner(bytes, limits: limits) { s throws(DecodeFailure) in
             try s.beginObject()
             var owner: String?, ownerId: String?, index: Int64?

@@ -29,6 +29,13 @@ struct JSONScanner {
     static func withScanner<R>(
         _ bytes: [UInt8], limits: DecodeLimits, _ body: (inout JSONScanner) throws(DecodeFailure) -> R
     ) throws(DecodeFailure) -> R {
+        try withScanner(bytes[...], limits: limits, body)
+    }
+
+    /// ``withScanner(_:limits:_:)`` over a slice; positions count from the slice's start.
+    static func withScanner<R>(
+        _ bytes: ArraySlice<UInt8>, limits: DecodeLimits, _ body: (inout JSONScanner) throws(DecodeFailure) -> R
+    ) throws(DecodeFailure) -> R {
         guard bytes.count <= limits.maxBytes else {
             throw DecodeFailure(field: "$", reason: .tooLarge, detail: "\(bytes.count) bytes > limit \(limits.maxBytes)")
         }

@@ -141,7 +141,9 @@ public struct NotificationDecoder: Sendable {
         ("dedupe_key", Field.dedupeKey.rawValue), ("image", Field.image.rawValue),
     ])
 
-    public func decode(_ bytes: [UInt8]) throws(DecodeFailure) -> PushNotification {
+    public func decode(_ bytes: [UInt8]) throws(DecodeFailure) -> PushNotification { try decode(bytes[...]) }
+
+    public func decode(_ bytes: ArraySlice<UInt8>) throws(DecodeFailure) -> PushNotification {
         try JSONScanner.withScanner(bytes, limits: limits) { s throws(DecodeFailure) in
             try s.beginObject()
             var token: String?, topic: String?, title: String?, body: String?, collapse: String?, dedupe: String?, image: String?

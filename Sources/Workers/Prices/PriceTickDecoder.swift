@@ -14,14 +14,17 @@ public struct PriceTickDecoder: Sendable {
 
     /// All ticks in one message (one for a single frame, several for a list). The first bad
     /// element fails the whole message: its path (`[2].trade_price`) says which.
-    public func decode(_ bytes: [UInt8]) throws(DecodeFailure) -> [PriceTick] {
+    public func decode(_ bytes: [UInt8]) throws(DecodeFailure) -> [PriceTick] { try decode(bytes[...]) }
+
+    /// ``decode(_:)-([UInt8])`` over a slice (a consumed record's value).
+    public func decode(_ bytes: ArraySlice<UInt8>) throws(DecodeFailure) -> [PriceTick] {
         var ticks: [PriceTick] = []
         try decode(bytes) { ticks.append($0) }
         return ticks
     }
 
     /// Streams the ticks of one message to `body` without collecting them (the hot path).
-    public func decode(_ bytes: [UInt8], _ body: (PriceTick) -> Void) throws(DecodeFailure) {
+    public func decode(_ bytes: ArraySlice<UInt8>, _ body: (PriceTick) -> Void) throws(DecodeFailure) {
         try JSONScanner.withScanner(bytes, limits: limits) { s throws(DecodeFailure) in
             if try s.peek() == UInt8(ascii: "[") {
                 try s.beginArray()

@@ -20,8 +20,10 @@ public struct ProductDecoder: Sendable {
         self.maxImages = maxImages
     }
 
+    public func decode(_ bytes: [UInt8]) throws(DecodeFailure) -> [Product] { try decode(bytes[...]) }
+
     /// The products in one message (one, or one per page entry; an empty page gives none).
-    public func decode(_ bytes: [UInt8]) throws(DecodeFailure) -> [Product] {
+    public func decode(_ bytes: ArraySlice<UInt8>) throws(DecodeFailure) -> [Product] {
         try JSONScanner.withScanner(bytes, limits: limits) { s throws(DecodeFailure) in
             var products: [Product] = []
             let single = try decodeObject(&s, allowPage: true, pageOut: &products)
