@@ -77,7 +77,17 @@ public struct ConsumerRecord: Sendable, Hashable {
     public var key: [UInt8]?
     /// The value as the consumer read it, `nil` for a tombstone: a slice of the buffer the
     /// values of its batch were copied into (one allocation per batch, not one per record).
-    public var valueBytes: ArraySlice<UInt8>?
+    public var valueBytes: ArraySlice<UInt8>? {
+        get { hasValue ? bytes : nil }
+        set {
+            hasValue = newValue != nil
+            bytes = newValue ?? []
+        }
+    }
+    // A slice and a flag rather than an optional slice, as in `InputRecord`: copies of an
+    // `ArraySlice<UInt8>?` go through generic value witnesses.
+    private var bytes: ArraySlice<UInt8>
+    private var hasValue: Bool
     public var headers: [KafkaHeader]
     /// Milliseconds since the epoch, if the record has a timestamp.
     public var timestamp: Int64?
@@ -95,7 +105,8 @@ public struct ConsumerRecord: Sendable, Hashable {
         self.partition = partition
         self.offset = offset
         self.key = key
-        self.valueBytes = value
+        self.bytes = value ?? []
+        self.hasValue = value != nil
         self.headers = headers
         self.timestamp = timestamp
     }
