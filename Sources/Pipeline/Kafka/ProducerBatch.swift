@@ -71,7 +71,17 @@ public struct ProducerBatch: Sendable {
     }
 
     public init(_ records: [ProducerRecord]) {
-        self.init(reservingCapacity: records.count, bytesPerRecord: 0)
+        self.init()
+        // Room for exactly what they hold: the buffer is written once, never grown and copied.
+        var byteCount = 0, headerCount = 0
+        for r in records {
+            byteCount += (r.key?.count ?? 0) + (r.value?.count ?? 0)
+            for h in r.headers { byteCount += h.key.utf8.count + (h.value?.count ?? 0) }
+            headerCount += r.headers.count
+        }
+        bytes.reserveCapacity(byteCount)
+        entries.reserveCapacity(records.count)
+        headers.reserveCapacity(headerCount)
         for record in records { append(record) }
     }
 
