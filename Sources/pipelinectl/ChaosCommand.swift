@@ -391,6 +391,13 @@ actor ChaosRun {
         checked.inputs(acknowledged: inputs, logged: logged)
         checked.wedged = report.wedged
         checked.badExits = report.badExits
+        if !checked.passed {
+            // Every worker's whole log, for whoever looks into the failure.
+            for (w, _) in ended {
+                let log = FileManager.default.temporaryDirectory.appendingPathComponent("chaos-worker-\(id)-\(w.pid).log").path
+                if (try? w.output().write(toFile: log, atomically: true, encoding: .utf8)) != nil { checked.workerLogs.append(log) }
+            }
+        }
         return checked
     }
 

@@ -92,4 +92,28 @@ import Workers
         let behind = check(outputs, deadLetters, committed: ends.mapValues { $0 - 1 })
         #expect(!behind.offsetsAtEnd && !behind.passed)
     }
+
+    /// A checkpoint older than the one before it for the same key is a regression, reported with
+    /// the offsets of both and where it sits (without zombies, a failed run).
+    @Test func aChangelogGoingBackIsARegressionWithItsPlace() {
+        let inputs = Self.inputs()
+        let oracle = CandleOracle(inputs, latenessMillis: 5_000)
+        let (outputs, deadLetters) = Self.published(oracle, inputs)
+        var ends: [Int32: Int64] = [:]
+        for i in inputs { ends[i.partition] = max(ends[i.partition] ?? 0, i.offset + 1) }
+        func checkpoint(_ offsets: String, at offset: Int64) -> ConsumerRecord {
+            ConsumerRecord(
+                topic: "changelog", partition: 1, offset: offset, key: Array("lane-1".utf8), value: Array("{}".utf8),
+                headers: [KafkaHeader(key: "checkpoint.offsets", string: offsets)], timestamp: nil)
+        }
+        let report = ChaosChecker.check(
+            inputs: inputs, oracle: oracle, outputs: outputs, deadLetters: deadLetters,
+            changelog: [checkpoint("in/0=10,in/1=5", at: 0), checkpoint("in/0=12,in/1=7", at: 1), checkpoint("in/0=11,in/1=7", at: 2)],
+            committed: ends, ends: ends, exactlyOnce: false)
+        #expect(report.changelogRegressions == 1)
+        #expect(report.changelogRegressionDetails.count == 1)
+        #expect(report.changelogRegressionDetails.first?.contains("1@2") == true, "\(report.changelogRegressionDetails)")
+        #expect(!report.passed)
+        #expect(report.description.contains("regressions 1 ["))
+    }
 }

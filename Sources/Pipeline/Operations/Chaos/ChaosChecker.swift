@@ -151,6 +151,10 @@ public struct ChaosReport: Sendable, CustomStringConvertible {
     /// once allows it: a restore starts at the checkpoint's offsets and reads the rest again).
     public var zombies = false
     public var badExits: [String] = []
+    /// Each regression: the key, its offsets, the previous checkpoint's, where it sits.
+    public var changelogRegressionDetails: [String] = []
+    /// Every worker's whole log, written to files when the run failed.
+    public var workerLogs: [String] = []
     /// Set when the broker stopped serving the group (tansu's known wedges), with what was seen.
     public var wedged: String?
     /// Inputs the broker acknowledged that its topic no longer holds (a broker's loss, not the
@@ -193,10 +197,12 @@ public struct ChaosReport: Sendable, CustomStringConvertible {
             "dead letters: garbage \(garbage), garbage not dead-lettered \(list(garbageNotDeadLettered)), good input dead-lettered \(list(goodDeadLettered))",
             "offsets: \(offsetsAtEnd ? "the group's offsets reached the end" : "NOT at the end: \(offsetsDetail)")",
             "changelog: \(checkpoints) checkpoints of \(changelogKeys) keys, state wrong \(list(checkpointsWrong)), last behind the end \(list(changelogKeysBehind)), regressions \(changelogRegressions)"
+                + (changelogRegressionDetails.isEmpty ? "" : " \(changelogRegressionDetails.prefix(3))")
                 + (zombies && (!changelogKeysBehind.isEmpty || changelogRegressions > 0) ? " (from zombies: a restore starts at a checkpoint's offsets)" : ""),
             "workers: \(badExits.isEmpty ? "every exit as expected" : "unexpected exits \(badExits)")",
         ]
         if let wedged { lines.append("broker wedged: \(wedged)") }
+        if !workerLogs.isEmpty { lines.append("worker logs: \(workerLogs.joined(separator: ", "))") }
         return lines.joined(separator: "\n")
     }
 }
@@ -276,7 +282,10 @@ public enum ChaosChecker {
                     report.checkpointsWrong.append("\(key) at \(offset) (\(record.partition)@\(record.offset)): \(problem)")
                 }
             }
-            if let previous = latest[key], offsets.contains(where: { $0.value < (previous[$0.key] ?? .min) }) { report.changelogRegressions += 1 }
+            if let previous = latest[key], offsets.contains(where: { $0.value < (previous[$0.key] ?? .min) }) {
+                report.changelogRegressions += 1
+                report.changelogRegressionDetails.append("\(key): \(offsets.sorted { $0.key < $1.key }) after \(previous.sorted { $0.key < $1.key }) at \(record.partition)@\(record.offset)")
+            }
             latest[key] = offsets
         }
         report.changelogKeys = latest.count
