@@ -1,3 +1,9 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 /// Records to produce, written back to back into one byte buffer: keys, values, header names and
 /// values of every record, with a fixed-size entry per record that says where its pieces are.
 ///
@@ -202,9 +208,3 @@ public struct ProducerBatch: Sendable {
     /// Every record as a ``ProducerRecord`` (tests, cold paths).
     public var records: [ProducerRecord] { (0..<count).map { self[$0] } }
 }
-
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Darwin)
-import Darwin
-#endif
