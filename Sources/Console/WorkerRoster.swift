@@ -56,18 +56,12 @@ public struct WorkerStatusReader: Sendable {
     }
 
     public func read() async throws -> [WorkerStatus] {
-        let admin = try KafkaAdmin(configuration: kafka, timeout: .seconds(10))
-        let partitions: [TopicPartition]
-        do {
-            partitions = (try? await admin.partitions(of: topic)) ?? []
-        }
-        await admin.close()
-        guard !partitions.isEmpty else { return [] }
         var last: [String: WorkerStatus] = [:]
         var reader = TopicReader(kafka: kafka)
         reader.idleTimeout = .seconds(10)
         let decoder = JSONDecoder()
-        try await reader.read(from: partitions.map { TopicPartitionOffset($0.topic, $0.partition, offset: TopicPartitionOffset.beginning) }) { batch in
+        // No workers have reported yet when the topic does not exist.
+        try await reader.readTopic(topic, orNothing: true) { batch in
             for record in batch {
                 guard let key = record.key.map({ String(decoding: $0, as: UTF8.self) }) else { continue }
                 if let value = record.value, let status = try? decoder.decode(WorkerStatus.self, from: Data(value)) {
@@ -76,7 +70,6 @@ public struct WorkerStatusReader: Sendable {
                     last[key] = nil
                 }
             }
-            return true
         }
         return Array(last.values)
     }

@@ -1,9 +1,3 @@
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Darwin)
-import Darwin
-#endif
-
 /// Records to produce, written back to back into one byte buffer: keys, values, header names and
 /// values of every record, with a fixed-size entry per record that says where its pieces are.
 ///
@@ -173,23 +167,18 @@ public struct ProducerBatch: Sendable {
     /// The value of the last header of record `index` called `name` (nil if it has none, or no value).
     public func header(_ name: String, of index: Int) -> [UInt8]? {
         let entry = entries[index]
-        var name = name
-        return name.withUTF8 { wanted -> [UInt8]? in
-            for h in headers[Int(entry.firstHeader)..<Int(entry.firstHeader + entry.headerCount)].reversed() {
-                let same = bytes.withUnsafeBufferPointer { b in
-                    h.name.count == wanted.count && (wanted.count == 0 || memcmp(b.baseAddress! + h.name.start, wanted.baseAddress!, wanted.count) == 0)
-                }
-                if same { return array(h.value) }
-            }
-            return nil
+        for h in headers[Int(entry.firstHeader)..<Int(entry.firstHeader + entry.headerCount)].reversed()
+        where bytes[h.name.start..<(h.name.start + h.name.count)].elementsEqual(name.utf8) {
+            return array(h.value)
         }
+        return nil
     }
 
     /// Approximate memory of record `index` (as ``byteCount`` counts it).
     public func size(_ index: Int) -> Int {
         let entry = entries[index]
-        var n = max(0, entry.key.count) + max(0, entry.value.count) + 64
-        for h in headers[Int(entry.firstHeader)..<Int(entry.firstHeader + entry.headerCount)] { n += h.name.count + max(0, h.value.count) }
+        var n = entry.key.count + entry.value.count + 64  // a missing piece counts 0
+        for h in headers[Int(entry.firstHeader)..<Int(entry.firstHeader + entry.headerCount)] { n += h.name.count + h.value.count }
         return n
     }
 

@@ -29,14 +29,17 @@ public struct TopicReader: Sendable {
     }
 
     /// Reads every partition of `topic` from its beginning to its end as of the read (a topic a
-    /// service owns: the poll ledger, the console's history and redrive log), batch by batch.
-    public func readTopic(_ topic: String, _ body: ([ConsumerRecord]) async throws -> Void) async throws {
+    /// service owns: the poll ledger, the console's history and redrive log, the workers' status
+    /// topic), batch by batch. With `orNothing`, a topic whose partitions cannot be listed (not
+    /// created yet) reads as empty instead of throwing.
+    public func readTopic(_ topic: String, orNothing: Bool = false, _ body: ([ConsumerRecord]) async throws -> Void) async throws {
         let admin = try KafkaAdmin(configuration: kafka, timeout: .seconds(10))
         let partitions: [TopicPartition]
         do {
             partitions = try await admin.partitions(of: topic)
         } catch {
             await admin.close()
+            if orNothing { return }
             throw error
         }
         await admin.close()
