@@ -73,26 +73,33 @@ var produced = 0
 /// What the loop does for one partition's batch (StageLoop.process, minus its bookkeeping).
 @inline(__always)
 @MainActor func runBatch(_ records: ArraySlice<ConsumerRecord>) {
-    var outgoing = ProducerBatch(reservingCapacity: records.count, bytesPerRecord: outputBytesPerInput)
+    var out = StageOutput(reservingCapacity: records.count, bytesPerRecord: outputBytesPerInput)
     var sources: [Int32] = []
     var batchInputs: [InputRecord] = []
+    var deadLetters: [ProducerRecord] = []
     sources.reserveCapacity(records.count)
     batchInputs.reserveCapacity(records.count)
     for record in records {
         let input = RecordMapping.input(record, now: base)
-        let out = runner.process(input, context: StageContext(now: input.timestamp))
         let index = Int32(batchInputs.count)
+        let failed = out.failures.count
+        runner.process(input, context: StageContext(now: input.timestamp), into: &out)
+        while sources.count < out.count { sources.append(index) }
+        if out.failures.count > failed {
+            deadLetters += RecordMapping.deadLetters(out.failures[failed...], of: input, stage: stageName, topic: "bench.dead-letters")
+        }
         batchInputs.append(input)
-        RecordMapping.append(
-            out, of: input, source: index, stage: stageName, topic: { outputTopics[$0] ?? $0 }, deadLetterTopic: "bench.dead-letters",
-            deadLetterSource: -1, to: &outgoing, sources: &sources)
     }
+    outputBytesPerInput = max(16, out.byteCount / records.count)
+    var outgoing = ProducerBatch(reservingCapacity: out.count + deadLetters.count, bytesPerRecord: 0)
+    RecordMapping.append(
+        &out, sources: sources, timestamp: { batchInputs[Int($0)].timestamp }, topic: { outputTopics[$0] ?? $0 }, to: &outgoing)
+    for d in deadLetters { outgoing.append(d) }
     guard let (ticket, stoppedAt) = try? producer.submitUntilFull(outgoing), stoppedAt == nil else {
         FileHandle.standardError.write(Data("librdkafka's queue is full: raise maxQueuedMessages\n".utf8))
         exit(1)
     }
     produced += outgoing.count
-    outputBytesPerInput = max(16, outgoing.byteCount / records.count)
     tickets.append(ticket)
 }
 

@@ -37,17 +37,17 @@ import Workers
 
     @Test func stageOutputsCarryTheirHeadersAndTheDedupeKeyLast() {
         let input = InputRecord(key: Array("m".utf8), value: Array("{}".utf8), timestamp: 42, origin: RecordOrigin(topic: "in", partition: 0, offset: 9))
-        let out = StageOutput(
+        var out = StageOutput(
             records: [
                 OutputRecord(output: "x", key: Array("m".utf8), value: Array("1".utf8), headers: [RecordHeader("user-id", "u")], dedupeKey: "d:1"),
                 OutputRecord(output: "y", key: nil, value: nil, dedupeKey: ""),
             ],
             failures: [DecodeFailure(field: "$.price", reason: .invalidValue, detail: "negative")])
         var batch = ProducerBatch()
-        var sources: [Int32] = []
+        let failures = out.failures
         RecordMapping.append(
-            out, of: input, source: 7, stage: "s", topic: { "topic.\($0)" }, deadLetterTopic: "dlq", deadLetterSource: -1, to: &batch, sources: &sources)
-        #expect(sources == [7, 7, -1])
+            &out, sources: [7, 7], timestamp: { $0 == 7 ? input.timestamp : -1 }, topic: { "topic.\($0)" }, to: &batch)
+        for d in RecordMapping.deadLetters(failures, of: input, stage: "s", topic: "dlq") { batch.append(d) }
         #expect(batch.records[0] == ProducerRecord(
             topic: "topic.x", key: Array("m".utf8), value: Array("1".utf8),
             headers: [KafkaHeader(key: "user-id", string: "u"), KafkaHeader(key: "dedupe-key", string: "d:1")], timestamp: 42))
@@ -57,5 +57,24 @@ import Workers
         #expect(batch.topic(2) == "dlq")
         #expect(batch.header(DeadLetterHeader.reason, of: 2) == Array("invalid-value".utf8))
         #expect(batch.records[2].value == Array("{}".utf8), "a dead letter keeps the input's value")
+    }
+
+    /// The runtime's batch takes the stage's buffer as it is; a batch that already holds records
+    /// gets a copy after them, every span moved by where it starts.
+    @Test func stageOutputsAfterOtherRecordsKeepTheirBytes() {
+        var out = StageOutput(records: [
+            OutputRecord(output: "x", key: Array("m".utf8), value: Array("1".utf8), headers: [RecordHeader("user-id", "u")], dedupeKey: "d:1"),
+            OutputRecord(output: "y", key: nil, value: Array("2".utf8), dedupeKey: "d:2"),
+        ])
+        var batch = ProducerBatch([Self.records[0], Self.records[1]])
+        RecordMapping.append(&out, sources: [0, 1], timestamp: { 100 + Int64($0) }, topic: { "topic.\($0)" }, to: &batch)
+        #expect(batch.records == [
+            Self.records[0], Self.records[1],
+            ProducerRecord(
+                topic: "topic.x", key: Array("m".utf8), value: Array("1".utf8),
+                headers: [KafkaHeader(key: "user-id", string: "u"), KafkaHeader(key: "dedupe-key", string: "d:1")], timestamp: 100),
+            ProducerRecord(topic: "topic.y", key: nil, value: Array("2".utf8), headers: [KafkaHeader(key: "dedupe-key", string: "d:2")], timestamp: 101),
+        ])
+        #expect(out.count == 0 && out.byteCount == 0, "the output's buffer was taken, and its records with it")
     }
 }

@@ -10,15 +10,15 @@
 public struct ProducerBatch: Sendable {
     /// Where a piece of a record lies in ``bytes``; `start` -1 for "none" (a null key, a tombstone).
     @usableFromInline
-    struct Span: Sendable {
-        @usableFromInline var start: Int
-        @usableFromInline var count: Int
-        @usableFromInline static let none = Span(start: -1, count: 0)
-        @usableFromInline init(start: Int, count: Int) {
+    package struct Span: Sendable {
+        @usableFromInline package var start: Int
+        @usableFromInline package var count: Int
+        @usableFromInline package static let none = Span(start: -1, count: 0)
+        @usableFromInline package init(start: Int, count: Int) {
             self.start = start
             self.count = count
         }
-        @usableFromInline var isNone: Bool { start < 0 }
+        @usableFromInline package var isNone: Bool { start < 0 }
     }
 
     @usableFromInline
@@ -94,7 +94,7 @@ public struct ProducerBatch: Sendable {
     // MARK: Writing
 
     @inlinable
-    mutating func topicIndex(_ topic: String) -> Int32 {
+    package mutating func topicIndex(_ topic: String) -> Int32 {
         // Outputs come in runs of one topic: the last one first.
         if let last = topics.indices.last, topics[last] == topic { return Int32(last) }
         if let i = topics.firstIndex(of: topic) { return Int32(i) }
@@ -111,7 +111,7 @@ public struct ProducerBatch: Sendable {
     }
 
     @inlinable
-    mutating func write(_ text: String) -> Span {
+    package mutating func write(_ text: String) -> Span {
         let start = bytes.count
         var text = text
         text.withUTF8 { bytes.append(contentsOf: $0) }
@@ -126,6 +126,31 @@ public struct ProducerBatch: Sendable {
         entries.append(Entry(
             topic: topic, partition: partition ?? Int32.min, timestamp: timestamp ?? Int64.min, key: key, value: value,
             firstHeader: Int32(headers.count)))
+    }
+
+    /// Takes `other` as the batch's buffer when it has none yet (no copy), else appends a copy
+    /// of it; returns where `other` starts in the buffer (for spans into it).
+    package mutating func adopt(_ other: consuming [UInt8]) -> Int {
+        if bytes.isEmpty {
+            bytes = other
+            return 0
+        }
+        let base = bytes.count
+        bytes.append(contentsOf: other)
+        return base
+    }
+
+    /// Starts a record whose pieces are already in the buffer (see ``adopt(_:)``).
+    package mutating func append(topic: Int32, key: Span, value: Span, timestamp: Int64?) {
+        entries.append(Entry(
+            topic: topic, partition: Int32.min, timestamp: timestamp ?? Int64.min, key: key, value: value,
+            firstHeader: Int32(headers.count)))
+    }
+
+    /// A header of the record appended last, its name and value already in the buffer.
+    package mutating func appendHeader(name: Span, value: Span) {
+        headers.append(Header(name: name, value: value))
+        entries[entries.count - 1].headerCount += 1
     }
 
     /// A header of the record appended last.

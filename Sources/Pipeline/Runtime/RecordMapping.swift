@@ -12,32 +12,40 @@ package enum RecordMapping {
             origin: RecordOrigin(topic: r.topic, partition: r.partition, offset: r.offset))
     }
 
-    /// A stage's outputs and dead letters for one input (or an `advance`), written into
-    /// `outgoing` with the input's timestamp: each output with its headers and its dedupe key as
-    /// the `dedupe-key` header (straight from the stage's string), each dead letter with its
-    /// `dead-letter.*` headers. Each output is tagged `source` in `sources` (its input's index in
-    /// a delivery), each dead letter `deadLetterSource`. `topic` maps an output name to its
-    /// topic; it is asked once per run of the same name.
-    @inline(__always)
+    /// A stage's outputs as records to produce, appended to `batch`: each output with its
+    /// headers and its dedupe key as the `dedupe-key` header, stamped `timestamp(source)` where
+    /// `sources[i]` is output `i`'s input. `out`'s buffer is taken: it becomes the batch's when
+    /// the batch has none yet (no copy; the runtime's case), else it is copied in after it.
+    /// (Taken from the caller's variable: a copy of the output left with the caller would share
+    /// the buffer, and the batch's next write would copy all of it.) `topic` maps an output
+    /// name to its topic; it is asked once per name.
     package static func append(
-        _ out: StageOutput, of input: InputRecord, source: Int32, stage: String, topic: (String) -> String, deadLetterTopic: String,
-        deadLetterSource: Int32, to outgoing: inout ProducerBatch, sources: inout [Int32]
+        _ out: inout StageOutput, sources: [Int32], timestamp: (Int32) -> Int64, topic: (String) -> String,
+        to batch: inout ProducerBatch
     ) {
-        var route: (output: String, topic: String)?
-        // Elements borrowed from the buffer, not copied out of the array one by one.
-        out.records.withUnsafeBufferPointer { records in
-            for i in records.indices {
-                if route?.output != records[i].output { route = (records[i].output, topic(records[i].output)) }
-                outgoing.append(topic: route!.topic, key: records[i].key, value: records[i].value, timestamp: input.timestamp)
-                for h in records[i].headers { outgoing.appendHeader(h.name, value: h.value) }
-                outgoing.appendHeader(OutputRecord.dedupeKeyHeader, text: records[i].dedupeKey)
-                sources.append(source)
+        precondition(sources.count == out.count, "one source per output")
+        let entries = out.entries, headers = out.headers
+        let topics = out.outputNames.map { batch.topicIndex(topic($0)) }
+        let base = batch.adopt(out.takeBytes())
+        let dedupeName = batch.write(OutputRecord.dedupeKeyHeader)
+        @inline(__always) func moved(_ span: StageOutput.Span) -> ProducerBatch.Span {
+            span.isNone ? .none : ProducerBatch.Span(start: base + span.start, count: span.count)
+        }
+        for i in entries.indices {
+            let e = entries[i]
+            batch.append(topic: topics[Int(e.output)], key: moved(e.key), value: moved(e.value), timestamp: timestamp(sources[i]))
+            for h in headers[Int(e.firstHeader)..<Int(e.firstHeader + e.headerCount)] {
+                batch.appendHeader(name: moved(h.name), value: moved(h.value))
             }
+            batch.appendHeader(name: dedupeName, value: moved(e.dedupeKey))
         }
-        for f in out.failures {
-            outgoing.append(deadLetter(DeadLetter(stage: stage, input: input, failure: f), topic: deadLetterTopic))
-            sources.append(deadLetterSource)
-        }
+    }
+
+    /// The dead letters of `failures`, all of `input`, as records to produce.
+    package static func deadLetters(
+        _ failures: some Collection<DecodeFailure>, of input: InputRecord, stage: String, topic: String
+    ) -> [ProducerRecord] {
+        failures.map { deadLetter(DeadLetter(stage: stage, input: input, failure: $0), topic: topic) }
     }
 
     /// A dead letter as a record: the original key, value and timestamp, its headers plus `dead-letter.*`.

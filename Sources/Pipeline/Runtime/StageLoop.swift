@@ -40,15 +40,9 @@ struct LoopContext: Sendable {
         return nil
     }
 
-    /// A stage's outputs and dead letters for one input (or an `advance`), as records to produce
-    /// with the input's timestamp. Each output is tagged `source` in `sources` (its input's
-    /// index in a delivery), each dead letter ``SettlementQueue/Delivery/noInput``; dead letters
-    /// are logged, rate-limited.
-    func append(_ out: StageOutput, of input: InputRecord, source: Int32, to outgoing: inout ProducerBatch, sources: inout [Int32]) {
-        RecordMapping.append(
-            out, of: input, source: source, stage: stageName, topic: { definition.topic(forOutput: $0) }, deadLetterTopic: definition.deadLetterTopic,
-            deadLetterSource: SettlementQueue.Delivery.noInput, to: &outgoing, sources: &sources)
-        for f in out.failures {
+    /// The dead letters of `failures` (all of `input`), logged, rate-limited.
+    func deadLetters(_ failures: some Collection<DecodeFailure>, of input: InputRecord) -> [ProducerRecord] {
+        for f in failures {
             if let suppressed = logLimiter.admit("dead-letter") {
                 logger.warning(
                     "dead letter",
@@ -59,6 +53,30 @@ struct LoopContext: Sendable {
                     ])
             }
         }
+        return RecordMapping.deadLetters(failures, of: input, stage: stageName, topic: definition.deadLetterTopic)
+    }
+
+    /// Outputs (`sources[i]`: output `i`'s input, stamped `timestamp(sources[i])`) and dead
+    /// letters (tagged ``SettlementQueue/Delivery/noInput``) as one batch to produce, with the
+    /// sources of its records.
+    func outgoing(
+        _ out: inout StageOutput, sources: [Int32], timestamp: (Int32) -> Int64, deadLetters: [ProducerRecord]
+    ) -> (records: ProducerBatch, sources: [Int32]) {
+        var batch = ProducerBatch(reservingCapacity: out.count + deadLetters.count, bytesPerRecord: 0)
+        RecordMapping.append(&out, sources: sources, timestamp: timestamp, topic: definition.topic(forOutput:), to: &batch)
+        var sources = sources
+        for d in deadLetters {
+            batch.append(d)
+            sources.append(SettlementQueue.Delivery.noInput)
+        }
+        return (batch, sources)
+    }
+
+    /// One input's (or an `advance`'s) outputs and dead letters as one batch, with the input's timestamp.
+    func outgoing(_ out: inout StageOutput, of input: InputRecord, source: Int32) -> (records: ProducerBatch, sources: [Int32]) {
+        let deadLetters = deadLetters(out.failures, of: input)
+        let sources = [Int32](repeating: source, count: out.count)
+        return outgoing(&out, sources: sources, timestamp: { _ in input.timestamp }, deadLetters: deadLetters)
     }
 }
 
@@ -271,23 +289,29 @@ final class StageLoop {
         lane.settleRestoredOffsets()
         let now = Self.wallClock()
         let started = ContinuousClock.now
-        var outgoing = ProducerBatch(reservingCapacity: records.count, bytesPerRecord: outputBytesPerInput)
+        // One output buffer for the whole stretch: the stage writes into it, the producer's batch takes it over.
+        var out = StageOutput(reservingCapacity: records.count, bytesPerRecord: outputBytesPerInput)
         var sources: [Int32] = []
         var inputs: [InputRecord] = []
+        var deadLetters: [ProducerRecord] = []
         sources.reserveCapacity(records.count)
         inputs.reserveCapacity(records.count)
         var last: Int64 = first.offset
         for record in records where record.offset >= skipBelow {
             let input = RecordMapping.input(record, now: now)
-            let out = lane.runner!.process(input, context: StageContext(now: input.timestamp))
             let index = Int32(inputs.count)
+            let failed = out.failures.count
+            lane.runner!.process(input, context: StageContext(now: input.timestamp), into: &out)
+            while sources.count < out.count { sources.append(index) }
+            if out.failures.count > failed { deadLetters += context.deadLetters(out.failures[failed...], of: input) }
             inputs.append(input)
-            context.append(out, of: input, source: index, to: &outgoing, sources: &sources)
             last = record.offset
             lane.lastTimestamp = input.timestamp
         }
         lane.next[tp] = last + 1
-        outputBytesPerInput = max(16, outgoing.byteCount / max(1, inputs.count))
+        outputBytesPerInput = max(16, out.byteCount / max(1, inputs.count))
+        let outgoing: ProducerBatch
+        (outgoing, sources) = context.outgoing(&out, sources: sources, timestamp: { inputs[Int($0)].timestamp }, deadLetters: deadLetters)
         context.recorder.processed(inputs.count, startedAt: started, took: ContinuousClock.now - started)
         context.health.progressed()
         if let changelog {
@@ -316,12 +340,10 @@ final class StageLoop {
             let task = Task<SettlementQueue.Delivery?, Never> {
                 await gate.acquire()
                 let began = ContinuousClock.now
-                let out = await stage.process(input)
+                var out = await stage.process(input)
                 gate.release()
                 context.recorder.concurrentRecordTook(ContinuousClock.now - began)
-                var outgoing = ProducerBatch()
-                var sources: [Int32] = []
-                context.append(out, of: input, source: 0, to: &outgoing, sources: &sources)
+                let (outgoing, sources) = context.outgoing(&out, of: input, source: 0)
                 // Same key, input order: submit after the earlier record of the key submitted.
                 _ = await earlier?.value
                 guard let ticket = try? await producer.submit(outgoing) else { return nil }
@@ -369,11 +391,9 @@ final class StageLoop {
         for lane in lanes.values {
             try guarantee.willChange(lane, first: [:])
             lane.settleRestoredOffsets()
-            guard let out = lane.runner?.advance(context: StageContext(now: now)) else { continue }
-            if !out.records.isEmpty || !out.failures.isEmpty {
-                var outgoing = ProducerBatch()
-                var sources: [Int32] = []
-                context.append(out, of: .advance(at: now), source: SettlementQueue.Delivery.noInput, to: &outgoing, sources: &sources)
+            guard var out = lane.runner?.advance(context: StageContext(now: now)) else { continue }
+            if out.count > 0 || !out.failures.isEmpty {
+                let (outgoing, sources) = context.outgoing(&out, of: .advance(at: now), source: SettlementQueue.Delivery.noInput)
                 if changelog != nil { lane.dirty = true }
                 try await submit(outgoing, sources: sources, inputs: [], to: lane, offsets: [])
             }

@@ -79,10 +79,10 @@ public struct CampaignFeedStage: Stage {
     public var name: String { "campaigns.feed" }
     public var initialState: State { State() }
 
-    public func process(_ record: InputRecord, state: inout State, context: StageContext) -> StageOutput {
-        guard let value = record.value else { return .empty }
+    public func process(_ record: InputRecord, state: inout State, context: StageContext, into out: inout StageOutput) {
+        guard let value = record.value else { return }
         let campaigns: [Campaign]
-        do { campaigns = try decoder.decode(value) } catch { return StageOutput(failures: [error]) }
+        do { campaigns = try decoder.decode(value) } catch { return out.fail(error) }
         for c in campaigns {
             // Last writer by record timestamp wins: a redelivered older record must not bring
             // back an older version (and emit a snapshot nobody saw before).
@@ -90,17 +90,15 @@ public struct CampaignFeedStage: Stage {
             state.versions[c.id] = record.timestamp
             state.campaigns[c.id] = c
         }
-        var out = StageOutput()
-        out.records = refreshFeeds(&state, now: context.now)
+        out.append(contentsOf: refreshFeeds(&state, now: context.now))
         if let user = userID(of: record) {
-            out.records.append(contentsOf: refreshMine(user, campaigns, &state, now: context.now))
+            out.append(contentsOf: refreshMine(user, campaigns, &state, now: context.now))
         }
-        return out
     }
 
     /// Re-evaluates the feeds at a later time (campaigns end without an update).
-    public func advance(state: inout State, context: StageContext) -> StageOutput {
-        StageOutput(records: refreshFeeds(&state, now: context.now))
+    public func advance(state: inout State, context: StageContext, into out: inout StageOutput) {
+        out.append(contentsOf: refreshFeeds(&state, now: context.now))
     }
 
     /// The ordered feed for one tab at `now` (all of it; the stage keeps the first ``topN``).
@@ -202,16 +200,15 @@ public struct CampaignNotificationStage: Stage {
     public var name: String { "campaigns.notifications" }
     public var initialState: State { State() }
 
-    public func process(_ record: InputRecord, state: inout State, context: StageContext) -> StageOutput {
-        guard let value = record.value else { return .empty }
+    public func process(_ record: InputRecord, state: inout State, context: StageContext, into out: inout StageOutput) {
+        guard let value = record.value else { return }
         let campaigns: [Campaign]
-        do { campaigns = try decoder.decode(value) } catch { return StageOutput(failures: [error]) }
-        var out = StageOutput()
+        do { campaigns = try decoder.decode(value) } catch { return out.fail(error) }
         let now = context.now
         for c in campaigns {
             var sent = state.campaigns[c.id] ?? Sent(lastRatio: c.ratio, goal: c.ratio >= 100)
             func notify(_ kind: String, _ title: String, _ body: String) {
-                out.records.append(PushNotification(
+                out.append(PushNotification(
                     recipient: .topic("campaign-\(c.id)"), title: title, body: body,
                     data: ["campaign_id": String(c.id), "kind": kind], collapseKey: "campaign-\(c.id)-\(kind)",
                     dedupeKey: "campaign:\(c.id):\(kind)"
@@ -232,7 +229,6 @@ public struct CampaignNotificationStage: Stage {
             sent.lastRatio = c.ratio
             state.campaigns[c.id] = sent
         }
-        return out
     }
 }
 

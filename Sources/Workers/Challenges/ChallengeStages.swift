@@ -10,12 +10,12 @@ public struct ChallengeDecodeStage: Stage {
 
     public var name: String { "challenges.decode" }
 
-    public func process(_ record: InputRecord, state: inout NoState, context: StageContext) -> StageOutput {
-        guard let value = record.value else { return .empty }
+    public func process(_ record: InputRecord, state: inout NoState, context: StageContext, into out: inout StageOutput) {
+        guard let value = record.value else { return }
         let events: [ChallengeEvent]
-        do { events = try decoder.decode(value) } catch { return StageOutput(failures: [error]) }
+        do { events = try decoder.decode(value) } catch { return out.fail(error) }
         let id = record.identity
-        return StageOutput(records: events.enumerated().map { i, e in
+        out.append(contentsOf: events.enumerated().map { i, e in
             OutputRecord(
                 output: "challenges.events", key: Array(e.key.utf8), value: e.jsonBytes(),
                 headers: [RecordHeader("event-type", e.kind)], dedupeKey: "challenge:\(e.kind):\(e.key):\(id)#\(i)")
@@ -58,10 +58,10 @@ public struct ChallengeStandingsStage: Stage {
     public var name: String { "challenges.standings" }
     public var initialState: State { State() }
 
-    public func process(_ record: InputRecord, state: inout State, context: StageContext) -> StageOutput {
-        guard let value = record.value else { return .empty }
+    public func process(_ record: InputRecord, state: inout State, context: StageContext, into out: inout StageOutput) {
+        guard let value = record.value else { return }
         let events: [ChallengeEvent]
-        do { events = try decoder.decode(value) } catch { return StageOutput(failures: [error]) }
+        do { events = try decoder.decode(value) } catch { return out.fail(error) }
         state.clock = max(state.clock, context.now)
         // Terms that ended by this record's time are decided before it counts, as the midnight
         // job would have: the result depends on event time, not on when `advance` last ran.
@@ -73,16 +73,16 @@ public struct ChallengeStandingsStage: Stage {
                 touched.append(id)
             }
         }
-        return publish(touched, decided: Set(early), &state)
+        out.append(contentsOf: publish(touched, decided: Set(early), &state))
     }
 
-    public func advance(state: inout State, context: StageContext) -> StageOutput {
+    public func advance(state: inout State, context: StageContext, into out: inout StageOutput) {
         state.clock = max(state.clock, context.now)
-        var out = publish(state.book.entries.keys.sorted(), decided: [], &state)
+        var records = publish(state.book.entries.keys.sorted(), decided: [], &state)
         state.book.evict(now: state.clock, offsetSeconds: offsetSeconds, retainMillis: retainMillis)
         state.emitted = state.emitted.filter { state.book.entries[$0.key] != nil }
-        out.records.sort { $0.dedupeKey < $1.dedupeKey }
-        return out
+        records.sort { $0.dedupeKey < $1.dedupeKey }
+        out.append(contentsOf: records)
     }
 
     /// The current standings of one challenge.
@@ -90,22 +90,22 @@ public struct ChallengeStandingsStage: Stage {
         state.book.standings(id, now: state.clock, offsetSeconds: offsetSeconds)
     }
 
-    private func publish(_ ids: [Int64], decided early: Set<Int64>, _ state: inout State) -> StageOutput {
+    private func publish(_ ids: [Int64], decided early: Set<Int64>, _ state: inout State) -> [OutputRecord] {
         let now = state.clock
         let decided = early.union(state.book.resolve(ids, now: now, offsetSeconds: offsetSeconds, missingDaysToLose: missingDaysToLose))
-        var out = StageOutput()
+        var out: [OutputRecord] = []
         for id in ids {
             guard let s = state.book.standings(id, now: now, offsetSeconds: offsetSeconds) else { continue }
             let value = s.jsonBytes()
             let hash = stableHash(String(decoding: value, as: UTF8.self))
             if state.emitted[id] != hash {
                 state.emitted[id] = hash
-                out.records.append(OutputRecord(
+                out.append(OutputRecord(
                     output: "challenges.standings", key: Array(String(id).utf8), value: value,
                     dedupeKey: "standings:\(id):\(hash)"))
             }
             if decided.contains(id) {
-                out.records.append(OutputRecord(
+                out.append(OutputRecord(
                     output: "challenges.results", key: Array(String(id).utf8), value: value, dedupeKey: "result:\(id)"))
             }
         }
@@ -162,12 +162,11 @@ public struct ChallengeNotificationStage: Stage {
     public var name: String { "challenges.notifications" }
     public var initialState: State { State() }
 
-    public func process(_ record: InputRecord, state: inout State, context: StageContext) -> StageOutput {
-        guard let value = record.value else { return .empty }
+    public func process(_ record: InputRecord, state: inout State, context: StageContext, into out: inout StageOutput) {
+        guard let value = record.value else { return }
         let events: [ChallengeEvent]
-        do { events = try decoder.decode(value) } catch { return StageOutput(failures: [error]) }
+        do { events = try decoder.decode(value) } catch { return out.fail(error) }
         state.clock = max(state.clock, context.now)
-        var out = StageOutput()
         // As in the standings: terms that ended by now are decided before this record counts.
         var touched: [Int64] = []
         for e in events { for id in state.book.ids(affectedBy: e) where !touched.contains(id) { touched.append(id) } }
@@ -192,28 +191,26 @@ public struct ChallengeNotificationStage: Stage {
                 state.sent[id]?.matched != true
             {
                 state.sent[id, default: Sent()].matched = true
-                out.records.append(push(
+                out.append(push(
                     to: c.leaderId, challenge: id, kind: "matched", title: Self.statusTitle,
                     body: "'\(c.title)' 챌린지에 상대가 참가했어요. \(c.startDate)부터 시작해요.",
                     dedupe: "challenge:\(id):matched:\(competitor)"))
             }
         }
         out.append(contentsOf: due(touched, &state))
-        return out
     }
 
-    public func advance(state: inout State, context: StageContext) -> StageOutput {
+    public func advance(state: inout State, context: StageContext, into out: inout StageOutput) {
         state.clock = max(state.clock, context.now)
-        let out = due(state.book.entries.keys.sorted(), &state)
+        out.append(contentsOf: due(state.book.entries.keys.sorted(), &state))
         state.book.evict(now: state.clock, offsetSeconds: offsetSeconds, retainMillis: retainMillis)
         state.sent = state.sent.filter { state.book.entries[$0.key] != nil }
-        return out
     }
 
     /// Results and reminders due at the stage's clock for these challenges.
-    private func due(_ ids: [Int64], _ state: inout State) -> StageOutput {
+    private func due(_ ids: [Int64], _ state: inout State) -> [OutputRecord] {
         let now = state.clock
-        var out = StageOutput()
+        var out: [OutputRecord] = []
         _ = state.book.resolve(ids, now: now, offsetSeconds: offsetSeconds, missingDaysToLose: missingDaysToLose)
         let today = CalendarDay(epochMillis: now, offsetSeconds: offsetSeconds)
         let reminderFrom = today.startMillis(offsetSeconds: offsetSeconds).saturatingAdd(Int64(reminderHour) * 3_600_000)
@@ -230,7 +227,7 @@ public struct ChallengeNotificationStage: Stage {
                     case .lose: body = "'\(c.title)' 챌린지에서 아쉽게 패배했어요."
                     case .tie: body = "'\(c.title)' 챌린지가 무승부로 끝났어요."
                     }
-                    out.records.append(push(
+                    out.append(push(
                         to: user, challenge: id, kind: "result", title: Self.resultTitle, body: body,
                         dedupe: "challenge:\(id):result:\(user)"))
                 }
@@ -240,7 +237,7 @@ public struct ChallengeNotificationStage: Stage {
                     let key = "\(user):\(today)"
                     guard !recorded, !sent.reminders.contains(key) else { continue }
                     sent.reminders.insert(key)
-                    out.records.append(push(
+                    out.append(push(
                         to: user, challenge: id, kind: "reminder", title: Self.statusTitle,
                         body: "오늘의 지출을 기록해 주세요. 기록 없는 날이 \(missingDaysToLose)일이면 패배해요.",
                         dedupe: "challenge:\(id):reminder:\(user):\(today)"))
@@ -272,18 +269,16 @@ public struct ChallengeThumbnailStage: Stage {
 
     public var name: String { "challenges.thumbnails" }
 
-    public func process(_ record: InputRecord, state: inout NoState, context: StageContext) -> StageOutput {
-        guard let value = record.value else { return .empty }
+    public func process(_ record: InputRecord, state: inout NoState, context: StageContext, into out: inout StageOutput) {
+        guard let value = record.value else { return }
         let events: [ChallengeEvent]
-        do { events = try decoder.decode(value) } catch { return StageOutput(failures: [error]) }
-        var out = StageOutput()
+        do { events = try decoder.decode(value) } catch { return out.fail(error) }
         for case .record(let r) in events where !r.hidden {
             for (index, url) in r.images.enumerated() {
-                out.records.append(
+                out.append(
                     ThumbnailRequest(owner: .record, ownerId: String(r.recordId), imageIndex: index, sourceURL: url).outputRecord())
             }
         }
-        return out
     }
 }
 

@@ -140,3 +140,26 @@ extension String {
         }
     }
 }
+
+extension DedupeKeyWriter {
+    /// Appends the dedupe key `write` writes to `bytes` (a ``StageOutput``'s buffer). `write` may
+    /// run twice (for a key longer than 256 bytes) and must write the same pieces both times.
+    static func write(_ write: (inout DedupeKeyWriter) -> Void, to bytes: inout [UInt8]) {
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 256) { stack in
+            var writer = DedupeKeyWriter(base: stack.baseAddress, capacity: stack.count)
+            write(&writer)
+            let length = writer.count
+            if writer.fitted {
+                bytes.append(contentsOf: UnsafeBufferPointer(rebasing: stack[..<length]))
+                return
+            }
+            let start = bytes.count
+            bytes.append(contentsOf: repeatElement(0, count: length))
+            bytes.withUnsafeMutableBufferPointer { buffer in
+                var writer = DedupeKeyWriter(base: buffer.baseAddress! + start, capacity: length)
+                write(&writer)
+                precondition(writer.count == length, "a dedupe key's pieces changed between two runs of its closure")
+            }
+        }
+    }
+}

@@ -6,10 +6,10 @@ public struct PassThroughStage: Stage {
 
     public var name: String { "pass-through" }
 
-    public func process(_ record: InputRecord, state: inout NoState, context: StageContext) -> StageOutput {
+    public func process(_ record: InputRecord, state: inout NoState, context: StageContext, into out: inout StageOutput) {
         let origin = record.origin
-        return StageOutput(records: [OutputRecord(
+        out.append(OutputRecord(
             output: output, key: record.key, value: record.value.map(Array.init), headers: record.headers,
-            dedupeKey: "\(origin.topic)/\(origin.partition)/\(origin.offset)")])
+            dedupeKey: "\(origin.topic)/\(origin.partition)/\(origin.offset)"))
     }
 }

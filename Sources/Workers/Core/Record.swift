@@ -139,25 +139,3 @@ public struct StageContext: Sendable, Hashable {
 
     public init(now: Int64) { self.now = now }
 }
-
-/// Everything a stage returns for one call.
-public struct StageOutput: Sendable, Hashable {
-    /// Records to produce, in order.
-    public var records: [OutputRecord]
-    /// Inputs that could not be used. The runtime sends each one to the dead-letter topic
-    /// together with the origin of the input record it was processing.
-    public var failures: [DecodeFailure]
-
-    @inlinable
-    public init(records: [OutputRecord] = [], failures: [DecodeFailure] = []) {
-        self.records = records
-        self.failures = failures
-    }
-
-    public static let empty = StageOutput()
-
-    public mutating func append(contentsOf other: StageOutput) {
-        records.append(contentsOf: other.records)
-        failures.append(contentsOf: other.failures)
-    }
-}

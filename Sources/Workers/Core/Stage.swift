@@ -10,6 +10,8 @@
 ///   and restore it with `JSONDecoder` after a restart. Stateless stages use ``NoState``.
 /// - Never crashes on data. Tombstones (`value == nil`) and garbage produce either nothing or a
 ///   ``DecodeFailure`` in ``StageOutput/failures``.
+/// - Writes, never reads back: `process` appends to a ``StageOutput`` the runtime shares across
+///   a batch of inputs, so an output costs no allocation (see ``StageOutput``).
 /// - Duplicates are harmless: delivering the same record twice yields the same outputs (or none the
 ///   second time), and every ``OutputRecord`` carries a deterministic ``OutputRecord/dedupeKey``.
 ///
@@ -33,15 +35,31 @@ public protocol Stage: Sendable {
     /// State for a fresh start (no checkpoint).
     var initialState: State { get }
 
-    /// Handles one input record.
-    func process(_ record: InputRecord, state: inout State, context: StageContext) -> StageOutput
+    /// Handles one input record: writes its outputs and failures into `out`, which already
+    /// holds other inputs' results (append only; undo a partial result with
+    /// ``StageOutput/mark`` and ``StageOutput/discard(since:)``).
+    func process(_ record: InputRecord, state: inout State, context: StageContext, into out: inout StageOutput)
 
     /// Lets time pass without a record (closes batching windows). Default: does nothing.
-    func advance(state: inout State, context: StageContext) -> StageOutput
+    func advance(state: inout State, context: StageContext, into out: inout StageOutput)
 }
 
 extension Stage {
-    public func advance(state: inout State, context: StageContext) -> StageOutput { .empty }
+    public func advance(state: inout State, context: StageContext, into out: inout StageOutput) {}
+
+    /// One input's results on their own (tests, tools).
+    public func process(_ record: InputRecord, state: inout State, context: StageContext) -> StageOutput {
+        var out = StageOutput()
+        process(record, state: &state, context: context, into: &out)
+        return out
+    }
+
+    /// One `advance`'s results on their own (tests, tools).
+    public func advance(state: inout State, context: StageContext) -> StageOutput {
+        var out = StageOutput()
+        advance(state: &state, context: context, into: &out)
+        return out
+    }
 }
 
 extension Stage where State == NoState {
@@ -73,35 +91,40 @@ public struct Chain<First: Stage, Second: Stage>: Stage {
     public var name: String { first.name + "," + second.name }
     public var initialState: State { State(first: first.initialState, second: second.initialState) }
 
-    public func process(_ record: InputRecord, state: inout State, context: StageContext) -> StageOutput {
-        let upstream = first.process(record, state: &state.first, context: context)
-        return forward(upstream, from: record, state: &state, context: context)
+    public func process(_ record: InputRecord, state: inout State, context: StageContext, into out: inout StageOutput) {
+        // Room for a typical output up front: one allocation, not a few as the buffer grows.
+        var upstream = StageOutput(reservingCapacity: 1, bytesPerRecord: 512)
+        first.process(record, state: &state.first, context: context, into: &upstream)
+        forward(upstream, from: record, state: &state, context: context, into: &out)
     }
 
-    public func advance(state: inout State, context: StageContext) -> StageOutput {
-        let upstream = first.advance(state: &state.first, context: context)
+    public func advance(state: inout State, context: StageContext, into out: inout StageOutput) {
+        var upstream = StageOutput()
+        first.advance(state: &state.first, context: context, into: &upstream)
         let origin = RecordOrigin(topic: first.name, partition: -1, offset: -1)
         let trigger = InputRecord(value: nil, timestamp: context.now, origin: origin)
-        var out = forward(upstream, from: trigger, state: &state, context: context)
-        out.append(contentsOf: second.advance(state: &state.second, context: context))
-        return out
+        forward(upstream, from: trigger, state: &state, context: context, into: &out)
+        second.advance(state: &state.second, context: context, into: &out)
     }
 
     private func forward(
-        _ upstream: StageOutput, from record: InputRecord, state: inout State, context: StageContext
-    ) -> StageOutput {
-        var out = StageOutput(records: [], failures: upstream.failures)
-        for produced in upstream.records {
-            // The dedupe key travels as a header, as it does when the runtime produces the record.
+        _ upstream: StageOutput, from record: InputRecord, state: inout State, context: StageContext, into out: inout StageOutput
+    ) {
+        out.failures.append(contentsOf: upstream.failures)
+        for e in upstream.entries {
+            // The dedupe key travels as a header, as it does when the runtime produces the
+            // record; the value is a slice of the first stage's buffer, not a copy.
+            var headers = upstream.headers[Int(e.firstHeader)..<Int(e.firstHeader + e.headerCount)].map {
+                RecordHeader(name: String(decoding: upstream.slice($0.name) ?? [], as: UTF8.self), value: upstream.bytes($0.value) ?? [])
+            }
+            headers.append(RecordHeader(name: OutputRecord.dedupeKeyHeader, value: upstream.bytes(e.dedupeKey) ?? []))
             let next = InputRecord(
-                key: produced.key, value: produced.value,
-                headers: produced.headers + [RecordHeader(OutputRecord.dedupeKeyHeader, produced.dedupeKey)],
+                key: upstream.bytes(e.key), sharing: upstream.slice(e.value), headers: headers,
                 timestamp: record.timestamp,
-                origin: RecordOrigin(topic: produced.output, partition: record.origin.partition, offset: record.origin.offset)
+                origin: RecordOrigin(topic: upstream.outputNames[Int(e.output)], partition: record.origin.partition, offset: record.origin.offset)
             )
-            out.append(contentsOf: second.process(next, state: &state.second, context: context))
+            second.process(next, state: &state.second, context: context, into: &out)
         }
-        return out
     }
 }
 

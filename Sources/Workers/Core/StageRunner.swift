@@ -11,12 +11,26 @@ public struct StageRunner: Sendable {
 
     public var name: String { box.name }
 
-    public mutating func process(_ record: InputRecord, context: StageContext) -> StageOutput {
-        box.process(record, context: context)
+    public mutating func process(_ record: InputRecord, context: StageContext, into out: inout StageOutput) {
+        box.process(record, context: context, into: &out)
     }
 
+    public mutating func advance(context: StageContext, into out: inout StageOutput) {
+        box.advance(context: context, into: &out)
+    }
+
+    /// One input's results on their own (tests, tools).
+    public mutating func process(_ record: InputRecord, context: StageContext) -> StageOutput {
+        var out = StageOutput()
+        box.process(record, context: context, into: &out)
+        return out
+    }
+
+    /// One `advance`'s results on their own (tests, tools).
     public mutating func advance(context: StageContext) -> StageOutput {
-        box.advance(context: context)
+        var out = StageOutput()
+        box.advance(context: context, into: &out)
+        return out
     }
 
     /// False when the stage (every stage of a chain) keeps no state: then there is nothing to
@@ -47,8 +61,8 @@ extension Chain.State: StatelessState where First.State: StatelessState, Second.
 
 private protocol RunnerBox: Sendable {
     var name: String { get }
-    mutating func process(_ record: InputRecord, context: StageContext) -> StageOutput
-    mutating func advance(context: StageContext) -> StageOutput
+    mutating func process(_ record: InputRecord, context: StageContext, into out: inout StageOutput)
+    mutating func advance(context: StageContext, into out: inout StageOutput)
     var hasState: Bool { get }
     var stateValue: any Encodable { get }
     var stateType: any Decodable.Type { get }
@@ -70,12 +84,12 @@ private struct Box<S: Stage>: RunnerBox {
         state = restored
     }
 
-    mutating func process(_ record: InputRecord, context: StageContext) -> StageOutput {
-        stage.process(record, state: &state, context: context)
+    mutating func process(_ record: InputRecord, context: StageContext, into out: inout StageOutput) {
+        stage.process(record, state: &state, context: context, into: &out)
     }
 
-    mutating func advance(context: StageContext) -> StageOutput {
-        stage.advance(state: &state, context: context)
+    mutating func advance(context: StageContext, into out: inout StageOutput) {
+        stage.advance(state: &state, context: context, into: &out)
     }
 }
 

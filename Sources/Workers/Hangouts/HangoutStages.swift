@@ -11,11 +11,11 @@ public struct HangoutDecodeStage: Stage {
 
     public var name: String { "hangouts.decode" }
 
-    public func process(_ record: InputRecord, state: inout NoState, context: StageContext) -> StageOutput {
+    public func process(_ record: InputRecord, state: inout NoState, context: StageContext, into out: inout StageOutput) {
         let events: [HangoutEvent]
-        do { events = try decoder.decode(record) } catch { return StageOutput(failures: [error]) }
+        do { events = try decoder.decode(record) } catch { return out.fail(error) }
         let id = record.identity
-        return StageOutput(records: events.enumerated().map { i, e in
+        out.append(contentsOf: events.enumerated().map { i, e in
             var headers = [RecordHeader("event-type", e.kind)]
             if let user = e.userId { headers.append(RecordHeader(decoder.userHeader, user)) }
             return OutputRecord(
@@ -105,34 +105,34 @@ public struct HangoutNotificationStage: Stage {
     public var name: String { "hangouts.notifications" }
     public var initialState: State { State() }
 
-    public func process(_ record: InputRecord, state: inout State, context: StageContext) -> StageOutput {
+    public func process(_ record: InputRecord, state: inout State, context: StageContext, into out: inout StageOutput) {
         let events: [HangoutEvent]
-        do { events = try decoder.decode(record) } catch { return StageOutput(failures: [error]) }
+        do { events = try decoder.decode(record) } catch { return out.fail(error) }
         state.clock = max(state.clock, context.now)
         let now = state.clock
-        var out = Outbox(now: now)
+        var outbox = Outbox(now: now)
         for event in events {
             switch event {
-            case .hangout(let h): apply(h, version: record.timestamp, &state, &out)
-            case .membership(let id, let user, let joined): membership(id, user, joined, &state, &out)
-            case .cancelled(let id): cancel(id, &state, &out)
+            case .hangout(let h): apply(h, version: record.timestamp, &state, &outbox)
+            case .membership(let id, let user, let joined): membership(id, user, joined, &state, &outbox)
+            case .cancelled(let id): cancel(id, &state, &outbox)
             case .savedPlaces(let u, let places): state.users[u, default: User()].places = places
             case .settings(let u, let s): state.users[u, default: User()].settings = s
             case .fcmToken(let u, let t): state.users[u, default: User()].token = t
             }
         }
-        remind(&state, &out)
+        remind(&state, &outbox)
         evict(&state)
-        return out.deliver(&state)
+        outbox.deliver(&state, into: &out)
     }
 
     /// Sends the reminders that are due and evicts hangouts past their time.
-    public func advance(state: inout State, context: StageContext) -> StageOutput {
+    public func advance(state: inout State, context: StageContext, into out: inout StageOutput) {
         state.clock = max(state.clock, context.now)
-        var out = Outbox(now: state.clock)
-        remind(&state, &out)
+        var outbox = Outbox(now: state.clock)
+        remind(&state, &outbox)
         evict(&state)
-        return out.deliver(&state)
+        outbox.deliver(&state, into: &out)
     }
 
     // MARK: Events
@@ -285,9 +285,9 @@ public struct HangoutNotificationStage: Stage {
                 gate: \.hangoutNoti, state, extra: ["joinerId": joiner, "organiser": "first-joiner"])
         }
 
-        func deliver(_ state: inout State) -> StageOutput {
+        func deliver(_ state: inout State, into out: inout StageOutput) {
             for n in notifications { state.users[n.user, default: User()].lastNotifiedAt = now }
-            return StageOutput(records: notifications.map { $0.push.outputRecord() })
+            out.append(contentsOf: notifications.map { $0.push.outputRecord() })
         }
     }
 }
@@ -308,16 +308,14 @@ public struct HangoutThumbnailStage: Stage {
 
     public var name: String { "hangouts.thumbnails" }
 
-    public func process(_ record: InputRecord, state: inout NoState, context: StageContext) -> StageOutput {
+    public func process(_ record: InputRecord, state: inout NoState, context: StageContext, into out: inout StageOutput) {
         let events: [HangoutEvent]
-        do { events = try decoder.decode(record) } catch { return StageOutput(failures: [error]) }
-        var out = StageOutput()
+        do { events = try decoder.decode(record) } catch { return out.fail(error) }
         for case .hangout(let h) in events {
             guard let file = h.imageFile, !file.isEmpty else { continue }
-            out.records.append(
+            out.append(
                 ThumbnailRequest(owner: .hangout, ownerId: h.id, imageIndex: 0, sourceURL: imageBase + file).outputRecord())
         }
-        return out
     }
 }
 

@@ -18,13 +18,41 @@ public struct JSONWriter: Sendable {
 
     public init(capacity: Int = 256) { storage = Array(repeating: 0, count: max(capacity, 16)) }
 
+    /// A writer that appends to `bytes` (what ``StageOutput`` writes its values with: no
+    /// buffer of the writer's own); ``finish()`` gives them back with the value after them.
+    init(continuing bytes: consuming [UInt8]) {
+        count = bytes.count
+        storage = bytes
+    }
+
+    /// The bytes written, the writer ended: the buffer is handed over, not shared (a copy of
+    /// ``bytes`` would share it until the writer goes, and the next append would copy it all).
+    consuming func finish() -> [UInt8] {
+        if storage.count > count { storage.removeLast(storage.count - count) }
+        return storage
+    }
+
     /// Runs `body` on room for `n` more bytes; `body` returns how many it wrote.
     @inline(__always)
     private mutating func write(upTo n: Int, _ body: (UnsafeMutablePointer<UInt8>) -> Int) {
-        if count + n > storage.count { storage.append(contentsOf: repeatElement(0, count: max(storage.count, count + n - storage.count))) }
+        if count + n > storage.count { grow(by: count + n - storage.count) }
         let start = count
         count += storage.withUnsafeMutableBufferPointer { body($0.baseAddress! + start) }
     }
+
+    /// Adds zeroed slack, at least 256 bytes (the array's capacity grows geometrically
+    /// underneath), copied from a block of zeros: a `repeatElement` append stores them one by one.
+    @inline(never)
+    private mutating func grow(by needed: Int) {
+        var left = max(256, needed)
+        while left > 0 {
+            let n = min(left, Self.zeros.count)
+            storage.append(contentsOf: Self.zeros[..<n])
+            left -= n
+        }
+    }
+
+    private static let zeros = [UInt8](repeating: 0, count: 4096)
 
     @inline(__always)
     private mutating func append(_ byte: UInt8) { write(upTo: 1) { $0.pointee = byte; return 1 } }

@@ -197,11 +197,11 @@ public struct NotificationRenderStage: Stage {
 
     public var name: String { "notifications.render" }
 
-    public func process(_ record: InputRecord, state: inout NoState, context: StageContext) -> StageOutput {
-        guard let value = record.value else { return .empty }  // tombstone: nothing to send
+    public func process(_ record: InputRecord, state: inout NoState, context: StageContext, into out: inout StageOutput) {
+        guard let value = record.value else { return }  // tombstone: nothing to send
         let n: PushNotification
-        do { n = try decoder.decode(value) } catch { return StageOutput(failures: [error]) }
-        return StageOutput(records: [
+        do { n = try decoder.decode(value) } catch { return out.fail(error) }
+        out.append(contentsOf: [
             OutputRecord(output: "notifications.fcm", key: record.key, value: n.fcmJSON(), dedupeKey: "fcm:" + n.dedupeKey),
             OutputRecord(
                 output: "notifications.apns", key: record.key, value: n.apnsJSON(),

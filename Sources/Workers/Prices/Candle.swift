@@ -100,16 +100,14 @@ public struct CandleStage: Stage {
     public var name: String { "prices.candles" }
     public var initialState: State { State() }
 
-    public func process(_ record: InputRecord, state: inout State, context: StageContext) -> StageOutput {
-        guard let value = record.value else { return .empty }
+    public func process(_ record: InputRecord, state: inout State, context: StageContext, into out: inout StageOutput) {
+        guard let value = record.value else { return }
         let ticks: [PriceTick]
-        do { ticks = try decoder.decode(value) } catch { return StageOutput(failures: [error]) }
-        var out = StageOutput()
+        do { ticks = try decoder.decode(value) } catch { return out.fail(error) }
         for tick in ticks {
             add(tick, to: &state)
-            out.records.append(contentsOf: closeReady(&state))
+            out.append(contentsOf: closeReady(&state))
         }
-        return out
     }
 
     /// Folds one tick into its candle (or counts it as late). Exposed for property tests.

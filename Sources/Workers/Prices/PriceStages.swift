@@ -6,31 +6,34 @@ public struct PriceDecodeStage: Stage {
 
     public var name: String { "prices.decode" }
 
-    public func process(_ record: InputRecord, state: inout NoState, context: StageContext) -> StageOutput {
-        guard let value = record.value else { return .empty }
-        var records: [OutputRecord] = []
+    public func process(_ record: InputRecord, state: inout NoState, context: StageContext, into out: inout StageOutput) {
+        guard let value = record.value else { return }
+        let mark = out.mark
         do {
-            // Streamed, and each dedupe key built in one string: this stage runs per record at
-            // the full rate of the price feed.
+            // Streamed, each tick's JSON and dedupe key written straight into the output buffer:
+            // this stage runs per record at the full rate of the price feed.
+            var index = 0
             try decoder.decode(value) { tick in
-                let index = records.count
-                let key = String.dedupeKey { k in
-                    k.append("tick:")
-                    k.append(tick.market)
-                    k.append(":")
-                    k.append(tick.tradeTimestamp)
-                    k.append(":")
-                    k.appendIdentity(of: record)
-                    k.append("#")
-                    k.append(index)
-                }
-                records.append(OutputRecord(output: "prices.ticks", key: marketKey(tick.market, of: record), value: tick.jsonBytes(), dedupeKey: key))
+                out.append(
+                    output: "prices.ticks", key: marketKey(tick.market, of: record),
+                    dedupeKey: { k in
+                        k.append("tick:")
+                        k.append(tick.market)
+                        k.append(":")
+                        k.append(tick.tradeTimestamp)
+                        k.append(":")
+                        k.appendIdentity(of: record)
+                        k.append("#")
+                        k.append(index)
+                    },
+                    value: { tick.write(to: &$0) })
+                index += 1
             }
         } catch {
             // A list fails as a whole: no output for its earlier elements.
-            return StageOutput(failures: [error])
+            out.discard(since: mark)
+            out.fail(error)
         }
-        return StageOutput(records: records)
     }
 }
 
@@ -50,20 +53,18 @@ public struct LatestTickerStage: Stage {
     public var name: String { "prices.latest" }
     public var initialState: State { State() }
 
-    public func process(_ record: InputRecord, state: inout State, context: StageContext) -> StageOutput {
-        guard let value = record.value else { return .empty }
+    public func process(_ record: InputRecord, state: inout State, context: StageContext, into out: inout StageOutput) {
+        guard let value = record.value else { return }
         let ticks: [PriceTick]
-        do { ticks = try decoder.decode(value) } catch { return StageOutput(failures: [error]) }
-        var out = StageOutput()
+        do { ticks = try decoder.decode(value) } catch { return out.fail(error) }
         for tick in ticks {
             let version = [tick.tradeTimestamp, tick.timestamp ?? 0]
             if let seen = state.latest[tick.market], !seen.lexicographicallyPrecedes(version) { continue }
             state.latest[tick.market] = version
-            out.records.append(OutputRecord(
+            out.append(OutputRecord(
                 output: "prices.latest", key: marketKey(tick.market, of: record), value: tick.jsonBytes(),
                 dedupeKey: "latest:\(tick.market):\(version[0]):\(version[1])"))
         }
-        return out
     }
 }
 

@@ -74,6 +74,12 @@ public struct PriceTick: Sendable, Hashable, Codable {
     /// decoder reads it back unchanged, so stages can be chained over a topic).
     public func jsonBytes() -> [UInt8] {
         var w = JSONWriter(capacity: 400)
+        write(to: &w)
+        return w.bytes
+    }
+
+    /// Writes ``jsonBytes()`` with `w`.
+    public func write(to w: inout JSONWriter) {
         w.beginObject()
         w.key("type"); w.string("ticker")
         w.key("code"); w.string(market)
@@ -94,6 +100,5 @@ public struct PriceTick: Sendable, Hashable, Codable {
         if let streamType { w.key("stream_type"); w.string(streamType.rawValue) }
         if let isTradingSuspended { w.key("is_trading_suspended"); w.bool(isTradingSuspended) }
         w.endObject()
-        return w.bytes
     }
 }

@@ -43,11 +43,10 @@ public struct WatchlistAlertStage: Stage {
     public var name: String { "prices.alerts" }
     public var initialState: State { State() }
 
-    public func process(_ record: InputRecord, state: inout State, context: StageContext) -> StageOutput {
-        guard let value = record.value else { return .empty }
+    public func process(_ record: InputRecord, state: inout State, context: StageContext, into out: inout StageOutput) {
+        guard let value = record.value else { return }
         let ticks: [PriceTick]
-        do { ticks = try decoder.decode(value) } catch { return StageOutput(failures: [error]) }
-        var out = StageOutput()
+        do { ticks = try decoder.decode(value) } catch { return out.fail(error) }
         for tick in ticks {
             guard let subs = byMarket[tick.market] else { continue }
             if let last = state.lastTick[tick.market], tick.tradeTimestamp <= last { continue }
@@ -65,10 +64,9 @@ public struct WatchlistAlertStage: Stage {
                     data: ["market": tick.market, "kind": "price-alert"],
                     collapseKey: "price-alert-\(tick.market)",
                     dedupeKey: "alert:\(sub.id):\(tick.tradeTimestamp)")
-                out.records.append(n.outputRecord())
+                out.append(n.outputRecord())
             }
         }
-        return out
     }
 }
 

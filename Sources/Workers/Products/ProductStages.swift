@@ -18,18 +18,18 @@ public struct ProductDecodeStage: Stage {
 
     public var name: String { "products.decode" }
 
-    public func process(_ record: InputRecord, state: inout NoState, context: StageContext) -> StageOutput {
+    public func process(_ record: InputRecord, state: inout NoState, context: StageContext, into out: inout StageOutput) {
         do {
             let events = try ProductEvent.decode(record, decoder: decoder, eventHeader: eventHeader)
             let id = record.identity
-            return StageOutput(records: events.enumerated().map { i, e in
+            out.append(contentsOf: events.enumerated().map { i, e in
                 OutputRecord(
                     output: "products.events", key: Array(String(e.productId).utf8), value: e.product?.jsonBytes(),
                     headers: [RecordHeader("event-type", e.kind.rawValue)],
                     dedupeKey: "product:\(e.productId):\(e.kind.rawValue):\(id)#\(i)")
             })
         } catch {
-            return StageOutput(failures: [error])
+            return out.fail(error)
         }
     }
 }
@@ -73,18 +73,16 @@ public struct ThumbnailRequestStage: Stage {
 
     public var name: String { "products.thumbnails" }
 
-    public func process(_ record: InputRecord, state: inout NoState, context: StageContext) -> StageOutput {
+    public func process(_ record: InputRecord, state: inout NoState, context: StageContext, into out: inout StageOutput) {
         let events: [ProductEvent]
-        do { events = try ProductEvent.decode(record, decoder: decoder) } catch { return StageOutput(failures: [error]) }
-        var out = StageOutput()
+        do { events = try ProductEvent.decode(record, decoder: decoder) } catch { return out.fail(error) }
         for case let product? in events.map(\.product) {
             let urls = product.images.isEmpty ? [product.thumbnail] : product.images.map(\.url)
             for (index, url) in urls.enumerated() {
-                out.records.append(
+                out.append(
                     ThumbnailRequest(owner: .product, ownerId: String(product.id), imageIndex: index, sourceURL: url).outputRecord())
             }
         }
-        return out
     }
 }
 
@@ -149,22 +147,22 @@ public struct NewProductsNotificationStage: Stage {
     public var name: String { "products.new-notifications" }
     public var initialState: State { State() }
 
-    public func process(_ record: InputRecord, state: inout State, context: StageContext) -> StageOutput {
+    public func process(_ record: InputRecord, state: inout State, context: StageContext, into out: inout StageOutput) {
         if record.origin.topic == thumbnailsTopic {
-            guard let value = record.value else { return .empty }
+            guard let value = record.value else { return }
             let ready: ThumbnailReady
-            do { ready = try ThumbnailReady.decode(value, limits: decoder.limits) } catch { return StageOutput(failures: [error]) }
+            do { ready = try ThumbnailReady.decode(value, limits: decoder.limits) } catch { return out.fail(error) }
             if ready.owner == ThumbnailRequest.Owner.product.rawValue, ready.imageIndex == 0, let id = Int64(ready.ownerId),
                 let uri = ready.uris[thumbnailSize]
             {
                 state.thumbnails[id] = Thumbnail(uri: uri, readyAt: record.timestamp)
             }
-            return .empty
+            return
         }
         let events: [ProductEvent]
-        do { events = try ProductEvent.decode(record, decoder: decoder) } catch { return StageOutput(failures: [error]) }
+        do { events = try ProductEvent.decode(record, decoder: decoder) } catch { return out.fail(error) }
         // Close windows that are due at this record's time first: a burst ends before the next one starts.
-        let out = flush(&state, now: record.timestamp)
+        flush(&state, now: record.timestamp, into: &out)
         let category = record.headers.string(named: categoryHeader) ?? "all"
         for event in events where event.kind == .created {
             guard let product = event.product, state.announced[product.id] == nil else { continue }
@@ -174,15 +172,13 @@ public struct NewProductsNotificationStage: Stage {
             if window.names.count < 3 { window.names.append(product.name) }
             state.windows[category] = window
         }
-        return out
     }
 
-    public func advance(state: inout State, context: StageContext) -> StageOutput {
-        flush(&state, now: context.now)
+    public func advance(state: inout State, context: StageContext, into out: inout StageOutput) {
+        flush(&state, now: context.now, into: &out)
     }
 
-    private func flush(_ state: inout State, now: Int64) -> StageOutput {
-        var out = StageOutput()
+    private func flush(_ state: inout State, now: Int64, into out: inout StageOutput) {
         for category in state.windows.keys.sorted() {
             guard let w = state.windows[category], now >= w.opensAt.saturatingAdd(intervalMillis) else { continue }
             state.windows[category] = nil
@@ -195,11 +191,10 @@ public struct NewProductsNotificationStage: Stage {
                 recipient: .topic("new-products-\(category)"), title: "New products", body: body,
                 data: ["category": category, "count": String(w.productIds.count), "kind": "new-products"],
                 collapseKey: "new-products-\(category)", dedupeKey: "new-products:\(category):\(w.opensAt)", imageURL: image)
-            out.records.append(n.outputRecord())
+            out.append(n.outputRecord())
         }
         state.announced = state.announced.filter { now.saturatingSub($0.value) < memoryMillis }
         state.thumbnails = state.thumbnails.filter { now.saturatingSub($0.value.readyAt) < memoryMillis }
-        return out
     }
 }
 

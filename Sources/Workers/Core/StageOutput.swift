@@ -1,0 +1,213 @@
+/// What stages write their results into: output records and failures, in order.
+///
+/// The runtime passes one `StageOutput` for a whole stretch of input (a consumed batch of one
+/// partition) to every ``Stage/process(_:state:context:into:)`` call, and produces from it once
+/// the stretch is done. Records are written back to back into one byte buffer (keys, values,
+/// header names and values, dedupe keys) with a fixed-size entry each, so an output costs no
+/// allocation of its own: a stage writes a value with ``JSONWriter`` and its dedupe key with
+/// ``DedupeKeyWriter`` straight into the buffer (``append(output:key:dedupeKey:value:)``), and the
+/// runtime hands the buffer to the producer without copying it. Before, each output was an
+/// ``OutputRecord`` in an array: its value array, its dedupe key string and the array itself
+/// were three allocations per output, and each was copied once more into the producer's batch.
+///
+/// ``records`` reads the outputs back as ``OutputRecord`` values (tests, tools, the JSON-lines
+/// runner); ``append(_:)`` writes one. A stage that fails part way through an input undoes its
+/// partial outputs with ``mark`` and ``discard(since:)``: the records of earlier inputs in the
+/// same buffer are not its to touch.
+public struct StageOutput: Sendable {
+    /// Where a piece of a record lies in ``bytes``; `start` -1 for "none" (a null key, a tombstone).
+    package struct Span: Sendable, Equatable {
+        package var start: Int
+        package var count: Int
+        package static let none = Span(start: -1, count: 0)
+        package init(start: Int, count: Int) {
+            self.start = start
+            self.count = count
+        }
+        package var isNone: Bool { start < 0 }
+    }
+
+    package struct Entry: Sendable {
+        /// Index into ``outputNames``.
+        package var output: Int32
+        /// The record's headers: `headers[firstHeader ..< firstHeader + headerCount]`.
+        package var firstHeader: Int32
+        package var headerCount: Int32
+        package var key: Span
+        package var value: Span
+        package var dedupeKey: Span
+    }
+
+    package struct Header: Sendable {
+        package var name: Span
+        package var value: Span
+    }
+
+    package private(set) var bytes: [UInt8] = []
+    package private(set) var entries: [Entry] = []
+    package private(set) var headers: [Header] = []
+    /// The logical output names of the records, each once, in order of first use (a stage has a few).
+    package private(set) var outputNames: [String] = []
+    /// Inputs that could not be used. The runtime sends each one to the dead-letter topic
+    /// together with the origin of the input record it was processing.
+    public var failures: [DecodeFailure] = []
+
+    public init() {}
+
+    /// Room for `records` records of about `bytesPerRecord` bytes each (and some slack: a value
+    /// is written with room ahead of it, and a buffer that grows copies everything in it).
+    public init(reservingCapacity records: Int, bytesPerRecord: Int = 256) {
+        entries.reserveCapacity(records)
+        bytes.reserveCapacity(records * bytesPerRecord + records * bytesPerRecord / 8 + 1024)
+    }
+
+    public init(records: [OutputRecord] = [], failures: [DecodeFailure] = []) {
+        for r in records { append(r) }
+        self.failures = failures
+    }
+
+    public static let empty = StageOutput()
+
+    /// Number of records written.
+    public var count: Int { entries.count }
+
+    /// Bytes written (keys, values, headers, dedupe keys).
+    public var byteCount: Int { bytes.count }
+
+    /// Takes the buffer, leaving no records behind (their spans would point at nothing; the
+    /// failures stay): the runtime moves it into the producer's batch after reading the entries.
+    package mutating func takeBytes() -> [UInt8] {
+        entries = []
+        headers = []
+        outputNames = []
+        return take()
+    }
+
+    /// The records, read back (one ``OutputRecord`` each: for tests and tools, not the hot path).
+    public var records: [OutputRecord] { entries.indices.map(record(at:)) }
+
+    public func record(at index: Int) -> OutputRecord {
+        let e = entries[index]
+        let headerRange = Int(e.firstHeader)..<Int(e.firstHeader + e.headerCount)
+        return OutputRecord(
+            output: outputNames[Int(e.output)], key: bytes(e.key), value: bytes(e.value),
+            headers: headers[headerRange].map { RecordHeader(name: String(decoding: bytes($0.name) ?? [], as: UTF8.self), value: bytes($0.value) ?? []) },
+            dedupeKey: String(decoding: slice(e.dedupeKey) ?? [], as: UTF8.self))
+    }
+
+    /// The bytes of a span (nil for none).
+    package func bytes(_ span: Span) -> [UInt8]? {
+        span.isNone ? nil : Array(bytes[span.start..<span.start + span.count])
+    }
+
+    /// The bytes of a span as a slice of the buffer (nil for none), without a copy.
+    package func slice(_ span: Span) -> ArraySlice<UInt8>? {
+        span.isNone ? nil : bytes[span.start..<span.start + span.count]
+    }
+
+    // MARK: Writing
+
+    /// Writes one record.
+    public mutating func append(_ record: OutputRecord) {
+        let output = outputIndex(record.output)
+        let key = write(record.key), value = write(record.value)
+        let firstHeader = Int32(headers.count)
+        for h in record.headers { headers.append(Header(name: write(h.name), value: write(h.value))) }
+        let dedupeKey = write(record.dedupeKey)
+        entries.append(Entry(
+            output: output, firstHeader: firstHeader, headerCount: Int32(record.headers.count), key: key, value: value,
+            dedupeKey: dedupeKey))
+    }
+
+    public mutating func append(contentsOf records: [OutputRecord]) {
+        for r in records { append(r) }
+    }
+
+    /// Appends another output's records and failures.
+    public mutating func append(contentsOf other: StageOutput) {
+        for i in other.entries.indices { append(other.record(at: i)) }
+        failures.append(contentsOf: other.failures)
+    }
+
+    /// Records a failure (the runtime dead-letters the input with it).
+    public mutating func fail(_ failure: DecodeFailure) {
+        failures.append(failure)
+    }
+
+    /// Writes a record without building it first: `value` writes the JSON value into the
+    /// buffer and `dedupeKey` the key's pieces (see ``DedupeKeyWriter``). The hot path's way.
+    public mutating func append(
+        output: String, key: [UInt8]?, dedupeKey: (inout DedupeKeyWriter) -> Void, value: (inout JSONWriter) -> Void
+    ) {
+        let outputIndex = outputIndex(output)
+        let key = write(key)
+        let valueStart = bytes.count
+        var writer = JSONWriter(continuing: take())
+        value(&writer)
+        bytes = (consume writer).finish()
+        let value = Span(start: valueStart, count: bytes.count - valueStart)
+        let dedupeStart = bytes.count
+        DedupeKeyWriter.write(dedupeKey, to: &bytes)
+        entries.append(Entry(
+            output: outputIndex, firstHeader: Int32(headers.count), headerCount: 0, key: key, value: value,
+            dedupeKey: Span(start: dedupeStart, count: bytes.count - dedupeStart)))
+    }
+
+    /// Where the output stands: what ``discard(since:)`` goes back to.
+    public struct Mark: Sendable {
+        fileprivate var entries: Int, headers: Int, bytes: Int, failures: Int
+    }
+
+    public var mark: Mark { Mark(entries: entries.count, headers: headers.count, bytes: bytes.count, failures: failures.count) }
+
+    /// Removes what was written after `mark` (a stage that fails part way through an input).
+    public mutating func discard(since mark: Mark) {
+        entries.removeSubrange(mark.entries...)
+        headers.removeSubrange(mark.headers...)
+        bytes.removeSubrange(mark.bytes...)
+        failures.removeSubrange(mark.failures...)
+    }
+
+    private mutating func take() -> [UInt8] {
+        var taken: [UInt8] = []
+        swap(&taken, &bytes)
+        return taken
+    }
+
+    private mutating func outputIndex(_ output: String) -> Int32 {
+        // Records come in runs of one output: the last one first.
+        if let last = outputNames.indices.last, outputNames[last] == output { return Int32(last) }
+        if let i = outputNames.firstIndex(of: output) { return Int32(i) }
+        outputNames.append(output)
+        return Int32(outputNames.count - 1)
+    }
+
+    private mutating func write(_ source: [UInt8]?) -> Span {
+        guard let source else { return .none }
+        let start = bytes.count
+        bytes.append(contentsOf: source)
+        return Span(start: start, count: source.count)
+    }
+
+    private mutating func write(_ text: String) -> Span {
+        let start = bytes.count
+        var text = text
+        text.withUTF8 { bytes.append(contentsOf: $0) }
+        return Span(start: start, count: bytes.count - start)
+    }
+}
+
+extension StageOutput: Hashable {
+    public static func == (a: StageOutput, b: StageOutput) -> Bool {
+        a.records == b.records && a.failures == b.failures
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(records)
+        hasher.combine(failures)
+    }
+}
+
+extension StageOutput: CustomStringConvertible {
+    public var description: String { "StageOutput(records: \(records), failures: \(failures))" }
+}
