@@ -116,4 +116,24 @@ import Workers
         #expect(!report.passed)
         #expect(report.description.contains("regressions 1 ["))
     }
+
+    /// Garbage missing from the dead-letter topic, and offsets missing from it: the records the
+    /// broker once held at those offsets are gone (evidence for a broker's loss, not a worker's).
+    @Test func missingDeadLettersNameTheOffsetsMissingFromTheTopic() {
+        let inputs = Self.inputs()
+        let oracle = CandleOracle(inputs, latenessMillis: 5_000)
+        let (outputs, published) = Self.published(oracle, inputs)
+        var deadLetters = published
+        let gone = deadLetters.filter { [0, 3, 4, 5].contains($0.offset) }.compactMap { $0.header("input-id").flatMap { Int(String(decoding: $0, as: UTF8.self)) } }
+        deadLetters.removeAll { [0, 3, 4, 5].contains($0.offset) }
+        var ends: [Int32: Int64] = [:]
+        for i in inputs { ends[i.partition] = max(ends[i.partition] ?? 0, i.offset + 1) }
+        let report = ChaosChecker.check(
+            inputs: inputs, oracle: oracle, outputs: outputs, deadLetters: deadLetters, changelog: [],
+            committed: ends, ends: ends, exactlyOnce: false)
+        #expect(report.garbageNotDeadLettered == gone.sorted())
+        #expect(report.deadLetterOffsetsMissing == ["0@0", "0@3-5"])
+        #expect(report.description.contains("offsets missing from the topic 2 [\"0@0\", \"0@3-5\"]"), "\(report.description)")
+        #expect(!report.passed)
+    }
 }

@@ -137,6 +137,10 @@ public struct ChaosReport: Sendable, CustomStringConvertible {
     public var outOfOrder: [String] = []
     public var garbage = 0
     public var garbageNotDeadLettered: [Int] = []
+    /// Offsets missing inside the dead-letter topic's partitions (records the broker assigned an
+    /// offset and no longer holds), `partition@offset`; at least once only (transactions' commit
+    /// markers take offsets too).
+    public var deadLetterOffsetsMissing: [String] = []
     public var goodDeadLettered: [String] = []
     public var offsetsAtEnd = false
     public var offsetsDetail = ""
@@ -194,7 +198,8 @@ public struct ChaosReport: Sendable, CustomStringConvertible {
         var lines = [
             "inputs: \(inputsAcknowledged) acknowledged, lost by the broker \(list(inputsLostByBroker)), held twice \(inputsDuplicatedByBroker)",
             "candles: expected \(expected), lost \(list(lost)), wrong \(list(wrong)), unexpected \(list(unexpected)), duplicates \(duplicates)\(exactlyOnce ? " (must be 0)" : ""), out of order \(list(outOfOrder))",
-            "dead letters: garbage \(garbage), garbage not dead-lettered \(list(garbageNotDeadLettered)), good input dead-lettered \(list(goodDeadLettered))",
+            "dead letters: garbage \(garbage), garbage not dead-lettered \(list(garbageNotDeadLettered)), good input dead-lettered \(list(goodDeadLettered))"
+                + (exactlyOnce ? "" : ", offsets missing from the topic \(list(deadLetterOffsetsMissing))"),
             "offsets: \(offsetsAtEnd ? "the group's offsets reached the end" : "NOT at the end: \(offsetsDetail)")",
             "changelog: \(checkpoints) checkpoints of \(changelogKeys) keys, state wrong \(list(checkpointsWrong)), last behind the end \(list(changelogKeysBehind)), regressions \(changelogRegressions)"
                 + (changelogRegressionDetails.isEmpty ? "" : " \(changelogRegressionDetails.prefix(3))")
@@ -260,6 +265,7 @@ public enum ChaosChecker {
             }
         }
         report.garbageNotDeadLettered = garbage.subtracting(dead).sorted()
+        if !exactlyOnce { report.deadLetterOffsetsMissing = missingOffsets(deadLetters) }
 
         let behind = ends.filter { committed[$0.key] != $0.value }.sorted { $0.key < $1.key }
         report.offsetsAtEnd = behind.isEmpty
@@ -355,5 +361,21 @@ public enum ChaosChecker {
         formatter.timeZone = TimeZone(identifier: "UTC")
         guard let date = formatter.date(from: utc) else { return nil }
         return Int64((date.timeIntervalSince1970 * 1000).rounded())
+    }
+}
+
+extension ChaosChecker {
+    /// Offsets absent between offset 0 and the last record of each partition, `partition@offset`
+    /// (ranges shortened to their ends): a topic written without transactions has no holes.
+    static func missingOffsets(_ records: [ConsumerRecord]) -> [String] {
+        var missing: [String] = []
+        for (partition, held) in Dictionary(grouping: records, by: \.partition).sorted(by: { $0.key < $1.key }) {
+            var next: Int64 = 0
+            for offset in Set(held.map(\.offset)).sorted() {
+                if offset > next { missing.append(offset - 1 > next ? "\(partition)@\(next)-\(offset - 1)" : "\(partition)@\(next)") }
+                next = offset + 1
+            }
+        }
+        return missing
     }
 }
