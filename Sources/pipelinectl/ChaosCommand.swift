@@ -48,8 +48,10 @@ struct Chaos: AsyncParsableCommand {
             longer windows).
 
             Exit status: 0 every run passed; 1 a run found a violation; 3 no violation, but in a run
-            the broker failed (BROKER WEDGED, or BROKER LOST INPUT: records it acknowledged are no
-            longer in the input topic; the oracle always works from what the topic holds).
+            the broker failed (BROKER WEDGED; BROKER LOST INPUT: records it acknowledged are no
+            longer in the input topic, and the oracle works from what the topic holds; BROKER LOST
+            OUTPUT: candles or dead letters are missing and as many offsets of their topics hold
+            nothing, records the broker took and lost after the workers settled them).
 
             Examples:
               pipelinectl chaos --profile ci
@@ -264,6 +266,8 @@ actor ChaosRun {
     private var workers: [ManagedProcess.Handle] = []
     /// Workers stopped for good by the nemesis, and how each had to end.
     private var ended: [(ManagedProcess.Handle, expected: String)] = []
+    /// Workers the nemesis killed (their logs go with a failed run's report too).
+    private var killed: [ManagedProcess.Handle] = []
     private var paused: Set<pid_t> = []
     private var target: ChaosTarget?
     private let topologyPath: String
@@ -392,8 +396,8 @@ actor ChaosRun {
         checked.wedged = report.wedged
         checked.badExits = report.badExits
         if !checked.passed {
-            // Every worker's whole log, for whoever looks into the failure.
-            for (w, _) in ended {
+            // Every worker's whole log (the killed ones' too), for whoever looks into the failure.
+            for w in killed + ended.map(\.0) {
                 let log = FileManager.default.temporaryDirectory.appendingPathComponent("chaos-worker-\(id)-\(w.pid).log").path
                 if (try? w.output().write(toFile: log, atomically: true, encoding: .utf8)) != nil { checked.workerLogs.append(log) }
             }
@@ -449,6 +453,7 @@ actor ChaosRun {
             victim.kill()
             _ = await victim.waitForExit()
             workers.removeAll { $0.pid == victim.pid }
+            killed.append(victim)
             let hold = step.hold
             try await Task.sleep(for: hold)
             try startWorker()

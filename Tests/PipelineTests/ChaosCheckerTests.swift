@@ -133,7 +133,18 @@ import Workers
             committed: ends, ends: ends, exactlyOnce: false)
         #expect(report.garbageNotDeadLettered == gone.sorted())
         #expect(report.deadLetterOffsetsMissing == ["0@0", "0@3-5"])
+        #expect(report.deadLetterOffsetsMissingCount == 4)
         #expect(report.description.contains("offsets missing from the topic 2 [\"0@0\", \"0@3-5\"]"), "\(report.description)")
         #expect(!report.passed)
+        #expect(report.verdict == "BROKER LOST OUTPUT" && report.brokerFault, "four holes account for the four missing dead letters")
+
+        // A dead letter missing without a hole is the workers' loss, not the broker's.
+        var fewer = published
+        fewer.removeAll { $0.offset == published.count - 1 }
+        let workers = ChaosChecker.check(
+            inputs: inputs, oracle: oracle, outputs: outputs, deadLetters: fewer, changelog: [],
+            committed: ends, ends: ends, exactlyOnce: false)
+        #expect(workers.garbageNotDeadLettered.count == 1 && workers.deadLetterOffsetsMissingCount == 0)
+        #expect(workers.verdict == "FAIL" && !workers.brokerFault)
     }
 }

@@ -95,6 +95,8 @@ public struct PriceTickDecoder: Sendable {
         var streamType: PriceTick.StreamType?
         var isTradingSuspended: Bool?
 
+        // Read once: each use of a static goes through its lazy initialisation check (swift_once).
+        let keys = Self.keys
         var first = true
         while let key = try s.nextKey(&first) {
             do throws(DecodeFailure) {

@@ -67,10 +67,12 @@ public struct ProductDecoder: Sendable {
         var images: [Product.Image] = []
         var sawPages = false
 
+        // Read once: each use of a static goes through its lazy initialisation check (swift_once).
+        let keys = Self.keys
         var first = true
         while let key = try s.nextKey(&first) {
             do throws(DecodeFailure) {
-                guard let raw = try s.field(key, in: Self.keys), let field = Field(rawValue: raw) else {
+                guard let raw = try s.field(key, in: keys), let field = Field(rawValue: raw) else {
                     try s.skipValue()
                     continue
                 }
@@ -158,10 +160,11 @@ public struct ProductDecoder: Sendable {
             do throws(DecodeFailure) {
                 try s.beginObject()
                 var id: Int64?, url: String?, thumb: String?, issued: Int64?
+                let imageKeys = Self.imageKeys
                 var firstKey = true
                 while let key = try s.nextKey(&firstKey) {
                     do throws(DecodeFailure) {
-                        switch try s.field(key, in: Self.imageKeys).flatMap(ImageField.init(rawValue:)) {
+                        switch try s.field(key, in: imageKeys).flatMap(ImageField.init(rawValue:)) {
                         case .id: id = try s.readOptionalInt()
                         case .url: url = try s.readOptionalString()
                         case .thumbnailURL: thumb = try s.readOptionalString()
