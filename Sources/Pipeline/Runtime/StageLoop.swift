@@ -302,6 +302,8 @@ final class StageLoop {
             let index = Int32(inputs.count)
             let failed = out.failures.count
             lane.runner!.process(input, context: StageContext(now: input.timestamp), into: &out)
+            // A stage only appends: earlier inputs' outputs are not its to remove (a programming error).
+            precondition(out.count >= sources.count, "stage \(context.stageName) removed outputs of earlier inputs from its StageOutput")
             while sources.count < out.count { sources.append(index) }
             if out.failures.count > failed { deadLetters += context.deadLetters(out.failures[failed...], of: input) }
             inputs.append(input)
