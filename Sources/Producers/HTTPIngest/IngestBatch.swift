@@ -85,7 +85,8 @@ public struct IngestBatch: Sendable {
         _ envelope: InputRecord, stream: UpstreamStream, topic: String, validator: IngestValidator
     ) -> Result<ProducerRecord, Rejection> {
         var key = envelope.key
-        if let inner = envelope.value.map(Array.init) {
+        let value = envelope.value.map(Array.init)  // the record keeps its own copy
+        if let inner = value {
             if let failure = validator.failure(of: inner, stream: stream, headers: envelope.headers) {
                 return .failure(Rejection(index: 0, field: "value" + (failure.field == "$" ? "" : "." + failure.field), reason: failure.reason.rawValue, detail: failure.detail))
             }
@@ -95,7 +96,7 @@ public struct IngestBatch: Sendable {
         } else if key == nil {
             return .failure(Rejection(index: 0, field: "key", reason: DecodeFailure.Reason.missingField.rawValue, detail: "a tombstone (\"value\": null) needs a key"))
         }
-        var record = ProducerRecord(topic: topic, key: key, value: envelope.value.map(Array.init))
+        var record = ProducerRecord(topic: topic, key: key, value: value)
         record.headers = envelope.headers.map { KafkaHeader(key: $0.name, value: $0.value) }
         record.timestamp = envelope.timestamp == Int64.min ? nil : envelope.timestamp
         return .success(record)

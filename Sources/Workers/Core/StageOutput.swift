@@ -97,7 +97,7 @@ public struct StageOutput: Sendable {
 
     /// The bytes of a span (nil for none).
     package func bytes(_ span: Span) -> [UInt8]? {
-        span.isNone ? nil : Array(bytes[span.start..<span.start + span.count])
+        slice(span).map(Array.init)
     }
 
     /// The bytes of a span as a slice of the buffer (nil for none), without a copy.
