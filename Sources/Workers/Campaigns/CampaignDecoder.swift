@@ -67,9 +67,10 @@ public struct CampaignDecoder: Sendable {
         var small: String?, medium: String?, detail: String?
 
         var first = true
-        while let key = try s.nextKey(&first) {
+        var expected = Self.keys.firstExpected
+        while let key = try s.nextKey(&first, in: Self.keys, expected: &expected) {
             do throws(DecodeFailure) {
-                guard let raw = try s.field(key, in: Self.keys), let field = Field(rawValue: raw) else {
+                guard let field = Field(rawValue: key.field) else {
                     try s.skipValue()
                     continue
                 }
@@ -137,8 +138,9 @@ public struct CampaignDecoder: Sendable {
                 try s.beginObject()
                 var id: Int64?
                 var firstKey = true
-                while let key = try s.nextKey(&firstKey) {
-                    if try s.field(key, in: Self.idKey) != nil {
+                var expected = Self.idKey.firstExpected
+                while let key = try s.nextKey(&firstKey, in: Self.idKey, expected: &expected) {
+                    if key.field >= 0 {
                         do throws(DecodeFailure) { id = try s.readOptionalInt() } catch { throw error.under("id") }
                     } else {
                         try s.skipValue()
@@ -157,8 +159,9 @@ public struct CampaignDecoder: Sendable {
         try s.beginObject()
         var name: String?
         var first = true
-        while let key = try s.nextKey(&first) {
-            if try s.field(key, in: Self.nameKey) != nil {
+        var expected = Self.nameKey.firstExpected
+        while let key = try s.nextKey(&first, in: Self.nameKey, expected: &expected) {
+            if key.field >= 0 {
                 do throws(DecodeFailure) { name = try s.readOptionalString() } catch { throw error.under("name") }
             } else {
                 try s.skipValue()
@@ -171,9 +174,10 @@ public struct CampaignDecoder: Sendable {
         try s.beginObject()
         var steps: Int64?, ranking: Int64?, last: Int64?, story = false
         var first = true
-        while let key = try s.nextKey(&first) {
+        var expected = Self.myKeys.firstExpected
+        while let key = try s.nextKey(&first, in: Self.myKeys, expected: &expected) {
             do throws(DecodeFailure) {
-                switch try s.field(key, in: Self.myKeys).flatMap(MyField.init(rawValue:)) {
+                switch MyField(rawValue: key.field) {
                 case .donatedSteps: steps = try nonNegativeInt(&s)
                 case .ranking: ranking = try s.readOptionalInt()
                 case .lastDonated: last = try s.readDateTime(offsetSeconds: utcOffsetSeconds)

@@ -80,9 +80,10 @@ public struct ChallengeDecoder: Sendable {
     private func readFields(_ s: inout JSONScanner, into raw: inout Raw) throws(DecodeFailure) {
         try s.beginObject()
         var first = true
-        while let key = try s.nextKey(&first) {
+        var expected = Self.keys.firstExpected
+        while let key = try s.nextKey(&first, in: Self.keys, expected: &expected) {
             do throws(DecodeFailure) {
-                guard let field = try s.field(key, in: Self.keys).flatMap(Field.init(rawValue:)) else {
+                guard let field = Field(rawValue: key.field) else {
                     try s.skipValue()
                     continue
                 }

@@ -108,8 +108,9 @@ public struct JSONLinesRunner: Sendable {
             var record = bare
             var sawValue = false
             var first = true
-            while let key = try s.nextKey(&first) {
-                guard let field = try s.field(key, in: keys).flatMap(Field.init(rawValue:)) else { return nil }  // not an envelope
+            var expected = keys.firstExpected
+            while let key = try s.nextKey(&first, in: keys, expected: &expected) {
+                guard let field = Field(rawValue: key.field) else { return nil }  // not an envelope
                 switch field {
                 case .topic: record.origin.topic = try s.readString()
                 case .partition: record.origin.partition = Int32(clamping: try s.readInt())

@@ -77,9 +77,10 @@ public struct ThumbnailRequest: Sendable, Hashable {
             try s.beginObject()
             var owner: String?, ownerId: String?, index: Int64?, url: String?
             var first = true
-            while let key = try s.nextKey(&first) {
+            var expected = Self.keys.firstExpected
+            while let key = try s.nextKey(&first, in: Self.keys, expected: &expected) {
                 do throws(DecodeFailure) {
-                    switch try s.field(key, in: Self.keys).flatMap(Field.init(rawValue:)) {
+                    switch Field(rawValue: key.field) {
                     case .owner: owner = try s.readOptionalString()
                     case .ownerId: ownerId = try s.readOptionalString()
                     case .imageIndex: index = try s.readOptionalInt()
@@ -131,9 +132,10 @@ public struct ThumbnailReady: Sendable, Hashable {
             var owner: String?, ownerId: String?, index: Int64?
             var uris: [String: String] = [:]
             var first = true
-            while let key = try s.nextKey(&first) {
+            var expected = Self.keys.firstExpected
+            while let key = try s.nextKey(&first, in: Self.keys, expected: &expected) {
                 do throws(DecodeFailure) {
-                    switch try s.field(key, in: Self.keys).flatMap(Field.init(rawValue:)) {
+                    switch Field(rawValue: key.field) {
                     case .owner: owner = try s.readOptionalString()
                     case .ownerId: ownerId = try s.readOptionalString()
                     case .imageIndex: index = try s.readOptionalInt()
@@ -144,8 +146,9 @@ public struct ThumbnailReady: Sendable, Hashable {
                             try s.beginObject()
                             var name: String?, uri: String?
                             var firstField = true
-                            while let k = try s.nextKey(&firstField) {
-                                switch try s.field(k, in: Self.thumbKeys).flatMap(ThumbField.init(rawValue:)) {
+                            var expectedField = Self.thumbKeys.firstExpected
+                            while let k = try s.nextKey(&firstField, in: Self.thumbKeys, expected: &expectedField) {
+                                switch ThumbField(rawValue: k.field) {
                                 case .name: name = try s.readOptionalString()
                                 case .uri: uri = try s.readOptionalString()
                                 case nil: try s.skipValue()

@@ -35,14 +35,22 @@ extension JSONScanner {
     /// A date-time string (see ``LocalDateTime``) as epoch ms; null is nil.
     mutating func readDateTime(offsetSeconds: Int) throws(DecodeFailure) -> Int64? {
         if try consumeNull() { return nil }
-        return try withStringBytes { raw throws(DecodeFailure) in
-            guard let ms = LocalDateTime.epochMillis(raw, defaultOffsetSeconds: offsetSeconds) else {
-                throw DecodeFailure(
-                    field: "", reason: .invalidValue,
-                    detail: "expected yyyy-MM-ddTHH:mm:ss[.fff][Z|±HH:mm], got \(String(decoding: raw.prefix(40), as: UTF8.self))")
-            }
-            return ms
+        let span = try readStringSpan()
+        if !span.escaped {
+            // Read in place (a date has no escapes); only a failure or an escaped date makes more.
+            let raw = withSpanStart(span) { p, _ in UnsafeRawBufferPointer(start: p, count: span.end &- span.start) }
+            if let ms = LocalDateTime.epochMillis(raw, defaultOffsetSeconds: offsetSeconds) { return ms }
+            throw Self.notADate(raw)
         }
+        let bytes = try unescaped(span)
+        if let ms = bytes.withUnsafeBytes({ LocalDateTime.epochMillis($0, defaultOffsetSeconds: offsetSeconds) }) { return ms }
+        throw bytes.withUnsafeBytes { Self.notADate($0) }
+    }
+
+    private static func notADate(_ raw: UnsafeRawBufferPointer) -> DecodeFailure {
+        DecodeFailure(
+            field: "", reason: .invalidValue,
+            detail: "expected yyyy-MM-ddTHH:mm:ss[.fff][Z|±HH:mm], got \(String(decoding: raw.prefix(40), as: UTF8.self))")
     }
 }
 

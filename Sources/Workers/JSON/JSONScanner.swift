@@ -72,6 +72,7 @@ struct JSONScanner {
     mutating func skipWhitespace() {
         while pos < count {
             let b = byte(pos)
+            if b > 0x20 { return }  // the common case: no whitespace between tokens
             // space, \n, \r, \t
             if b == 0x20 || b == 0x0A || b == 0x0D || b == 0x09 { pos += 1 } else { return }
         }
@@ -109,6 +110,7 @@ struct JSONScanner {
     // MARK: Structure
 
     /// True if the next value is `null` (consumed); false otherwise (nothing consumed).
+    @inline(__always)
     mutating func consumeNull() throws(DecodeFailure) -> Bool {
         guard try peek() == UInt8(ascii: "n") else { return false }
         try literal("null")
@@ -141,24 +143,44 @@ struct JSONScanner {
 
     /// Reads the next key and its `:`; nil after the closing `}`. `first` starts true.
     mutating func nextKey(_ first: inout Bool) throws(DecodeFailure) -> JSONSpan? {
-        var b = try peek()
-        if b == UInt8(ascii: "}") {
-            pos += 1
-            depth -= 1
-            return nil
-        }
-        if !first {
-            guard b == UInt8(ascii: ",") else { throw syntax("expected ',' or '}'") }
-            pos += 1
-            b = try peek()
-        }
-        first = false
-        guard b == UInt8(ascii: "\"") else { throw syntax("expected a key") }
+        guard try openKey(&first) else { return nil }
         let key = try readStringSpan()
         guard try peek() == UInt8(ascii: ":") else { throw syntax("expected ':'") }
         pos += 1
         return key
     }
+
+    /// Consumes the `,` before a key (unless `first`), leaving the scanner at the key's opening
+    /// quote: true; or consumes the closing `}`: false.
+    @inline(__always)
+    mutating func openKey(_ first: inout Bool) throws(DecodeFailure) -> Bool {
+        var b = try peek()
+        if b == UInt8(ascii: "}") {
+            pos &+= 1
+            depth &-= 1
+            return false
+        }
+        if !first {
+            guard b == UInt8(ascii: ",") else { throw syntax("expected ',' or '}'") }
+            pos &+= 1
+            b = try peek()
+        }
+        first = false
+        guard b == UInt8(ascii: "\"") else { throw syntax("expected a key") }
+        return true
+    }
+
+    /// Moves past a key the caller matched (`end`: just after its closing quote) and its `:`.
+    @inline(__always)
+    mutating func skipKey(to end: Int) throws(DecodeFailure) {
+        pos = end
+        guard try peek() == UInt8(ascii: ":") else { throw syntax("expected ':'") }
+        pos &+= 1
+    }
+
+    /// Moves `n` bytes on (past bytes the caller has checked).
+    @inline(__always)
+    mutating func skip(_ n: Int) { pos &+= n }
 
     /// Consumes `[`. Then call ``nextElement(_:)`` until it returns false.
     mutating func beginArray() throws(DecodeFailure) {
@@ -223,23 +245,38 @@ struct JSONScanner {
         pos += 1
         let start = pos
         var escaped = false
+        // The high bits of every byte of the content: zero for ASCII, which needs no UTF-8 check.
+        var high: UInt64 = 0
+        // Sixteen bytes (two words) a turn over long text such as URLs, one test for both; the
+        // word loop below then finds which byte stopped it.
+        while pos &+ 16 <= count {
+            let a = base.loadUnaligned(fromByteOffset: pos, as: UInt64.self)
+            let b = base.loadUnaligned(fromByteOffset: pos &+ 8, as: UInt64.self)
+            if JSONSpecialBytes.mask(a) | JSONSpecialBytes.mask(b) != 0 { break }
+            high |= a | b
+            pos &+= 16
+        }
         while true {
             // Eight bytes at a time while none needs attention ('"', '\\' or a control character):
             // URLs and names are long, and string scanning was the largest share of decode time.
             // A word with one goes straight to its first (the lowest flag is exact), so a short
             // key costs one word, not a word per byte up to its closing quote.
             while pos &+ 8 <= count {
-                let mask = JSONSpecialBytes.mask(base.loadUnaligned(fromByteOffset: pos, as: UInt64.self))
+                let word = base.loadUnaligned(fromByteOffset: pos, as: UInt64.self)
+                let mask = JSONSpecialBytes.mask(word)
                 if mask != 0 {
-                    pos &+= mask.trailingZeroBitCount &>> 3
+                    let before = mask.trailingZeroBitCount &>> 3
+                    high |= UInt64(littleEndian: word) & ((1 &<< UInt64(truncatingIfNeeded: before &* 8)) &- 1)
+                    pos &+= before
                     break
                 }
+                high |= word
                 pos &+= 8
             }
             guard pos < count else { break }
             let b = byte(pos)
             if b == UInt8(ascii: "\"") {
-                let span = JSONSpan(start: start, end: pos, escaped: escaped)
+                let span = JSONSpan(start: start, end: pos, escaped: escaped, ascii: high & 0x8080_8080_8080_8080 == 0)
                 pos += 1
                 return span
             }
@@ -262,6 +299,7 @@ struct JSONScanner {
                 continue
             }
             if b < 0x20 { throw syntax("control character in string") }
+            high |= UInt64(b)
             pos += 1
         }
         throw syntax("unterminated string")
@@ -280,7 +318,7 @@ struct JSONScanner {
             let raw = UnsafeBufferPointer(start: (base + span.start).assumingMemoryBound(to: UInt8.self), count: span.end - span.start)
             // ASCII (codes, names, most text) cannot be invalid: no validation pass, which for a
             // short string costs more than the copy (it looks up generic metadata on every call).
-            if Self.isASCII(raw) { return String(decoding: raw, as: UTF8.self) }
+            if span.ascii || Self.isASCII(raw) { return String(decoding: raw, as: UTF8.self) }
             guard let s = String(validating: raw, as: UTF8.self) else {
                 throw DecodeFailure(field: "", reason: .malformedJSON, detail: "invalid UTF-8 in string")
             }
@@ -310,10 +348,52 @@ struct JSONScanner {
         return high & 0x8080_8080_8080_8080 == 0
     }
 
+    /// A copy of the whole input, for ``readText(into:)`` (see ``TextBuffer``).
+    func messageText() throws(DecodeFailure) -> TextBuffer {
+        // Slices are 32-bit: a message of 4 GiB or more is not one of these values.
+        guard count < Int(UInt32.max) / 2 else {
+            throw DecodeFailure(field: "$", reason: .tooLarge, detail: "\(count) bytes: too large to keep text from")
+        }
+        return TextBuffer(copying: UnsafeRawBufferPointer(start: base, count: count))
+    }
+
+    /// Reads a string value and returns where it lies in `text`, a ``messageText()`` of this
+    /// scanner: a string without escapes where it is in the message (checked to be UTF-8), one
+    /// with escapes decoded onto its end. No `String` is made.
+    mutating func readText(into text: inout TextBuffer) throws(DecodeFailure) -> TextBuffer.Slice {
+        let span = try readStringSpan()
+        if !span.escaped {
+            let n = span.end &- span.start
+            guard span.ascii || UTF8Check.isValid(UnsafeBufferPointer(start: (base + span.start).assumingMemoryBound(to: UInt8.self), count: n)) else {
+                throw DecodeFailure(field: "", reason: .malformedJSON, detail: "invalid UTF-8 in string")
+            }
+            return TextBuffer.Slice(start: UInt32(truncatingIfNeeded: span.start), count: UInt32(truncatingIfNeeded: n))
+        }
+        return try text.append { bytes throws(DecodeFailure) in
+            let from = bytes.count
+            try unescape(span, into: &bytes)
+            guard bytes.withUnsafeBufferPointer({ UTF8Check.isValid(UnsafeBufferPointer(rebasing: $0[from...])) }) else {
+                throw DecodeFailure(field: "", reason: .malformedJSON, detail: "invalid UTF-8 in string")
+            }
+        }
+    }
+
+    /// ``readText(into:)``, or nil for JSON `null`.
+    mutating func readOptionalText(into text: inout TextBuffer) throws(DecodeFailure) -> TextBuffer.Slice? {
+        if try consumeNull() { return nil }
+        return try readText(into: &text)
+    }
+
     /// The bytes of a span with escapes decoded (used for escaped keys and strings).
     func unescaped(_ span: JSONSpan) throws(DecodeFailure) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(span.end - span.start)
+        try unescape(span, into: &out)
+        return out
+    }
+
+    /// Appends the bytes of a span with escapes decoded to `out`.
+    func unescape(_ span: JSONSpan, into out: inout [UInt8]) throws(DecodeFailure) {
         var i = span.start
         // readStringSpan validated the escapes, so each index below is in bounds.
         while i < span.end {
@@ -353,7 +433,6 @@ struct JSONScanner {
             default: out.append(e)  // " \ /
             }
         }
-        return out
     }
 
     private func hex4(at i: Int) -> UInt32 {
@@ -633,6 +712,8 @@ struct JSONSpan {
     var end: Int
     /// Contains backslash escapes (must be decoded before use).
     var escaped: Bool
+    /// Every byte is ASCII (escapes as written): valid UTF-8 without a check.
+    var ascii: Bool = false
 }
 
 @inline(__always) private func isDigit(_ b: UInt8) -> Bool { b &- 0x30 < 10 }

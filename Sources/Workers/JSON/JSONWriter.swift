@@ -256,22 +256,28 @@ public struct JSONWriter: Sendable {
     public mutating func optional(_ v: Double?) { if let v { double(v) } else { null() } }
     public mutating func optional(_ v: Int64?) { if let v { int(v) } else { null() } }
 
+    /// A string given as UTF-8 bytes (valid UTF-8: text a decoder kept, see ``TextBuffer``).
+    mutating func string(utf8: UnsafeBufferPointer<UInt8>) { separate(); appendQuoted(utf8) }
+
     private mutating func appendQuoted(_ s: String) {
         var s = s
-        // Most strings need no escape: quotes and text in one write (native strings are contiguous UTF-8).
-        s.withUTF8 { utf8 in
-            if Self.isPlain(utf8) {
-                write(upTo: utf8.count + 2) { out in
-                    out[0] = UInt8(ascii: "\"")
-                    if let text = utf8.baseAddress { (out + 1).update(from: text, count: utf8.count) }
-                    out[utf8.count + 1] = UInt8(ascii: "\"")
-                    return utf8.count + 2
-                }
-            } else {
-                append(UInt8(ascii: "\""))
-                appendEscaped(utf8)
-                append(UInt8(ascii: "\""))
+        // Native strings are contiguous UTF-8.
+        s.withUTF8 { appendQuoted($0) }
+    }
+
+    private mutating func appendQuoted(_ utf8: UnsafeBufferPointer<UInt8>) {
+        // Most strings need no escape: quotes and text in one write.
+        if Self.isPlain(utf8) {
+            write(upTo: utf8.count + 2) { out in
+                out[0] = UInt8(ascii: "\"")
+                if let text = utf8.baseAddress { (out + 1).update(from: text, count: utf8.count) }
+                out[utf8.count + 1] = UInt8(ascii: "\"")
+                return utf8.count + 2
             }
+        } else {
+            append(UInt8(ascii: "\""))
+            appendEscaped(utf8)
+            append(UInt8(ascii: "\""))
         }
     }
 

@@ -4,31 +4,83 @@
 /// multiplicative hash into an open-addressed table and five integer comparisons. Longer keys
 /// are never known fields, so they miss immediately. Built once per decoder type (a `static let`
 /// constant), never mutated.
+///
+/// **Expected order.** An upstream sends its keys in the same order every time, and the table
+/// knows it: the keys are declared in that order, one list per naming scheme (a format whose keys
+/// have other names, such as Upbit's SIMPLE, is a scheme of its own). After a key, the scanner
+/// first compares the input against the key that followed it in its scheme (two or three word
+/// comparisons, its closing quote included) and only reads and hashes the key when that was not
+/// it (``JSONScanner/nextKey(_:in:expected:)``). An unknown key in between leaves the expectation
+/// where it was.
 struct KeyTable: Sendable {
     private struct Entry: Sendable {
         var w0: UInt64 = 0, w1: UInt64 = 0, w2: UInt64 = 0, w3: UInt64 = 0
         var length: Int = -1  // -1: empty slot
         var id: Int = -1
+        /// The entry (an index into `entries`) of the key expected after this one; -1 for none.
+        var next: Int = -1
+        /// The key's bytes followed by its closing quote, as little-endian words; the last one
+        /// holds only `quotedMask`'s bytes.
+        var q0: UInt64 = 0, q1: UInt64 = 0, q2: UInt64 = 0, q3: UInt64 = 0
+        var quotedMask: UInt64 = 0
+        /// Words of key + quote (1...4); 0 for a key of 32 bytes (never expected, always hashed).
+        var quotedWords: Int = 0
     }
 
-    private var slots: [Entry]
+    /// Open-addressed hash table of indexes into `entries` (-1: empty).
+    private var slots: [Int]
     private let mask: Int
+    /// Every key in declaration order: scheme after scheme, each in its upstream's order.
+    private let entries: [Entry]
 
-    /// `keys`: (key text, field number). Several keys may map to one field (DEFAULT and SIMPLE names).
-    init(_ keys: [(String, Int)]) {
+    /// `keys`: (key text, field number), in the order the upstream sends them.
+    init(_ keys: [(String, Int)]) { self.init(schemes: [keys]) }
+
+    /// Several naming schemes for the same fields (DEFAULT and SIMPLE names), each in the order
+    /// its upstream sends them. A field number may appear in several schemes.
+    init(schemes: [[(String, Int)]]) {
+        var entries: [Entry] = []
+        for scheme in schemes {
+            let first = entries.count
+            for (offset, (text, id)) in scheme.enumerated() {
+                let bytes = Array(text.utf8)
+                precondition(bytes.count <= 32, "KeyTable keys are at most 32 bytes: \(text)")  // programmer error, not data
+                var e = Entry()
+                (e.w0, e.w1, e.w2, e.w3) = bytes.withUnsafeBytes { KeyTable.pack($0) }
+                e.length = bytes.count
+                e.id = id
+                e.next = offset + 1 < scheme.count ? first + offset + 1 : -1
+                let quoted = bytes + [UInt8(ascii: "\"")]
+                if quoted.count <= 32 {
+                    (e.q0, e.q1, e.q2, e.q3) = quoted.withUnsafeBytes { KeyTable.pack($0) }
+                    e.quotedWords = (quoted.count + 7) / 8
+                    let tail = quoted.count - (e.quotedWords - 1) * 8
+                    e.quotedMask = tail == 8 ? ~0 : (1 << UInt64(tail * 8)) - 1
+                }
+                entries.append(e)
+            }
+        }
+        self.entries = entries
+        firstExpected = entries.isEmpty ? -1 : 0
         var size = 16
-        while size < keys.count * 4 { size *= 2 }
-        slots = Array(repeating: Entry(), count: size)
+        while size < entries.count * 4 { size *= 2 }
+        slots = Array(repeating: -1, count: size)
         mask = size - 1
-        for (text, id) in keys {
-            let bytes = Array(text.utf8)
-            precondition(bytes.count <= 32, "KeyTable keys are at most 32 bytes: \(text)")  // programmer error, not data
-            let (w0, w1, w2, w3) = bytes.withUnsafeBytes { KeyTable.pack($0) }
-            var i = KeyTable.hash(w0, w1, w2, w3, bytes.count) & mask
-            while slots[i].length >= 0 { i = (i + 1) & mask }
-            slots[i] = Entry(w0: w0, w1: w1, w2: w2, w3: w3, length: bytes.count, id: id)
+        for (index, e) in entries.enumerated() {
+            var i = KeyTable.hash(e.w0, e.w1, e.w2, e.w3, e.length) & mask
+            while slots[i] >= 0 {
+                let o = entries[slots[i]]
+                precondition(
+                    o.length != e.length || (o.w0, o.w1, o.w2, o.w3) != (e.w0, e.w1, e.w2, e.w3),
+                    "KeyTable: a key declared twice")  // programmer error, not data
+                i = (i + 1) & mask
+            }
+            slots[i] = index
         }
     }
+
+    /// The entry to expect first in an object: the first key of the first scheme.
+    let firstExpected: Int
 
     @inline(__always)
     private static func pack(_ raw: UnsafeRawBufferPointer) -> (UInt64, UInt64, UInt64, UInt64) {
@@ -75,7 +127,8 @@ struct KeyTable: Sendable {
     func lookup(_ key: UnsafeRawBufferPointer) -> Int? {
         guard key.count <= 32 else { return nil }
         let (w0, w1, w2, w3) = KeyTable.pack(key)
-        return find(w0, w1, w2, w3, key.count)
+        let i = find(w0, w1, w2, w3, key.count)
+        return i < 0 ? nil : entries[i].id
     }
 
     /// ``lookup(_:)`` for a key of `count` bytes at `key` that may read up to `readable` bytes
@@ -83,7 +136,14 @@ struct KeyTable: Sendable {
     /// word of the key is one load, masked to the key's length, instead of a byte at a time.
     @inline(__always)
     func lookup(_ key: UnsafeRawPointer, count n: Int, readable: Int) -> Int? {
-        guard n <= 32 else { return nil }
+        let i = entry(key, count: n, readable: readable)
+        return i < 0 ? nil : entries[i].id
+    }
+
+    /// The index of the entry for a key of `n` bytes at `key`; -1 for none.
+    @inline(__always)
+    fileprivate func entry(_ key: UnsafeRawPointer, count n: Int, readable: Int) -> Int {
+        guard n <= 32 else { return -1 }
         @inline(__always) func word(_ offset: Int) -> UInt64 {
             let left = n &- offset
             guard left > 0 else { return 0 }
@@ -99,30 +159,92 @@ struct KeyTable: Sendable {
     }
 
     @inline(__always)
-    private func find(_ w0: UInt64, _ w1: UInt64, _ w2: UInt64, _ w3: UInt64, _ n: Int) -> Int? {
+    private func find(_ w0: UInt64, _ w1: UInt64, _ w2: UInt64, _ w3: UInt64, _ n: Int) -> Int {
         var i = KeyTable.hash(w0, w1, w2, w3, n) & mask
         while true {
-            let e = slots[i]
-            if e.length < 0 { return nil }
-            if e.length == n && e.w0 == w0 && e.w1 == w1 && e.w2 == w2 && e.w3 == w3 { return e.id }
+            let index = slots[i]
+            if index < 0 { return -1 }
+            let e = entries[index]
+            if e.length == n && e.w0 == w0 && e.w1 == w1 && e.w2 == w2 && e.w3 == w3 { return index }
             i = (i + 1) & mask
+        }
+    }
+
+    /// Field number, length and the entry expected next, of entry `index`.
+    @inline(__always) fileprivate func id(_ index: Int) -> Int { entries[index].id }
+    @inline(__always) fileprivate func length(_ index: Int) -> Int { entries[index].length }
+    @inline(__always) fileprivate func next(_ index: Int) -> Int { entries[index].next }
+
+    /// The entry `expected` if the input at `text` (just after a key's opening quote, `readable`
+    /// bytes available) is that key and its closing quote; nil otherwise, also when too few bytes
+    /// are left to compare whole words (the caller then reads the key the ordinary way).
+    @inline(__always)
+    fileprivate func isExpected(_ expected: Int, at text: UnsafeRawPointer, readable: Int) -> Bool {
+        guard expected >= 0 else { return false }
+        return entries.withUnsafeBufferPointer { all in
+            let e = all.baseAddress! + expected
+            let words = e.pointee.quotedWords
+            guard words > 0, words &* 8 <= readable else { return false }
+            @inline(__always) func load(_ i: Int) -> UInt64 {
+                UInt64(littleEndian: text.loadUnaligned(fromByteOffset: i &* 8, as: UInt64.self))
+            }
+            let m = e.pointee.quotedMask
+            if words == 1 { return load(0) & m == e.pointee.q0 }
+            guard load(0) == e.pointee.q0 else { return false }
+            if words == 2 { return load(1) & m == e.pointee.q1 }
+            guard load(1) == e.pointee.q1 else { return false }
+            if words == 3 { return load(2) & m == e.pointee.q2 }
+            guard load(2) == e.pointee.q2 else { return false }
+            return load(3) & m == e.pointee.q3
         }
     }
 }
 
+/// A key read by ``JSONScanner/nextKey(_:in:expected:)``: where it is, and its field number in
+/// the table (-1 for a key the table does not know).
+struct JSONKey {
+    var span: JSONSpan
+    var field: Int
+}
+
 extension JSONScanner {
-    /// The field number of a key span (escaped keys are decoded first, so `"\u0063ode"` is `code`).
-    func field(_ key: JSONSpan, in table: KeyTable) throws(DecodeFailure) -> Int? {
+    /// Reads the next key and its `:` like ``nextKey(_:)`` and looks it up in `table`; nil after
+    /// the closing `}`. `expected` (start with `table.firstExpected`) is the entry predicted next:
+    /// when the input holds exactly that key, it is neither scanned nor hashed. It moves on to
+    /// the entry after each known key; an unknown key leaves it.
+    @inline(__always)
+    mutating func nextKey(_ first: inout Bool, in table: KeyTable, expected: inout Int) throws(DecodeFailure) -> JSONKey? {
+        guard try openKey(&first) else { return nil }
+        let start = pos &+ 1
+        if withSpanStart(JSONSpan(start: start, end: start, escaped: false), { text, readable in
+            table.isExpected(expected, at: text, readable: readable)
+        }) {
+            let e = expected
+            let end = start &+ table.length(e)
+            try skipKey(to: end &+ 1)
+            expected = table.next(e)
+            return JSONKey(span: JSONSpan(start: start, end: end, escaped: false), field: table.id(e))
+        }
+        let key = try readStringSpan()
+        guard try peek() == UInt8(ascii: ":") else { throw syntax("expected ':'") }
+        skip(1)
+        let found: Int
         if !key.escaped {
-            return withSpanStart(key) { raw, readable in
-                table.lookup(raw, count: key.end &- key.start, readable: readable)
+            found = withSpanStart(key) { raw, readable in table.entry(raw, count: key.end &- key.start, readable: readable) }
+        } else {
+            found = try unescaped(key).withUnsafeBytes { raw in
+                table.entry(raw.baseAddress ?? UnsafeRawPointer(bitPattern: 1)!, count: raw.count, readable: raw.count)
             }
         }
-        return try unescaped(key).withUnsafeBytes { table.lookup($0) }
+        guard found >= 0 else { return JSONKey(span: key, field: -1) }
+        expected = table.next(found)
+        return JSONKey(span: key, field: table.id(found))
     }
 
     /// The key text, for error paths only (slow, fine: errors are rare).
     func keyName(_ key: JSONSpan) -> String {
         (try? string(key)) ?? "?"
     }
+
+    func keyName(_ key: JSONKey) -> String { keyName(key.span) }
 }

@@ -6,35 +6,37 @@
 enum LocalDateTime {
     static func epochMillis(_ raw: UnsafeRawBufferPointer, defaultOffsetSeconds: Int) -> Int64? {
         let n = raw.count
-        guard n >= 19 else { return nil }
-        func digits(_ from: Int, _ len: Int) -> Int? {
-            var v = 0
-            for i in from..<(from + len) {
-                let d = raw[i] &- 0x30
-                guard d < 10 else { return nil }
-                v = v * 10 + Int(d)
-            }
-            return v
+        guard n >= 19, let p = raw.baseAddress else { return nil }
+        // `yyyy-MM-ddTHH:mm:ss` checked a word at a time: three loads cover bytes 0-18.
+        @inline(__always) func word(_ offset: Int) -> UInt64 {
+            UInt64(littleEndian: p.loadUnaligned(fromByteOffset: offset, as: UInt64.self))
         }
-        guard raw[4] == UInt8(ascii: "-"), raw[7] == UInt8(ascii: "-"),
-            raw[10] == UInt8(ascii: "T") || raw[10] == UInt8(ascii: " "),
-            raw[13] == UInt8(ascii: ":"), raw[16] == UInt8(ascii: ":"),
-            let year = digits(0, 4), let month = digits(5, 2), let day = digits(8, 2),
-            let hour = digits(11, 2), let minute = digits(14, 2), let second = digits(17, 2),
-            (1...12).contains(month), day >= 1, day <= daysInMonth(year, month),
-            hour < 24, minute < 60, second < 60
+        let w0 = word(0), w1 = word(8), w2 = word(11)  // yyyy-MM-  ddTHH:mm  HH:mm:ss
+        guard Self.digits(w0, 0x00FF_FF00_FFFF_FFFF), Self.digits(w1, 0xFFFF_00FF_FF00_FFFF),
+            Self.digits(w2, 0xFFFF_0000_0000_0000),
+            w0 & 0xFF00_00FF_0000_0000 == 0x2D00_002D_0000_0000,  // '-' at 4 and 7
+            w1 & 0x0000_FF00_0000_0000 == 0x0000_3A00_0000_0000,  // ':' at 13
+            w2 & 0x0000_FF00_0000_0000 == 0x0000_3A00_0000_0000,  // ':' at 16
+            raw[10] == UInt8(ascii: "T") || raw[10] == UInt8(ascii: " ")
+        else { return nil }
+        // Digits checked above: no step can overflow.
+        @inline(__always) func d(_ i: Int) -> Int { Int(raw[i] &- 0x30) }
+        let year = d(0) &* 1000 &+ d(1) &* 100 &+ d(2) &* 10 &+ d(3)
+        let month = d(5) &* 10 &+ d(6), day = d(8) &* 10 &+ d(9)
+        let hour = d(11) &* 10 &+ d(12), minute = d(14) &* 10 &+ d(15), second = d(17) &* 10 &+ d(18)
+        guard month >= 1, month <= 12, day >= 1, day <= daysInMonth(year, month), hour < 24, minute < 60, second < 60
         else { return nil }
         var i = 19
         var millis = 0
         if i < n, raw[i] == UInt8(ascii: ".") {
             i += 1
-            var scale = 100
             let fracStart = i
+            // Milliseconds from the first three digits; the rest are read and dropped.
             while i < n, raw[i] &- 0x30 < 10 {
-                millis += Int(raw[i] &- 0x30) * scale
-                scale /= 10
+                if i &- fracStart < 3 { millis = millis &* 10 &+ Int(raw[i] &- 0x30) }
                 i += 1
             }
+            for _ in min(i &- fracStart, 3)..<3 { millis &*= 10 }
             guard i > fracStart, i - fracStart <= 9 else { return nil }
         }
         var offset = defaultOffsetSeconds
@@ -42,16 +44,32 @@ enum LocalDateTime {
             if raw[i] == UInt8(ascii: "Z"), i + 1 == n {
                 offset = 0
             } else if raw[i] == UInt8(ascii: "+") || raw[i] == UInt8(ascii: "-"), n - i == 6,
-                raw[i + 3] == UInt8(ascii: ":"), let oh = digits(i + 1, 2), let om = digits(i + 4, 2), oh < 24, om < 60
+                raw[i + 3] == UInt8(ascii: ":"), let oh = twoDigits(raw, i + 1), let om = twoDigits(raw, i + 4), oh < 24, om < 60
             {
                 offset = (oh * 3600 + om * 60) * (raw[i] == UInt8(ascii: "-") ? -1 : 1)
             } else {
                 return nil
             }
         }
+        // Years 0-9999 and offsets under a day: far from overflow.
         let days = daysFromCivil(year, month, day)
-        let seconds = days * 86_400 + hour * 3600 + minute * 60 + second - offset
-        return Int64(seconds) * 1000 + Int64(millis)
+        let seconds = days &* 86_400 &+ hour &* 3600 &+ minute &* 60 &+ second &- offset
+        return Int64(seconds) &* 1000 &+ Int64(millis)
+    }
+
+    /// Whether every byte of `word` selected by `mask` (0xFF per byte) is an ASCII digit. A byte
+    /// is a digit when its high nibble is 3 both as it is and plus 6; a carry out of a byte (one
+    /// of 0xFA or more) can only follow a byte that already failed the first test.
+    @inline(__always)
+    static func digits(_ word: UInt64, _ mask: UInt64) -> Bool {
+        let high = 0xF0F0_F0F0_F0F0_F0F0 & mask, three = 0x3030_3030_3030_3030 & mask
+        return word & high == three && (word &+ 0x0606_0606_0606_0606) & high == three
+    }
+
+    private static func twoDigits(_ raw: UnsafeRawBufferPointer, _ i: Int) -> Int? {
+        let a = raw[i] &- 0x30, b = raw[i + 1] &- 0x30
+        guard a < 10, b < 10 else { return nil }
+        return Int(a) * 10 + Int(b)
     }
 
     /// Days since 1970-01-01 (Howard Hinnant's algorithm, proleptic Gregorian).

@@ -149,9 +149,10 @@ public struct NotificationDecoder: Sendable {
             var token: String?, topic: String?, title: String?, body: String?, collapse: String?, dedupe: String?, image: String?
             var data: [String: String] = [:]
             var first = true
-            while let key = try s.nextKey(&first) {
+            var expected = Self.keys.firstExpected
+            while let key = try s.nextKey(&first, in: Self.keys, expected: &expected) {
                 do throws(DecodeFailure) {
-                    switch try s.field(key, in: Self.keys).flatMap(Field.init(rawValue:)) {
+                    switch Field(rawValue: key.field) {
                     case .token: token = try s.readOptionalString()
                     case .topic: topic = try s.readOptionalString()
                     case .title: title = try s.readOptionalString()

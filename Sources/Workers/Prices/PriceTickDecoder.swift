@@ -52,26 +52,30 @@ public struct PriceTickDecoder: Sendable {
         case tradeTimestamp, timestamp, askBid, streamType, isTradingSuspended
     }
 
-    /// DEFAULT, SIMPLE and REST names of every field.
-    private static let keys = KeyTable([
-        ("type", Field.type.rawValue), ("ty", Field.type.rawValue),
-        ("code", Field.market.rawValue), ("cd", Field.market.rawValue), ("market", Field.market.rawValue),
-        ("opening_price", Field.openingPrice.rawValue), ("op", Field.openingPrice.rawValue),
-        ("high_price", Field.highPrice.rawValue), ("hp", Field.highPrice.rawValue),
-        ("low_price", Field.lowPrice.rawValue), ("lp", Field.lowPrice.rawValue),
-        ("trade_price", Field.tradePrice.rawValue), ("tp", Field.tradePrice.rawValue),
-        ("prev_closing_price", Field.prevClosingPrice.rawValue), ("pcp", Field.prevClosingPrice.rawValue),
-        ("change", Field.change.rawValue), ("c", Field.change.rawValue),
-        ("signed_change_price", Field.signedChangePrice.rawValue), ("scp", Field.signedChangePrice.rawValue),
-        ("signed_change_rate", Field.signedChangeRate.rawValue), ("scr", Field.signedChangeRate.rawValue),
-        ("trade_volume", Field.tradeVolume.rawValue), ("tv", Field.tradeVolume.rawValue),
-        ("acc_trade_volume_24h", Field.accTradeVolume24h.rawValue), ("atv24h", Field.accTradeVolume24h.rawValue),
-        ("acc_trade_price_24h", Field.accTradePrice24h.rawValue), ("atp24h", Field.accTradePrice24h.rawValue),
-        ("trade_timestamp", Field.tradeTimestamp.rawValue), ("ttms", Field.tradeTimestamp.rawValue),
-        ("timestamp", Field.timestamp.rawValue), ("tms", Field.timestamp.rawValue),
-        ("ask_bid", Field.askBid.rawValue), ("ab", Field.askBid.rawValue),
-        ("stream_type", Field.streamType.rawValue), ("st", Field.streamType.rawValue),
-        ("is_trading_suspended", Field.isTradingSuspended.rawValue), ("its", Field.isTradingSuspended.rawValue),
+    /// DEFAULT (with REST's `market`) and SIMPLE names of every field, each in the order Upbit
+    /// sends them (the order the scanner expects; any order decodes).
+    private static let keys = KeyTable(schemes: [
+        [
+            ("type", Field.type.rawValue), ("code", Field.market.rawValue), ("market", Field.market.rawValue),
+            ("opening_price", Field.openingPrice.rawValue), ("high_price", Field.highPrice.rawValue),
+            ("low_price", Field.lowPrice.rawValue), ("trade_price", Field.tradePrice.rawValue),
+            ("prev_closing_price", Field.prevClosingPrice.rawValue), ("change", Field.change.rawValue),
+            ("signed_change_price", Field.signedChangePrice.rawValue), ("signed_change_rate", Field.signedChangeRate.rawValue),
+            ("trade_volume", Field.tradeVolume.rawValue), ("acc_trade_volume_24h", Field.accTradeVolume24h.rawValue),
+            ("acc_trade_price_24h", Field.accTradePrice24h.rawValue), ("trade_timestamp", Field.tradeTimestamp.rawValue),
+            ("ask_bid", Field.askBid.rawValue), ("is_trading_suspended", Field.isTradingSuspended.rawValue),
+            ("timestamp", Field.timestamp.rawValue), ("stream_type", Field.streamType.rawValue),
+        ],
+        [
+            ("ty", Field.type.rawValue), ("cd", Field.market.rawValue), ("op", Field.openingPrice.rawValue),
+            ("hp", Field.highPrice.rawValue), ("lp", Field.lowPrice.rawValue), ("tp", Field.tradePrice.rawValue),
+            ("pcp", Field.prevClosingPrice.rawValue), ("c", Field.change.rawValue),
+            ("scp", Field.signedChangePrice.rawValue), ("scr", Field.signedChangeRate.rawValue),
+            ("tv", Field.tradeVolume.rawValue), ("atv24h", Field.accTradeVolume24h.rawValue),
+            ("atp24h", Field.accTradePrice24h.rawValue), ("ttms", Field.tradeTimestamp.rawValue),
+            ("ab", Field.askBid.rawValue), ("its", Field.isTradingSuspended.rawValue),
+            ("tms", Field.timestamp.rawValue), ("st", Field.streamType.rawValue),
+        ],
     ])
 
     @inline(__always)
@@ -97,10 +101,11 @@ public struct PriceTickDecoder: Sendable {
 
         // Read once: each use of a static goes through its lazy initialisation check (swift_once).
         let keys = Self.keys
+        var expected = keys.firstExpected
         var first = true
-        while let key = try s.nextKey(&first) {
+        while let key = try s.nextKey(&first, in: keys, expected: &expected) {
             do throws(DecodeFailure) {
-                guard let raw = try s.field(key, in: keys), let field = Field(rawValue: raw) else {
+                guard let field = Field(rawValue: key.field) else {
                     try s.skipValue()
                     continue
                 }

@@ -25,9 +25,15 @@ public struct ProductDecoder: Sendable {
     /// The products in one message (one, or one per page entry; an empty page gives none).
     public func decode(_ bytes: ArraySlice<UInt8>) throws(DecodeFailure) -> [Product] {
         try JSONScanner.withScanner(bytes, limits: limits) { s throws(DecodeFailure) in
+            // One buffer for the text of every product in the message (a copy of it); the products
+            // get it once it is complete (sharing it earlier would copy it again on an escaped string).
+            var text = try s.messageText()
             var products: [Product] = []
-            let single = try decodeObject(&s, allowPage: true, pageOut: &products)
-            if let single { return [single] }
+            if var single = try decodeObject(&s, text: &text, allowPage: true, pageOut: &products) {
+                single.adopt(text)
+                return [single]
+            }
+            for i in products.indices { products[i].adopt(text) }
             return products
         }
     }
@@ -37,14 +43,15 @@ public struct ProductDecoder: Sendable {
         case discountedPrice, stock, createdAt, issuedAt, images, vendors, pages
     }
 
+    /// In the order the open market sends them (the order the scanner expects; any order decodes).
     private static let keys = KeyTable([
         ("id", Field.id.rawValue), ("vendor_id", Field.vendorId.rawValue), ("vendorName", Field.vendorName.rawValue),
         ("name", Field.name.rawValue), ("description", Field.description.rawValue),
         ("thumbnail", Field.thumbnail.rawValue), ("currency", Field.currency.rawValue),
         ("price", Field.price.rawValue), ("bargain_price", Field.bargainPrice.rawValue),
         ("discounted_price", Field.discountedPrice.rawValue), ("stock", Field.stock.rawValue),
-        ("created_at", Field.createdAt.rawValue), ("issued_at", Field.issuedAt.rawValue),
-        ("images", Field.images.rawValue), ("vendors", Field.vendors.rawValue), ("pages", Field.pages.rawValue),
+        ("images", Field.images.rawValue), ("vendors", Field.vendors.rawValue),
+        ("created_at", Field.createdAt.rawValue), ("issued_at", Field.issuedAt.rawValue), ("pages", Field.pages.rawValue),
     ])
 
     private enum ImageField: Int { case id, url, thumbnailURL, issuedAt }
@@ -57,11 +64,12 @@ public struct ProductDecoder: Sendable {
 
     /// Reads one object. Returns the product, or nil if it was a page (products appended to `pageOut`).
     private func decodeObject(
-        _ s: inout JSONScanner, allowPage: Bool, pageOut: inout [Product]
+        _ s: inout JSONScanner, text: inout TextBuffer, allowPage: Bool, pageOut: inout [Product]
     ) throws(DecodeFailure) -> Product? {
         try s.beginObject()
-        var id: Int64?, vendorId: Int64?, vendorName: String?, vendorsName: String?
-        var name: String?, description: String?, thumbnail: String?, currency: Product.Currency?
+        var id: Int64?, vendorId: Int64?, vendorName: TextBuffer.Slice?, vendorsName: TextBuffer.Slice?
+        var name: TextBuffer.Slice?, description: TextBuffer.Slice?, thumbnail: TextBuffer.Slice?
+        var currency: Product.Currency?
         var price: Double?, bargainPrice: Double?, discountedPrice: Double?, stock: Int64?
         var createdAt: Int64?, issuedAt: Int64?
         var images: [Product.Image] = []
@@ -69,20 +77,21 @@ public struct ProductDecoder: Sendable {
 
         // Read once: each use of a static goes through its lazy initialisation check (swift_once).
         let keys = Self.keys
+        var expected = keys.firstExpected
         var first = true
-        while let key = try s.nextKey(&first) {
+        while let key = try s.nextKey(&first, in: keys, expected: &expected) {
             do throws(DecodeFailure) {
-                guard let raw = try s.field(key, in: keys), let field = Field(rawValue: raw) else {
+                guard let field = Field(rawValue: key.field) else {
                     try s.skipValue()
                     continue
                 }
                 switch field {
                 case .id: id = try s.readOptionalInt()
                 case .vendorId: vendorId = try s.readOptionalInt()
-                case .vendorName: vendorName = try s.readOptionalString()
-                case .name: name = try s.readOptionalString()
-                case .description: description = try s.readOptionalString()
-                case .thumbnail: thumbnail = try s.readOptionalString()
+                case .vendorName: vendorName = try s.readOptionalText(into: &text)
+                case .name: name = try s.readOptionalText(into: &text)
+                case .description: description = try s.readOptionalText(into: &text)
+                case .thumbnail: thumbnail = try s.readOptionalText(into: &text)
                 case .currency:
                     if try s.consumeNull() { break }
                     let span = try s.readStringSpan()
@@ -99,10 +108,10 @@ public struct ProductDecoder: Sendable {
                 case .issuedAt: issuedAt = try s.readDateTime(offsetSeconds: utcOffsetSeconds)
                 case .images:
                     if try s.consumeNull() { break }
-                    images = try decodeImages(&s)
+                    images = try decodeImages(&s, text: &text)
                 case .vendors:
                     if try s.consumeNull() { break }
-                    vendorsName = try decodeVendorName(&s)
+                    vendorsName = try decodeVendorName(&s, text: &text)
                 case .pages:
                     guard allowPage else { try s.skipValue(); break }
                     sawPages = true
@@ -114,7 +123,7 @@ public struct ProductDecoder: Sendable {
                         guard index < s.limits.maxArrayElements else { throw s.tooManyElements() }
                         do throws(DecodeFailure) {
                             var unused: [Product] = []
-                            if let p = try decodeObject(&s, allowPage: false, pageOut: &unused) { pageOut.append(p) }
+                            if let p = try decodeObject(&s, text: &text, allowPage: false, pageOut: &unused) { pageOut.append(p) }
                         } catch {
                             throw error.under("[\(index)]")
                         }
@@ -129,8 +138,8 @@ public struct ProductDecoder: Sendable {
 
         guard let id else { throw missing("id") }
         guard let vendorId else { throw missing("vendor_id") }
-        guard let name, !name.isEmpty else { throw missing("name") }
-        guard let thumbnail, !thumbnail.isEmpty else { throw missing("thumbnail") }
+        guard let name, name.count > 0 else { throw missing("name") }
+        guard let thumbnail, thumbnail.count > 0 else { throw missing("thumbnail") }
         guard let currency else { throw missing("currency") }
         guard let price else { throw missing("price") }
         guard let stock else { throw missing("stock") }
@@ -144,30 +153,34 @@ public struct ProductDecoder: Sendable {
         // and say so, instead of trusting either number silently.
         let corrected = bargainPrice.map { abs($0 - (price - discount)) > 0.005 } ?? false
         return Product(
-            id: id, vendorId: vendorId, vendorName: vendorName ?? vendorsName, name: name, description: description,
-            thumbnail: thumbnail, currency: currency, price: price, discountedPrice: discount,
+            id: id, vendorId: vendorId, text: TextBuffer(), vendorName: vendorName ?? vendorsName, name: name,
+            description: description, thumbnail: thumbnail, currency: currency, price: price, discountedPrice: discount,
             bargainPriceCorrected: corrected, stock: stock, createdAt: createdAt, issuedAt: issuedAt, images: images)
     }
 
-    private func decodeImages(_ s: inout JSONScanner) throws(DecodeFailure) -> [Product.Image] {
+    /// The images, their text in `text` (not yet theirs: ``Product/adopt(_:)``).
+    private func decodeImages(_ s: inout JSONScanner, text: inout TextBuffer) throws(DecodeFailure) -> [Product.Image] {
         try s.beginArray()
+        // Read once: each use of a static goes through its lazy initialisation check (swift_once).
+        let imageKeys = Self.imageKeys
         var images: [Product.Image] = []
         var first = true
         while try s.nextElement(&first) {
             guard images.count < maxImages else {
                 throw invalid("", "more than \(maxImages) images")
             }
+            if images.isEmpty { images.reserveCapacity(min(maxImages, 8)) }  // one allocation, not one per doubling
             do throws(DecodeFailure) {
                 try s.beginObject()
-                var id: Int64?, url: String?, thumb: String?, issued: Int64?
-                let imageKeys = Self.imageKeys
+                var id: Int64?, url: TextBuffer.Slice?, thumb: TextBuffer.Slice?, issued: Int64?
+                var expected = imageKeys.firstExpected
                 var firstKey = true
-                while let key = try s.nextKey(&firstKey) {
+                while let key = try s.nextKey(&firstKey, in: imageKeys, expected: &expected) {
                     do throws(DecodeFailure) {
-                        switch try s.field(key, in: imageKeys).flatMap(ImageField.init(rawValue:)) {
+                        switch ImageField(rawValue: key.field) {
                         case .id: id = try s.readOptionalInt()
-                        case .url: url = try s.readOptionalString()
-                        case .thumbnailURL: thumb = try s.readOptionalString()
+                        case .url: url = try s.readOptionalText(into: &text)
+                        case .thumbnailURL: thumb = try s.readOptionalText(into: &text)
                         case .issuedAt: issued = try s.readDateTime(offsetSeconds: utcOffsetSeconds)
                         case nil: try s.skipValue()
                         }
@@ -176,8 +189,8 @@ public struct ProductDecoder: Sendable {
                     }
                 }
                 guard let id else { throw missing("id") }
-                guard let url, !url.isEmpty else { throw missing("url") }
-                images.append(Product.Image(id: id, url: url, thumbnailURL: thumb, issuedAt: issued))
+                guard let url, url.count > 0 else { throw missing("url") }
+                images.append(Product.Image(id: id, text: TextBuffer(), url: url, thumbnailURL: thumb, issuedAt: issued))
             } catch {
                 throw error.under("[\(images.count)]")
             }
@@ -185,14 +198,16 @@ public struct ProductDecoder: Sendable {
         return images
     }
 
-    private func decodeVendorName(_ s: inout JSONScanner) throws(DecodeFailure) -> String? {
+    private func decodeVendorName(_ s: inout JSONScanner, text: inout TextBuffer) throws(DecodeFailure) -> TextBuffer.Slice? {
         try s.beginObject()
-        var name: String?
+        var name: TextBuffer.Slice?
+        let vendorKeys = Self.vendorKeys
+        var expected = vendorKeys.firstExpected
         var first = true
-        while let key = try s.nextKey(&first) {
+        while let key = try s.nextKey(&first, in: vendorKeys, expected: &expected) {
             do throws(DecodeFailure) {
-                if try s.field(key, in: Self.vendorKeys) != nil {
-                    name = try s.readOptionalString()
+                if key.field >= 0 {
+                    name = try s.readOptionalText(into: &text)
                 } else {
                     try s.skipValue()
                 }
@@ -201,5 +216,13 @@ public struct ProductDecoder: Sendable {
             }
         }
         return name
+    }
+}
+
+extension Product {
+    /// Takes `text` as the buffer of its text and its images' (the decoder's, once complete).
+    fileprivate mutating func adopt(_ text: TextBuffer) {
+        self.text = text
+        for i in images.indices { images[i].text = text }
     }
 }

@@ -75,11 +75,20 @@ import WorkersTesting
 
     /// The string scanner reads 8 bytes at a time: put escapes, quotes, control characters and
     /// multi-byte UTF-8 at every offset around the word boundaries.
+    /// Both ways of reading a string (a `String`, and text kept in a ``TextBuffer``) see the same.
     @Test func specialBytesAtEveryOffsetOfTheWordScan() throws {
-        func str(_ t: String) throws(DecodeFailure) -> String {
-            try JSONScanner.withScanner(Array(t.utf8), limits: .default) { s throws(DecodeFailure) in try s.readString() }
+        func str(_ t: String) throws(DecodeFailure) -> String { try str(Array(t.utf8)) }
+        func str(_ bytes: [UInt8]) throws(DecodeFailure) -> String {
+            let made = try JSONScanner.withScanner(bytes, limits: .default) { s throws(DecodeFailure) in try s.readString() }
+            let kept = try JSONScanner.withScanner(bytes, limits: .default) { s throws(DecodeFailure) in
+                var text = try s.messageText()
+                let slice = try s.readText(into: &text)
+                return text.string(slice)
+            }
+            #expect(kept == made)
+            return made
         }
-        for prefix in 0..<20 {
+        for prefix in 0..<36 {
             let pad = String(repeating: "a", count: prefix)
             #expect(try str("\"\(pad)\"") == pad)
             #expect(try str("\"\(pad)\\\"\(pad)\"") == pad + "\"" + pad)
@@ -93,7 +102,26 @@ import WorkersTesting
                 #expect(throws: DecodeFailure.self) {
                     try JSONScanner.withScanner(bytes, limits: .default) { s throws(DecodeFailure) in try s.readString() }
                 }
+                #expect(throws: DecodeFailure.self) {
+                    try JSONScanner.withScanner(bytes, limits: .default) { s throws(DecodeFailure) in
+                        var text = try s.messageText()
+                        _ = try s.readText(into: &text)
+                    }
+                }
             }
+            // Non-ASCII bytes read with the closing quote's word are not the string's.
+            func asciiFlags(_ json: String) throws(DecodeFailure) -> [Bool] {
+                try JSONScanner.withScanner(Array(json.utf8), limits: .default) { s throws(DecodeFailure) in
+                    try s.beginArray()
+                    var first = true
+                    var flags: [Bool] = []
+                    while try s.nextElement(&first) { flags.append(try s.readStringSpan().ascii) }
+                    return flags
+                }
+            }
+            #expect(try asciiFlags("[\"\(pad)\",\"é\"]") == [true, false])
+            #expect(try asciiFlags("[\"\(pad)é\",\"\(pad)\"]") == [false, true])
+            #expect(try asciiFlags("[\"\(pad)\\u00e9\"]") == [true])
         }
     }
 
@@ -113,8 +141,108 @@ import WorkersTesting
         #expect(ms("2022-01-04") == nil)
         #expect(LocalDateTime.isoUTC(1_641_222_000_123) == "2022-01-03T15:00:00.123Z")
     }
+
+    /// The word-at-a-time check of `yyyy-MM-ddTHH:mm:ss` against a byte-by-byte one: every byte
+    /// of the 19 replaced by each of its 256 values is accepted exactly when it is still a date.
+    @Test func everyByteOfADateIsChecked() {
+        func reference(_ b: [UInt8]) -> Int64? {
+            func num(_ from: Int, _ len: Int) -> Int? {
+                var v = 0
+                for i in from..<(from + len) {
+                    guard b[i] >= 0x30, b[i] <= 0x39 else { return nil }
+                    v = v * 10 + Int(b[i] - 0x30)
+                }
+                return v
+            }
+            guard b[4] == 0x2D, b[7] == 0x2D, b[10] == 0x54 || b[10] == 0x20, b[13] == 0x3A, b[16] == 0x3A,
+                let y = num(0, 4), let mo = num(5, 2), let d = num(8, 2), let h = num(11, 2), let mi = num(14, 2),
+                let s = num(17, 2), (1...12).contains(mo), d >= 1, d <= LocalDateTime.daysInMonth(y, mo), h < 24, mi < 60, s < 60
+            else { return nil }
+            return Int64((LocalDateTime.daysFromCivil(y, mo, d) * 86_400 + h * 3600 + mi * 60 + s)) * 1000
+        }
+        for text in ["2022-01-04T00:00:00", "1999-12-31 23:59:59", "2024-02-29T12:34:56"] {
+            let valid = Array(text.utf8)
+            for i in 0..<valid.count {
+                for v in 0...255 {
+                    var b = valid
+                    b[i] = UInt8(v)
+                    let got = b.withUnsafeBytes { LocalDateTime.epochMillis($0, defaultOffsetSeconds: 0) }
+                    #expect(got == reference(b), "\(text) byte \(i) = \(v)")
+                }
+            }
+        }
+    }
 }
 
+
+/// The UTF-8 check that keeps text without making a `String`, against the standard library's.
+@Suite struct UTF8CheckTests {
+    @Test func agreesWithTheStandardLibrary() {
+        var rng = SplitMix64(seed: 11)
+        // Bytes drawn mostly from the edges of the UTF-8 ranges (leads, continuations, overlongs,
+        // surrogates, the end of Unicode), with ASCII runs to cross the word-at-a-time path.
+        let pool: [UInt8] = [0x00, 0x41, 0x7F, 0x80, 0x8F, 0x90, 0x9F, 0xA0, 0xBF, 0xC0, 0xC1, 0xC2, 0xDF, 0xE0, 0xE1, 0xEC, 0xED,
+                             0xEE, 0xEF, 0xF0, 0xF1, 0xF3, 0xF4, 0xF5, 0xFF]
+        for _ in 0..<200_000 {
+            var bytes: [UInt8] = []
+            for _ in 0..<Int(rng.next() % 12) {
+                if rng.next() % 4 == 0 {
+                    bytes += Array(repeating: 0x61, count: Int(rng.next() % 10))
+                } else {
+                    bytes.append(pool[Int(rng.next() % UInt64(pool.count))])
+                }
+            }
+            let expected = String(validating: bytes, as: UTF8.self) != nil
+            #expect(bytes.withUnsafeBufferPointer { UTF8Check.isValid($0) } == expected, "\(bytes)")
+        }
+        for text in ["", "a", "é", "한글", "😀", "aaaaaaaaé😀aaaaaaaa"] {
+            #expect(Array(text.utf8).withUnsafeBufferPointer { UTF8Check.isValid($0) })
+        }
+    }
+}
+
+/// Keys read with an expected order give the same fields as keys looked up one by one, whatever
+/// the order, with unknown keys, near misses (a prefix, one byte longer), escapes and the input's
+/// very end.
+@Suite struct ExpectedKeyOrderTests {
+    let table = KeyTable(schemes: [
+        [("id", 0), ("name", 1), ("created_at", 2), ("a_key_of_exactly_thirty_one_byt", 3)],
+        [("i", 0), ("n", 1), ("c", 2)],
+    ])
+
+    private func fields(_ json: String) throws(DecodeFailure) -> [Int] {
+        try JSONScanner.withScanner(Array(json.utf8), limits: .default) { s throws(DecodeFailure) in
+            try s.beginObject()
+            var expected = table.firstExpected
+            var first = true
+            var found: [Int] = []
+            while let key = try s.nextKey(&first, in: table, expected: &expected) {
+                found.append(key.field)
+                // The span is the key as written: its text and the table agree.
+                #expect(key.field == (Array(s.keyName(key).utf8).withUnsafeBytes { table.lookup($0) } ?? -1))
+                try s.skipValue()
+            }
+            return found
+        }
+    }
+
+    @Test func orderDoesNotChangeWhatIsFound() throws {
+        #expect(try fields(#"{"id":1,"name":"x","created_at":"t"}"#) == [0, 1, 2])
+        #expect(try fields(#"{"created_at":"t","id":1,"name":"x"}"#) == [2, 0, 1])
+        #expect(try fields(#"{"n":"x","i":1,"c":"t","id":2}"#) == [1, 0, 2, 0])
+        #expect(try fields(#"{"id":1,"extra":[1,{"name":2}],"name":"x"}"#) == [0, -1, 1])
+        #expect(try fields(#"{"i":1,"idx":1,"nam":2,"name_":3,"name":4}"#) == [0, -1, -1, -1, 1])
+        #expect(try fields(#"{"id":1,"n\u0061me":2,"created_at":3}"#) == [0, 1, 2])
+        #expect(try fields(#"{"id":1,"name":2,"created_at":3,"a_key_of_exactly_thirty_one_byt":4}"#) == [0, 1, 2, 3])
+        #expect(try fields(#"{"id":1,"name":2,"created_at":3,"a_key_of_exactly_thirty_one_bytX":4}"#) == [0, 1, 2, -1])
+        #expect(try fields(#"{ "id" : 1 , "name" :2}"#) == [0, 1])
+        // The expected key at the input's very end (too few bytes left for a word): read the slow way.
+        #expect(try fields(#"{"id":1,"name":{}}"#) == [0, 1])
+        #expect(try fields(#"{"i":{}}"#) == [0])
+        #expect(throws: DecodeFailure.self) { try fields(#"{"id" 1}"#) }
+        #expect(throws: DecodeFailure.self) { try fields(#"{"id":1"name":2}"#) }
+    }
+}
 
 /// Key lookup by byte span: the masked-word path (a key inside its JSON text) and the byte path
 /// agree for every length, also where the key ends at the last byte of the input.

@@ -90,4 +90,48 @@ import Workers
         let failure = expectFailure { () throws(DecodeFailure) in try decoder.decode(Fixtures.bytes(text)) }
         #expect(failure?.field == "pages[1].currency")
     }
+
+    /// A product keeps its text in one buffer with its images (``TextBuffer``): what it gives back
+    /// is what was sent, escapes decoded; products of one page share the page's buffer without
+    /// seeing each other's text; changing a decoded product's text changes nothing else.
+    @Test func keptTextReadsBackAndStaysApart() throws {
+        let page = #"""
+            {"pageNo":1,"pages":[
+             {"id":1,"vendor_id":2,"vendorName":"v\u00e9ndor","name":"Caf\u00e9 \"A\" 한글","description":"tab\there","thumbnail":"https://t/1","currency":"KRW","price":10,"stock":1,"created_at":"2022-01-04T00:00:00","issued_at":"2022-01-04T00:00:00",
+              "images":[{"id":7,"url":"https://o/7","thumbnail_url":"https://t/7\/x"},{"id":8,"url":"https://o/8"}]},
+             {"id":2,"vendor_id":2,"vendors":{"name":"shop"},"name":"Second","thumbnail":"https://t/2","currency":"USD","price":1,"stock":0,"created_at":"2022-01-04T00:00:00","issued_at":"2022-01-05T00:00:00"}
+            ]}
+            """#
+        var products = try decoder.decode(Array(page.utf8))
+        #expect(products.count == 2)
+        let built = Product(
+            id: 1, vendorId: 2, vendorName: "véndor", name: "Café \"A\" 한글", description: "tab\there", thumbnail: "https://t/1",
+            currency: .krw, price: 10, stock: 1, createdAt: jan4KST, issuedAt: jan4KST,
+            images: [
+                Product.Image(id: 7, url: "https://o/7", thumbnailURL: "https://t/7/x"),
+                Product.Image(id: 8, url: "https://o/8"),
+            ])
+        #expect(products[0] == built)
+        #expect(products[0].hashValue == built.hashValue)
+        #expect(products[1].vendorName == "shop")
+        #expect(products[1].name == "Second")
+        #expect(products[1].description == nil)
+        #expect(products[1].images.isEmpty)
+        // Written out and read back: the same product.
+        #expect(try decoder.decode(products[0].jsonBytes()) == [products[0]])
+        let coded = try JSONDecoder().decode(Product.self, from: JSONEncoder().encode(products[0]))
+        #expect(coded == products[0])
+        // Changing one product's text: the other product, the images and a copy keep theirs.
+        let copy = products[0]
+        products[0].name = "Renamed"
+        products[0].images[0].url = "https://o/changed"
+        products[0].description = nil
+        #expect(products[0].name == "Renamed")
+        #expect(products[0].images[0].url == "https://o/changed")
+        #expect(products[0].images[0].thumbnailURL == "https://t/7/x")
+        #expect(products[0].description == nil)
+        #expect(copy == built)
+        #expect(products[1].name == "Second")
+        #expect(products[0] != built)
+    }
 }
