@@ -9,8 +9,9 @@
 /// knows it: the keys are declared in that order, one list per naming scheme (a format whose keys
 /// have other names, such as Upbit's SIMPLE, is a scheme of its own). After a key, the scanner
 /// first compares the input against the key that followed it in its scheme (two or three word
-/// comparisons, its closing quote included) and only reads and hashes the key when that was not
-/// it (``JSONScanner/nextKey(_:in:expected:)``). An unknown key in between leaves the expectation
+/// comparisons, its closing quote included), then the few after it (a message may leave optional
+/// keys out), and only reads and hashes the key when none was it
+/// (``JSONScanner/nextKey(_:in:expected:)``). An unknown key in between leaves the expectation
 /// where it was.
 struct KeyTable: Sendable {
     private struct Entry: Sendable {
@@ -32,6 +33,11 @@ struct KeyTable: Sendable {
     private let mask: Int
     /// Every key in declaration order: scheme after scheme, each in its upstream's order.
     private let entries: [Entry]
+
+    /// The field number of a key the upstream sends and the decoder does not read: listing it
+    /// keeps the expected order in step (the key is matched, not scanned and hashed), and its
+    /// value is skipped like an unknown key's.
+    static let ignored = -1
 
     /// `keys`: (key text, field number), in the order the upstream sends them.
     init(_ keys: [(String, Int)]) { self.init(schemes: [keys]) }
@@ -128,7 +134,7 @@ struct KeyTable: Sendable {
         guard key.count <= 32 else { return nil }
         let (w0, w1, w2, w3) = KeyTable.pack(key)
         let i = find(w0, w1, w2, w3, key.count)
-        return i < 0 ? nil : entries[i].id
+        return i < 0 || entries[i].id < 0 ? nil : entries[i].id
     }
 
     /// ``lookup(_:)`` for a key of `count` bytes at `key` that may read up to `readable` bytes
@@ -137,7 +143,7 @@ struct KeyTable: Sendable {
     @inline(__always)
     func lookup(_ key: UnsafeRawPointer, count n: Int, readable: Int) -> Int? {
         let i = entry(key, count: n, readable: readable)
-        return i < 0 ? nil : entries[i].id
+        return i < 0 || entries[i].id < 0 ? nil : entries[i].id
     }
 
     /// The index of the entry for a key of `n` bytes at `key`; -1 for none.
@@ -175,13 +181,28 @@ struct KeyTable: Sendable {
     @inline(__always) fileprivate func length(_ index: Int) -> Int { entries[index].length }
     @inline(__always) fileprivate func next(_ index: Int) -> Int { entries[index].next }
 
-    /// The entry `expected` if the input at `text` (just after a key's opening quote, `readable`
-    /// bytes available) is that key and its closing quote; nil otherwise, also when too few bytes
-    /// are left to compare whole words (the caller then reads the key the ordinary way).
+    /// The entry at `text` among `expected` and the few that follow it in its scheme (a message
+    /// that leaves out optional keys skips some), or -1: then the key is read and hashed.
     @inline(__always)
-    fileprivate func isExpected(_ expected: Int, at text: UnsafeRawPointer, readable: Int) -> Bool {
-        guard expected >= 0 else { return false }
-        return entries.withUnsafeBufferPointer { all in
+    fileprivate func matchExpected(_ expected: Int, at text: UnsafeRawPointer, readable: Int) -> Int {
+        var candidate = expected
+        for _ in 0..<KeyTable.lookahead {
+            guard candidate >= 0 else { return -1 }
+            if isExpected(candidate, at: text, readable: readable) { return candidate }
+            candidate = entries[candidate].next
+        }
+        return -1
+    }
+
+    /// How many entries of the expected order a key is compared with before it is hashed.
+    static let lookahead = 4
+
+    /// Whether the input at `text` (just after a key's opening quote, `readable` bytes available)
+    /// is entry `expected`'s key and its closing quote; false also when too few bytes are left to
+    /// compare whole words (the caller then reads the key the ordinary way).
+    @inline(__always)
+    private func isExpected(_ expected: Int, at text: UnsafeRawPointer, readable: Int) -> Bool {
+        entries.withUnsafeBufferPointer { all in
             let e = all.baseAddress! + expected
             let words = e.pointee.quotedWords
             guard words > 0, words &* 8 <= readable else { return false }
@@ -201,7 +222,7 @@ struct KeyTable: Sendable {
 }
 
 /// A key read by ``JSONScanner/nextKey(_:in:expected:)``: where it is, and its field number in
-/// the table (-1 for a key the table does not know).
+/// the table (-1 for a key the table does not know or lists as ``KeyTable/ignored``).
 struct JSONKey {
     var span: JSONSpan
     var field: Int
@@ -216,10 +237,10 @@ extension JSONScanner {
     mutating func nextKey(_ first: inout Bool, in table: KeyTable, expected: inout Int) throws(DecodeFailure) -> JSONKey? {
         guard try openKey(&first) else { return nil }
         let start = pos &+ 1
-        if withSpanStart(JSONSpan(start: start, end: start, escaped: false), { text, readable in
-            table.isExpected(expected, at: text, readable: readable)
-        }) {
-            let e = expected
+        let e = withSpanStart(JSONSpan(start: start, end: start, escaped: false)) { text, readable in
+            table.matchExpected(expected, at: text, readable: readable)
+        }
+        if e >= 0 {
             let end = start &+ table.length(e)
             try skipKey(to: end &+ 1)
             expected = table.next(e)

@@ -52,31 +52,43 @@ public struct PriceTickDecoder: Sendable {
         case tradeTimestamp, timestamp, askBid, streamType, isTradingSuspended
     }
 
-    /// DEFAULT (with REST's `market`) and SIMPLE names of every field, each in the order Upbit
-    /// sends them (the order the scanner expects; any order decodes).
-    private static let keys = KeyTable(schemes: [
-        [
-            ("type", Field.type.rawValue), ("code", Field.market.rawValue), ("market", Field.market.rawValue),
-            ("opening_price", Field.openingPrice.rawValue), ("high_price", Field.highPrice.rawValue),
-            ("low_price", Field.lowPrice.rawValue), ("trade_price", Field.tradePrice.rawValue),
-            ("prev_closing_price", Field.prevClosingPrice.rawValue), ("change", Field.change.rawValue),
-            ("signed_change_price", Field.signedChangePrice.rawValue), ("signed_change_rate", Field.signedChangeRate.rawValue),
-            ("trade_volume", Field.tradeVolume.rawValue), ("acc_trade_volume_24h", Field.accTradeVolume24h.rawValue),
-            ("acc_trade_price_24h", Field.accTradePrice24h.rawValue), ("trade_timestamp", Field.tradeTimestamp.rawValue),
-            ("ask_bid", Field.askBid.rawValue), ("is_trading_suspended", Field.isTradingSuspended.rawValue),
-            ("timestamp", Field.timestamp.rawValue), ("stream_type", Field.streamType.rawValue),
-        ],
-        [
-            ("ty", Field.type.rawValue), ("cd", Field.market.rawValue), ("op", Field.openingPrice.rawValue),
-            ("hp", Field.highPrice.rawValue), ("lp", Field.lowPrice.rawValue), ("tp", Field.tradePrice.rawValue),
-            ("pcp", Field.prevClosingPrice.rawValue), ("c", Field.change.rawValue),
-            ("scp", Field.signedChangePrice.rawValue), ("scr", Field.signedChangeRate.rawValue),
-            ("tv", Field.tradeVolume.rawValue), ("atv24h", Field.accTradeVolume24h.rawValue),
-            ("atp24h", Field.accTradePrice24h.rawValue), ("ttms", Field.tradeTimestamp.rawValue),
-            ("ab", Field.askBid.rawValue), ("its", Field.isTradingSuspended.rawValue),
-            ("tms", Field.timestamp.rawValue), ("st", Field.streamType.rawValue),
-        ],
-    ])
+    /// DEFAULT (with REST's `market`) and SIMPLE names, each in the order Upbit sends them (the
+    /// order the scanner expects; any order decodes), with the keys it sends that no field reads
+    /// listed as ignored, so that each key of a frame is one comparison.
+    private static let keys: KeyTable = {
+        let ignored = KeyTable.ignored
+        return KeyTable(schemes: [
+            [
+                ("type", Field.type.rawValue), ("code", Field.market.rawValue), ("market", Field.market.rawValue),
+                ("opening_price", Field.openingPrice.rawValue), ("high_price", Field.highPrice.rawValue),
+                ("low_price", Field.lowPrice.rawValue), ("trade_price", Field.tradePrice.rawValue),
+                ("prev_closing_price", Field.prevClosingPrice.rawValue), ("change", Field.change.rawValue),
+                ("change_price", ignored), ("change_rate", ignored),
+                ("signed_change_price", Field.signedChangePrice.rawValue), ("signed_change_rate", Field.signedChangeRate.rawValue),
+                ("trade_volume", Field.tradeVolume.rawValue), ("acc_trade_volume", ignored),
+                ("acc_trade_volume_24h", Field.accTradeVolume24h.rawValue), ("acc_trade_price", ignored),
+                ("acc_trade_price_24h", Field.accTradePrice24h.rawValue), ("trade_date", ignored), ("trade_time", ignored),
+                ("trade_timestamp", Field.tradeTimestamp.rawValue), ("ask_bid", Field.askBid.rawValue),
+                ("acc_ask_volume", ignored), ("acc_bid_volume", ignored), ("highest_52_week_price", ignored),
+                ("highest_52_week_date", ignored), ("lowest_52_week_price", ignored), ("lowest_52_week_date", ignored),
+                ("market_state", ignored), ("is_trading_suspended", Field.isTradingSuspended.rawValue),
+                ("delisting_date", ignored), ("market_warning", ignored),
+                ("timestamp", Field.timestamp.rawValue), ("stream_type", Field.streamType.rawValue),
+            ],
+            [
+                ("ty", Field.type.rawValue), ("cd", Field.market.rawValue), ("op", Field.openingPrice.rawValue),
+                ("hp", Field.highPrice.rawValue), ("lp", Field.lowPrice.rawValue), ("tp", Field.tradePrice.rawValue),
+                ("pcp", Field.prevClosingPrice.rawValue), ("c", Field.change.rawValue), ("cp", ignored), ("cr", ignored),
+                ("scp", Field.signedChangePrice.rawValue), ("scr", Field.signedChangeRate.rawValue),
+                ("tv", Field.tradeVolume.rawValue), ("atv", ignored), ("atv24h", Field.accTradeVolume24h.rawValue),
+                ("atp", ignored), ("atp24h", Field.accTradePrice24h.rawValue), ("tdt", ignored), ("ttm", ignored),
+                ("ttms", Field.tradeTimestamp.rawValue), ("ab", Field.askBid.rawValue), ("aav", ignored), ("abv", ignored),
+                ("h52wp", ignored), ("h52wdt", ignored), ("l52wp", ignored), ("l52wdt", ignored), ("ms", ignored),
+                ("its", Field.isTradingSuspended.rawValue), ("dd", ignored), ("mw", ignored),
+                ("tms", Field.timestamp.rawValue), ("st", Field.streamType.rawValue),
+            ],
+        ])
+    }()
 
     @inline(__always)
     private static func decodeObject(_ s: inout JSONScanner) throws(DecodeFailure) -> PriceTick {
@@ -156,7 +168,8 @@ public struct PriceTickDecoder: Sendable {
         }
 
         guard let market else { throw missing("code") }
-        guard isMarketCode(market) else { throw invalid("code", "not a market code like KRW-BTC: \(market.prefix(40))") }
+        var code = market  // a small string: its bytes are copied to the stack, not allocated
+        guard code.withUTF8(Self.isMarketCode) else { throw invalid("code", "not a market code like KRW-BTC: \(market.prefix(40))") }
         guard let tradePrice else { throw missing("trade_price") }
         guard tradePrice > 0 else { throw invalid("trade_price", "must be positive") }
         guard let signedChangeRate else { throw missing("signed_change_rate") }
@@ -183,11 +196,11 @@ public struct PriceTickDecoder: Sendable {
     static let year10000: Int64 = 253_402_300_800_000
 
     /// `QUOTE-BASE`: uppercase letters and digits on both sides of one dash, at most 32 bytes.
-    private static func isMarketCode(_ s: String) -> Bool {
+    private static func isMarketCode(_ utf8: UnsafeBufferPointer<UInt8>) -> Bool {
         var dashes = 0
         var count = 0
         var lastWasDash = true
-        for b in s.utf8 {
+        for b in utf8 {
             count += 1
             if b == UInt8(ascii: "-") {
                 if lastWasDash { return false }

@@ -60,7 +60,7 @@ public struct ProductDecoder: Sendable {
         ("thumbnail_url", ImageField.thumbnailURL.rawValue), ("issued_at", ImageField.issuedAt.rawValue),
     ])
 
-    private static let vendorKeys = KeyTable([("name", 0)])
+    private static let vendorKeys = KeyTable([("id", KeyTable.ignored), ("name", 0), ("created_at", KeyTable.ignored)])
 
     /// Reads one object. Returns the product, or nil if it was a page (products appended to `pageOut`).
     private func decodeObject(

@@ -206,7 +206,7 @@ import WorkersTesting
 /// very end.
 @Suite struct ExpectedKeyOrderTests {
     let table = KeyTable(schemes: [
-        [("id", 0), ("name", 1), ("created_at", 2), ("a_key_of_exactly_thirty_one_byt", 3)],
+        [("id", 0), ("name", 1), ("skip_me", KeyTable.ignored), ("created_at", 2), ("a_key_of_exactly_thirty_one_byt", 3)],
         [("i", 0), ("n", 1), ("c", 2)],
     ])
 
@@ -236,6 +236,13 @@ import WorkersTesting
         #expect(try fields(#"{"id":1,"name":2,"created_at":3,"a_key_of_exactly_thirty_one_byt":4}"#) == [0, 1, 2, 3])
         #expect(try fields(#"{"id":1,"name":2,"created_at":3,"a_key_of_exactly_thirty_one_bytX":4}"#) == [0, 1, 2, -1])
         #expect(try fields(#"{ "id" : 1 , "name" :2}"#) == [0, 1])
+        // A key listed as ignored: no field, and the order stays in step.
+        #expect(try fields(#"{"id":1,"name":2,"skip_me":{"id":3},"created_at":4}"#) == [0, 1, -1, 2])
+        #expect(try fields(#"{"skip_me":1,"id":2}"#) == [-1, 0])
+        // Keys left out: found a few entries further on, or hashed when further than that.
+        #expect(try fields(#"{"id":1,"created_at":2}"#) == [0, 2])
+        #expect(try fields(#"{"id":1,"a_key_of_exactly_thirty_one_byt":2,"name":3}"#) == [0, 3, 1])
+        #expect(try fields(#"{"i":1,"c":2,"n":3}"#) == [0, 2, 1])
         // The expected key at the input's very end (too few bytes left for a word): read the slow way.
         #expect(try fields(#"{"id":1,"name":{}}"#) == [0, 1])
         #expect(try fields(#"{"i":{}}"#) == [0])
