@@ -65,8 +65,9 @@ struct JSONScanner {
 
     // MARK: Bytes
 
+    /// The byte at `i` (< `count`).
     @inline(__always)
-    private func byte(_ i: Int) -> UInt8 { base.load(fromByteOffset: i, as: UInt8.self) }
+    func byte(_ i: Int) -> UInt8 { base.load(fromByteOffset: i, as: UInt8.self) }
 
     @inline(__always)
     mutating func skipWhitespace() {
@@ -181,6 +182,10 @@ struct JSONScanner {
     /// Moves `n` bytes on (past bytes the caller has checked).
     @inline(__always)
     mutating func skip(_ n: Int) { pos &+= n }
+
+    /// Moves to `position` (past bytes the caller has checked).
+    @inline(__always)
+    mutating func move(to position: Int) { pos = position }
 
     /// Consumes `[`. Then call ``nextElement(_:)`` until it returns false.
     mutating func beginArray() throws(DecodeFailure) {

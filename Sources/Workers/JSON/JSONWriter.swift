@@ -32,12 +32,23 @@ public struct JSONWriter: Sendable {
         return storage
     }
 
-    /// Runs `body` on room for `n` more bytes; `body` returns how many it wrote.
+    /// Runs `body` with a ``Cursor`` over room for `room` more bytes: one capacity check and one
+    /// access to the buffer for everything `body` writes, however many pieces. `room` must bound
+    /// what it writes (each ``Cursor`` method says its bound).
     @inline(__always)
-    private mutating func write(upTo n: Int, _ body: (UnsafeMutablePointer<UInt8>) -> Int) {
-        if count + n > storage.count { grow(by: count + n - storage.count) }
+    mutating func withRoom(_ room: Int, _ body: (inout Cursor) -> Void) {
+        if count &+ room > storage.count { grow(by: count &+ room &- storage.count) }
         let start = count
-        count += storage.withUnsafeMutableBufferPointer { body($0.baseAddress! + start) }
+        var comma = needsComma
+        let written = storage.withUnsafeMutableBufferPointer { buffer in
+            var cursor = Cursor(buffer.baseAddress! + start, needsComma: comma)
+            body(&cursor)
+            comma = cursor.needsComma
+            return cursor.written
+        }
+        precondition(written <= room, "JSONWriter: wrote \(written) bytes into room for \(room)")  // a wrong bound is a bug
+        count &+= written
+        needsComma = comma
     }
 
     /// Adds zeroed slack, at least 256 bytes (the array's capacity grows geometrically
@@ -54,134 +65,225 @@ public struct JSONWriter: Sendable {
 
     private static let zeros = [UInt8](repeating: 0, count: 4096)
 
-    @inline(__always)
-    private mutating func append(_ byte: UInt8) { write(upTo: 1) { $0.pointee = byte; return 1 } }
+    public mutating func beginObject() { withRoom(2) { $0.beginObject() } }
+    public mutating func endObject() { withRoom(1) { $0.endObject() } }
+    public mutating func beginArray() { withRoom(2) { $0.beginArray() } }
+    public mutating func endArray() { withRoom(1) { $0.endArray() } }
 
-    private mutating func append(_ utf8: UnsafeBufferPointer<UInt8>) {
-        guard let source = utf8.baseAddress else { return }
-        write(upTo: utf8.count) { $0.update(from: source, count: utf8.count); return utf8.count }
-    }
-
-    private mutating func append(_ s: StaticString) {
-        s.withUTF8Buffer { append($0) }
-    }
-
-    private mutating func separate() {
-        if needsComma { append(UInt8(ascii: ",")) }
-        needsComma = true
-    }
-
-    public mutating func beginObject() { separate(); append(UInt8(ascii: "{")); needsComma = false }
-    public mutating func endObject() { append(UInt8(ascii: "}")); needsComma = true }
-    public mutating func beginArray() { separate(); append(UInt8(ascii: "[")); needsComma = false }
-    public mutating func endArray() { append(UInt8(ascii: "]")); needsComma = true }
-
-    /// Writes `"name":` for a literal key; the next call writes its value. The common case:
-    /// no String bridging, one write of the bytes the literal already holds.
+    /// Writes `"name":` for a literal key; the next call writes its value.
     @inline(__always)
     public mutating func key(_ name: StaticString) {
         // A one-scalar literal has no pointer; a literal with a quote, backslash or control byte needs escaping.
         guard name.hasPointerRepresentation,
               Self.isPlain(UnsafeBufferPointer(start: name.utf8Start, count: name.utf8CodeUnitCount))
         else { return key(text: name.description) }
-        let n = name.utf8CodeUnitCount, source = name.utf8Start
-        let comma = needsComma
-        write(upTo: n + 4) { out in
-            var i = 0
-            if comma { out[0] = UInt8(ascii: ","); i = 1 }
-            out[i] = UInt8(ascii: "\"")
-            (out + i + 1).update(from: source, count: n)
-            i += 1 + n
-            out[i] = UInt8(ascii: "\"")
-            out[i + 1] = UInt8(ascii: ":")
-            return i + 2
-        }
-        needsComma = false
+        withRoom(Cursor.room(key: name)) { $0.key(name) }
     }
 
     /// Writes `"name":` for a key known only at run time (escaped when it needs it).
     public mutating func key(text name: String) {
         var name = name
-        name.withUTF8 { utf8 in
-            // `,"name":` in one write when the name needs no escape.
-            if Self.isPlain(utf8) {
-                let comma = needsComma
-                write(upTo: utf8.count + 4) { out in
-                    var i = 0
-                    if comma { out[0] = UInt8(ascii: ","); i = 1 }
-                    out[i] = UInt8(ascii: "\"")
-                    if let name = utf8.baseAddress { (out + i + 1).update(from: name, count: utf8.count) }
-                    i += 1 + utf8.count
-                    out[i] = UInt8(ascii: "\"")
-                    out[i + 1] = UInt8(ascii: ":")
-                    return i + 2
-                }
-            } else {
-                separate()
-                append(UInt8(ascii: "\""))
-                appendEscaped(utf8)
-                append(UInt8(ascii: "\""))
-                append(UInt8(ascii: ":"))
-            }
-        }
-        needsComma = false
+        name.withUTF8 { utf8 in withRoom(Cursor.room(key: utf8.count)) { $0.key(utf8: utf8) } }
     }
 
-    public mutating func string(_ s: String) { separate(); appendQuoted(s) }
-    public mutating func int(_ v: Int64) { separate(); appendInteger(v) }
+    public mutating func string(_ s: String) {
+        var s = s
+        // Native strings are contiguous UTF-8.
+        s.withUTF8 { utf8 in withRoom(Cursor.room(string: utf8.count)) { $0.string(utf8: utf8) } }
+    }
+
+    /// A string given as UTF-8 bytes (valid UTF-8: text a decoder kept, see ``TextBuffer``).
+    mutating func string(utf8: UnsafeBufferPointer<UInt8>) { withRoom(Cursor.room(string: utf8.count)) { $0.string(utf8: utf8) } }
+
+    public mutating func int(_ v: Int64) { withRoom(Cursor.numberRoom) { $0.int(v) } }
     public mutating func int(_ v: Int) { int(Int64(v)) }
-    public mutating func bool(_ v: Bool) { separate(); append(v ? "true" : "false") }
-    public mutating func null() { separate(); append("null") }
+    public mutating func bool(_ v: Bool) { withRoom(6) { $0.bool(v) } }
+    public mutating func null() { withRoom(5) { $0.null() } }
 
     /// Shortest representation that reads back to the same Double; non-finite values (which the
     /// decoders never produce) are written as null since JSON has no NaN.
-    public mutating func double(_ v: Double) {
-        separate()
-        guard v.isFinite else { append("null"); return }
-        if abs(v) < 1e15, v == Double(Int64(v)) {
-            appendInteger(Int64(v))
-        } else if !appendShortDecimal(v) {
-            var text = v.description
-            text.withUTF8 { append($0) }
+    public mutating func double(_ v: Double) { withRoom(Cursor.numberRoom) { $0.double(v) } }
+
+    /// `s` as a JSON string literal, quotes included (the one JSON string escaper of the project).
+    public static func quoted(_ s: String) -> String {
+        var w = JSONWriter(capacity: s.utf8.count + 2)
+        w.string(s)
+        return String(decoding: w.bytes, as: UTF8.self)
+    }
+
+    /// Embeds already-encoded JSON (trusted: produced by this writer).
+    public mutating func raw(_ json: [UInt8]) {
+        json.withUnsafeBufferPointer { utf8 in withRoom(utf8.count &+ 1) { $0.raw(utf8) } }
+    }
+
+    public mutating func optional(_ v: String?) { if let v { string(v) } else { null() } }
+    public mutating func optional(_ v: Double?) { if let v { double(v) } else { null() } }
+    public mutating func optional(_ v: Int64?) { if let v { int(v) } else { null() } }
+
+    /// Writes JSON straight into room a ``JSONWriter`` reserved (``JSONWriter/withRoom(_:_:)``):
+    /// plain stores, no checks per piece. Each method's bound is what it may write, its comma
+    /// included: the static `room` functions and ``numberRoom``.
+    struct Cursor {
+        private let start: UnsafeMutablePointer<UInt8>
+        private var out: UnsafeMutablePointer<UInt8>
+        /// Whether the next value in the current container needs a comma first.
+        fileprivate(set) var needsComma: Bool
+
+        fileprivate init(_ start: UnsafeMutablePointer<UInt8>, needsComma: Bool) {
+            self.start = start
+            out = start
+            self.needsComma = needsComma
         }
-    }
 
-    private mutating func appendInteger(_ v: Int64) {
-        appendFixed(v.magnitude, fractionDigits: 0, negative: v < 0)
-    }
+        var written: Int { out - start }
 
-    /// A price or a volume with a few decimals (`1234.5`, `0.0123`), the common case, written to
-    /// the same bytes as `description` without it: the fewest fractional digits `k` whose
-    /// decimal reads back as `v`. `v * 10^k` must come out as an integer `n` with `n / 10^k == v`
-    /// (exact: both are below 2^52, and IEEE division rounds as a parser does; `n` is then the
-    /// nearest such decimal), and neither `k - 1` digit neighbour may read back as `v` (else it
-    /// is shorter). False leaves the value to `description` (exponents, long fractions).
-    private mutating func appendShortDecimal(_ v: Double) -> Bool {
-        let magnitude = abs(v)
-        guard magnitude >= 1e-3, magnitude < 1e7 else { return false }
-        for k in 1...8 {
-            let p = powersOfTen[k]
-            let scaled = magnitude * p
-            guard scaled < 4.0e15 else { return false }
-            let n = scaled.rounded(.towardZero)
-            guard n == scaled else { continue }
-            guard n / p == magnitude else { return false }
-            let whole = UInt64(n)
-            let shorter = powersOfTen[k - 1]
-            if Double(whole / 10) / shorter == magnitude || Double(whole / 10 + 1) / shorter == magnitude { return false }
-            appendFixed(whole, fractionDigits: k, negative: v < 0)
-            return true
+        /// A number: a comma and at most 24 characters (`-1.7976931348623157e+308`).
+        static let numberRoom = 32
+        /// A key of `n` UTF-8 bytes: a comma, quotes, colon and each byte escaped at worst (`\u001f`).
+        static func room(key n: Int) -> Int { n &* 6 &+ 4 }
+        static func room(key name: StaticString) -> Int {
+            room(key: name.hasPointerRepresentation ? name.utf8CodeUnitCount : 4)  // one scalar: at most 4 bytes
         }
-        return false
-    }
+        /// A string of `n` UTF-8 bytes, with its comma and quotes.
+        static func room(string n: Int) -> Int { n &* 6 &+ 3 }
 
-    /// `whole / 10^fractionDigits` in fixed notation (an integer for 0), with at least one digit
-    /// before the point, written from a stack buffer in one write, two digits per division.
-    private mutating func appendFixed(_ whole: UInt64, fractionDigits: Int, negative: Bool) {
-        var digits: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)  // 32 bytes: 20 digits, point, sign
-        withUnsafeMutableBytes(of: &digits) { buffer in
-            let out = buffer.baseAddress!.assumingMemoryBound(to: UInt8.self)
-            var i = buffer.count
+        @inline(__always)
+        private mutating func put(_ byte: UInt8) {
+            out.pointee = byte
+            out += 1
+        }
+
+        @inline(__always)
+        private mutating func put(_ utf8: UnsafeBufferPointer<UInt8>) {
+            guard let source = utf8.baseAddress else { return }
+            out.update(from: source, count: utf8.count)
+            out += utf8.count
+        }
+
+        @inline(__always)
+        private mutating func put(_ s: StaticString) {
+            s.withUTF8Buffer { put($0) }
+        }
+
+        @inline(__always)
+        private mutating func separate() {
+            if needsComma { put(UInt8(ascii: ",")) }
+            needsComma = true
+        }
+
+        mutating func beginObject() { separate(); put(UInt8(ascii: "{")); needsComma = false }
+        mutating func endObject() { put(UInt8(ascii: "}")); needsComma = true }
+        mutating func beginArray() { separate(); put(UInt8(ascii: "[")); needsComma = false }
+        mutating func endArray() { put(UInt8(ascii: "]")); needsComma = true }
+
+        /// `"name":` for a literal key (no String bridging: the bytes the literal holds), which
+        /// must need no escaping (``JSONWriter/key(_:)`` checks; here it is asserted).
+        @inline(__always)
+        mutating func key(_ name: StaticString) {
+            // A one-scalar literal has no pointer; a literal with a quote, backslash or control byte needs escaping.
+            guard name.hasPointerRepresentation else {
+                var text = name.description
+                return text.withUTF8 { key(utf8: $0) }
+            }
+            let utf8 = UnsafeBufferPointer(start: name.utf8Start, count: name.utf8CodeUnitCount)
+            // The keys of this code base are identifiers: no check per write (tests run with asserts).
+            assert(JSONWriter.isPlain(utf8), "key literal \(name) needs escaping: use key(text:)")
+            if needsComma { put(UInt8(ascii: ",")) }
+            put(UInt8(ascii: "\""))
+            put(utf8)
+            put(UInt8(ascii: "\""))
+            put(UInt8(ascii: ":"))
+            needsComma = false
+        }
+
+        @inline(__always)
+        mutating func key(utf8: UnsafeBufferPointer<UInt8>) {
+            if needsComma { put(UInt8(ascii: ",")) }
+            put(UInt8(ascii: "\""))
+            if JSONWriter.isPlain(utf8) { put(utf8) } else { putEscaped(utf8) }
+            put(UInt8(ascii: "\""))
+            put(UInt8(ascii: ":"))
+            needsComma = false
+        }
+
+        @inline(__always)
+        mutating func string(utf8: UnsafeBufferPointer<UInt8>) {
+            separate()
+            put(UInt8(ascii: "\""))
+            // Most strings need no escape: one copy.
+            if JSONWriter.isPlain(utf8) { put(utf8) } else { putEscaped(utf8) }
+            put(UInt8(ascii: "\""))
+        }
+
+        /// A string literal (an enum's raw value, `ticker`) that needs no escaping (asserted).
+        @inline(__always)
+        mutating func string(_ s: StaticString) {
+            guard s.hasPointerRepresentation else {
+                var text = s.description
+                return text.withUTF8 { string(utf8: $0) }
+            }
+            let utf8 = UnsafeBufferPointer(start: s.utf8Start, count: s.utf8CodeUnitCount)
+            assert(JSONWriter.isPlain(utf8), "string literal \(s) needs escaping: use string(_: String)")
+            separate()
+            put(UInt8(ascii: "\""))
+            put(utf8)
+            put(UInt8(ascii: "\""))
+        }
+
+        mutating func string(_ s: String) {
+            var s = s
+            s.withUTF8 { string(utf8: $0) }
+        }
+
+        mutating func int(_ v: Int64) { separate(); putFixed(v.magnitude, fractionDigits: 0, negative: v < 0) }
+        mutating func bool(_ v: Bool) { separate(); put(v ? "true" : "false") }
+        mutating func null() { separate(); put("null") }
+        mutating func raw(_ json: UnsafeBufferPointer<UInt8>) { separate(); put(json) }
+
+        /// See ``JSONWriter/double(_:)``.
+        mutating func double(_ v: Double) {
+            separate()
+            guard v.isFinite else { put("null"); return }
+            if abs(v) < 1e15, v == Double(Int64(v)) {
+                putFixed(Int64(v).magnitude, fractionDigits: 0, negative: v < 0)
+            } else if !putShortDecimal(v) {
+                var text = v.description
+                text.withUTF8 { put($0) }
+            }
+        }
+
+        /// A price or a volume with a few decimals (`1234.5`, `0.0123`), the common case, written to
+        /// the same bytes as `description` without it: the fewest fractional digits `k` whose
+        /// decimal reads back as `v`. `v * 10^k` must come out as an integer `n` with `n / 10^k == v`
+        /// (exact: both are below 2^52, and IEEE division rounds as a parser does; `n` is then the
+        /// nearest such decimal), and neither `k - 1` digit neighbour may read back as `v` (else it
+        /// is shorter). False leaves the value to `description` (exponents, long fractions).
+        private mutating func putShortDecimal(_ v: Double) -> Bool {
+            let magnitude = abs(v)
+            guard magnitude >= 1e-3, magnitude < 1e7 else { return false }
+            for k in 1...8 {
+                let p = powersOfTen[k]
+                let scaled = magnitude * p
+                guard scaled < 4.0e15 else { return false }
+                let n = scaled.rounded(.towardZero)
+                guard n == scaled else { continue }
+                guard n / p == magnitude else { return false }
+                let whole = UInt64(n)
+                let shorter = powersOfTen[k - 1]
+                if Double(whole / 10) / shorter == magnitude || Double(whole / 10 + 1) / shorter == magnitude { return false }
+                putFixed(whole, fractionDigits: k, negative: v < 0)
+                return true
+            }
+            return false
+        }
+
+        /// `whole / 10^fractionDigits` in fixed notation (an integer for 0), with at least one digit
+        /// before the point, two digits per division, written backwards from where it ends.
+        private mutating func putFixed(_ whole: UInt64, fractionDigits: Int, negative: Bool) {
+            var digits = 1  // of `whole`, at most 20
+            while digits < 20, whole >= powersOfTenInt[digits] { digits &+= 1 }
+            let length = max(digits, fractionDigits &+ 1) &+ (fractionDigits > 0 ? 1 : 0) &+ (negative ? 1 : 0)
+            var i = length
             if fractionDigits > 0 {
                 let scale = powersOfTenInt[fractionDigits]
                 Self.putDigits(whole % scale, atLeast: fractionDigits, out, &i)
@@ -192,42 +294,60 @@ public struct JSONWriter: Sendable {
                 Self.putDigits(whole, atLeast: 1, out, &i)
             }
             if negative { i &-= 1; out[i] = UInt8(ascii: "-") }
-            let n = buffer.count &- i
-            write(upTo: n) { $0.update(from: out + i, count: n); return n }
+            assert(i == 0, "putFixed: \(length) bytes computed, \(length - i) written")
+            out += length
         }
-    }
 
-    /// The decimal digits of `v`, zero-padded to `atLeast`, ending just before `out[i]`; `i` moves to the first.
-    @inline(__always)
-    private static func putDigits(_ v: UInt64, atLeast: Int, _ out: UnsafeMutablePointer<UInt8>, _ i: inout Int) {
-        let pairs: StaticString = "00010203040506070809101112131415161718192021222324252627282930313233343536373839404142434445464748495051525354555657585960616263646566676869707172737475767778798081828384858687888990919293949596979899"
-        let end = i
-        var v = v
-        while v >= 100 {
-            let r = Int(truncatingIfNeeded: v % 100) &* 2
-            v /= 100
-            i &-= 2
-            out[i] = pairs.utf8Start[r]
-            out[i &+ 1] = pairs.utf8Start[r &+ 1]
+        /// The decimal digits of `v`, zero-padded to `atLeast`, ending just before `out[i]`; `i` moves to the first.
+        @inline(__always)
+        private static func putDigits(_ v: UInt64, atLeast: Int, _ out: UnsafeMutablePointer<UInt8>, _ i: inout Int) {
+            let pairs: StaticString = "00010203040506070809101112131415161718192021222324252627282930313233343536373839404142434445464748495051525354555657585960616263646566676869707172737475767778798081828384858687888990919293949596979899"
+            let end = i
+            var v = v
+            while v >= 100 {
+                let r = Int(truncatingIfNeeded: v % 100) &* 2
+                v /= 100
+                i &-= 2
+                out[i] = pairs.utf8Start[r]
+                out[i &+ 1] = pairs.utf8Start[r &+ 1]
+            }
+            if v >= 10 {
+                let r = Int(truncatingIfNeeded: v) &* 2
+                i &-= 2
+                out[i] = pairs.utf8Start[r]
+                out[i &+ 1] = pairs.utf8Start[r &+ 1]
+            } else {
+                i &-= 1
+                out[i] = UInt8(truncatingIfNeeded: v) &+ 0x30
+            }
+            while end &- i < atLeast {
+                i &-= 1
+                out[i] = UInt8(ascii: "0")
+            }
         }
-        if v >= 10 {
-            let r = Int(truncatingIfNeeded: v) &* 2
-            i &-= 2
-            out[i] = pairs.utf8Start[r]
-            out[i &+ 1] = pairs.utf8Start[r &+ 1]
-        } else {
-            i &-= 1
-            out[i] = UInt8(truncatingIfNeeded: v) &+ 0x30
-        }
-        while end &- i < atLeast {
-            i &-= 1
-            out[i] = UInt8(ascii: "0")
+
+        private mutating func putEscaped(_ utf8: UnsafeBufferPointer<UInt8>) {
+            for b in utf8 {
+                switch b {
+                case UInt8(ascii: "\""): put(#"\""#)
+                case UInt8(ascii: "\\"): put(#"\\"#)
+                case 0x0A: put(#"\n"#)
+                case 0x0D: put(#"\r"#)
+                case 0x09: put(#"\t"#)
+                case 0..<0x20:
+                    let hex: StaticString = "0123456789abcdef"
+                    put(#"\u00"#)
+                    put(hex.utf8Start[Int(b >> 4)])
+                    put(hex.utf8Start[Int(b & 15)])
+                default: put(b)
+                }
+            }
         }
     }
 
     /// No byte of `utf8` needs an escape in a JSON string (eight bytes at a time, then the rest).
     @inline(__always)
-    private static func isPlain(_ utf8: UnsafeBufferPointer<UInt8>) -> Bool {
+    fileprivate static func isPlain(_ utf8: UnsafeBufferPointer<UInt8>) -> Bool {
         guard let base = utf8.baseAddress else { return true }
         var i = 0
         while i &+ 8 <= utf8.count {
@@ -240,63 +360,6 @@ public struct JSONWriter: Sendable {
             i &+= 1
         }
         return true
-    }
-
-    /// `s` as a JSON string literal, quotes included (the one JSON string escaper of the project).
-    public static func quoted(_ s: String) -> String {
-        var w = JSONWriter(capacity: s.utf8.count + 2)
-        w.string(s)
-        return String(decoding: w.bytes, as: UTF8.self)
-    }
-
-    /// Embeds already-encoded JSON (trusted: produced by this writer).
-    public mutating func raw(_ json: [UInt8]) { separate(); json.withUnsafeBufferPointer { append($0) } }
-
-    public mutating func optional(_ v: String?) { if let v { string(v) } else { null() } }
-    public mutating func optional(_ v: Double?) { if let v { double(v) } else { null() } }
-    public mutating func optional(_ v: Int64?) { if let v { int(v) } else { null() } }
-
-    /// A string given as UTF-8 bytes (valid UTF-8: text a decoder kept, see ``TextBuffer``).
-    mutating func string(utf8: UnsafeBufferPointer<UInt8>) { separate(); appendQuoted(utf8) }
-
-    private mutating func appendQuoted(_ s: String) {
-        var s = s
-        // Native strings are contiguous UTF-8.
-        s.withUTF8 { appendQuoted($0) }
-    }
-
-    private mutating func appendQuoted(_ utf8: UnsafeBufferPointer<UInt8>) {
-        // Most strings need no escape: quotes and text in one write.
-        if Self.isPlain(utf8) {
-            write(upTo: utf8.count + 2) { out in
-                out[0] = UInt8(ascii: "\"")
-                if let text = utf8.baseAddress { (out + 1).update(from: text, count: utf8.count) }
-                out[utf8.count + 1] = UInt8(ascii: "\"")
-                return utf8.count + 2
-            }
-        } else {
-            append(UInt8(ascii: "\""))
-            appendEscaped(utf8)
-            append(UInt8(ascii: "\""))
-        }
-    }
-
-    private mutating func appendEscaped(_ utf8: UnsafeBufferPointer<UInt8>) {
-        for b in utf8 {
-            switch b {
-            case UInt8(ascii: "\""): append(#"\""#)
-            case UInt8(ascii: "\\"): append(#"\\"#)
-            case 0x0A: append(#"\n"#)
-            case 0x0D: append(#"\r"#)
-            case 0x09: append(#"\t"#)
-            case 0..<0x20:
-                let hex: StaticString = "0123456789abcdef"
-                append(#"\u00"#)
-                append(hex.utf8Start[Int(b >> 4)])
-                append(hex.utf8Start[Int(b & 15)])
-            default: append(b)
-            }
-        }
     }
 }
 

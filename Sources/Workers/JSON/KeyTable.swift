@@ -201,7 +201,7 @@ struct KeyTable: Sendable {
     /// is entry `expected`'s key and its closing quote; false also when too few bytes are left to
     /// compare whole words (the caller then reads the key the ordinary way).
     @inline(__always)
-    private func isExpected(_ expected: Int, at text: UnsafeRawPointer, readable: Int) -> Bool {
+    fileprivate func isExpected(_ expected: Int, at text: UnsafeRawPointer, readable: Int) -> Bool {
         entries.withUnsafeBufferPointer { all in
             let e = all.baseAddress! + expected
             let words = e.pointee.quotedWords
@@ -235,6 +235,32 @@ extension JSONScanner {
     /// the entry after each known key; an unknown key leaves it.
     @inline(__always)
     mutating func nextKey(_ first: inout Bool, in table: KeyTable, expected: inout Int) throws(DecodeFailure) -> JSONKey? {
+        // The common case, small enough to inline: no whitespace, `,"` (or `"` for the first key),
+        // the expected key, `":`. Anything else takes the general path.
+        let quote = first ? pos : pos &+ 1
+        if expected >= 0, quote &+ 1 < count, first || byte(pos) == UInt8(ascii: ","), byte(quote) == UInt8(ascii: "\"") {
+            let start = quote &+ 1
+            let matched = withSpanStart(JSONSpan(start: start, end: start, escaped: false)) { text, readable in
+                table.isExpected(expected, at: text, readable: readable)
+            }
+            if matched {
+                let e = expected
+                let end = start &+ table.length(e)
+                if end &+ 1 < count, byte(end &+ 1) == UInt8(ascii: ":") {
+                    move(to: end &+ 2)
+                    first = false
+                    expected = table.next(e)
+                    return JSONKey(span: JSONSpan(start: start, end: end, escaped: false), field: table.id(e))
+                }
+            }
+        }
+        return try nextKeyInGeneral(&first, in: table, expected: &expected)
+    }
+
+    /// ``nextKey(_:in:expected:)`` for any input: whitespace, the closing `}`, keys further on in
+    /// the expected order, keys out of order, unknown and escaped keys.
+    @inline(never)
+    private mutating func nextKeyInGeneral(_ first: inout Bool, in table: KeyTable, expected: inout Int) throws(DecodeFailure) -> JSONKey? {
         guard try openKey(&first) else { return nil }
         let start = pos &+ 1
         let e = withSpanStart(JSONSpan(start: start, end: start, escaped: false)) { text, readable in

@@ -79,4 +79,23 @@ import WorkersTesting
         }
         #expect(json == #"{"a":1,"":2,"quote\"back\\slash\nline":3,"\#(long)":"v\u0001","ünï":true,"ünï\#u{7f}":4}"#)
     }
+
+    /// A tick writes all of itself into one reservation (``JSONWriter/withRoom(_:_:)``, which
+    /// stops the process if a bound is wrong): every field set, at its longest, and a market
+    /// code that needs escaping.
+    @Test func aTickAtItsLongestFitsItsRoom() throws {
+        let longest = -1.7976931348623157e+308  // `description` is 24 characters
+        let tick = PriceTick(
+            market: String(repeating: "\"\u{1}", count: 40), tradePrice: longest, openingPrice: longest, highPrice: longest,
+            lowPrice: longest, prevClosingPrice: longest, change: .fall, signedChangePrice: longest,
+            signedChangeRate: longest, tradeVolume: longest, accTradeVolume24h: longest, accTradePrice24h: longest,
+            tradeTimestamp: Int64.min, timestamp: Int64.min, askBid: .bid, streamType: .snapshot, isTradingSuspended: false)
+        let text = written { tick.write(to: &$0) }
+        #expect(text.contains(#""code":"\"\u0001\"\u0001"#))
+        #expect(text.contains(#""trade_timestamp":-9223372036854775808"#))
+        #expect(text.hasSuffix(#""stream_type":"SNAPSHOT","is_trading_suspended":false}"#))
+        // Twice in one writer, after other values: the room is counted from where the writer is.
+        let twice = written { w in w.beginArray(); w.int(1); tick.write(to: &w); tick.write(to: &w); w.endArray() }
+        #expect(twice == "[1," + text + "," + text + "]")
+    }
 }
