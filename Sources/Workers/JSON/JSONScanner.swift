@@ -455,11 +455,6 @@ struct JSONScanner {
         return true
     }
 
-    /// Raw bytes of a span (the key table hashes them).
-    func withSpanBytes<R>(_ span: JSONSpan, _ body: (UnsafeRawBufferPointer) -> R) -> R {
-        body(UnsafeRawBufferPointer(start: base + span.start, count: span.end - span.start))
-    }
-
     /// The span's first byte and how many bytes of the input may be read from there (the span,
     /// its closing quote and what follows).
     @inline(__always)

@@ -35,9 +35,30 @@ public struct JSONWriter: Sendable {
     /// Runs `body` with a ``Cursor`` over room for `room` more bytes: one capacity check and one
     /// access to the buffer for everything `body` writes, however many pieces. `room` must bound
     /// what it writes (each ``Cursor`` method says its bound).
+    ///
+    /// Without that much slack, a large room (a whole tick) is written on the stack and appended:
+    /// growing the buffer by zeros first would fill as many bytes as the bound, not as were
+    /// written, and a writer that continues a ``StageOutput`` starts with no slack for every value.
     @inline(__always)
     mutating func withRoom(_ room: Int, _ body: (inout Cursor) -> Void) {
-        if count &+ room > storage.count { grow(by: count &+ room &- storage.count) }
+        if count &+ room > storage.count {
+            if room > Self.smallRoom && room <= Self.stackRoom {
+                if storage.count > count { storage.removeLast(storage.count &- count) }
+                var comma = needsComma
+                let written = withUnsafeTemporaryAllocation(of: UInt8.self, capacity: room) { scratch in
+                    var cursor = Cursor(scratch.baseAddress!, needsComma: comma)
+                    body(&cursor)
+                    comma = cursor.needsComma
+                    storage.append(contentsOf: UnsafeBufferPointer(start: scratch.baseAddress, count: cursor.written))
+                    return cursor.written
+                }
+                precondition(written <= room, "JSONWriter: wrote \(written) bytes into room for \(room)")  // a wrong bound is a bug
+                count &+= written
+                needsComma = comma
+                return
+            }
+            grow(by: count &+ room &- storage.count)
+        }
         let start = count
         var comma = needsComma
         let written = storage.withUnsafeMutableBufferPointer { buffer in
@@ -64,6 +85,11 @@ public struct JSONWriter: Sendable {
     }
 
     private static let zeros = [UInt8](repeating: 0, count: 4096)
+    /// Rooms up to this take the buffer's zeroed slack, grown by at least 256 bytes when short.
+    private static let smallRoom = 128
+    /// Rooms up to this are written on the stack when the slack is short (a temporary allocation
+    /// of up to 1 KiB stays on the stack).
+    private static let stackRoom = 1024
 
     public mutating func beginObject() { withRoom(2) { $0.beginObject() } }
     public mutating func endObject() { withRoom(1) { $0.endObject() } }

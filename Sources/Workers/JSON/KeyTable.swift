@@ -16,7 +16,7 @@
 struct KeyTable: Sendable {
     private struct Entry: Sendable {
         var w0: UInt64 = 0, w1: UInt64 = 0, w2: UInt64 = 0, w3: UInt64 = 0
-        var length: Int = -1  // -1: empty slot
+        var length: Int = 0
         var id: Int = -1
         /// The entry (an index into `entries`) of the key expected after this one; -1 for none.
         var next: Int = -1

@@ -13,7 +13,7 @@ struct TextBuffer: Sendable {
         var count: UInt32
     }
 
-    private(set) var bytes: [UInt8]
+    private var bytes: [UInt8]
 
     init() { bytes = [] }
 
@@ -28,8 +28,8 @@ struct TextBuffer: Sendable {
         return Slice(start: UInt32(start), count: UInt32(bytes.count - start))
     }
 
-    /// Appends what `body` appends to the array (unescaped text); `body` returns whether it is
-    /// valid, and an invalid tail is taken back.
+    /// Keeps what `body` appends to the buffer (unescaped text); if `body` throws (the text is
+    /// not valid), what it appended is taken back.
     mutating func append(_ body: (inout [UInt8]) throws(DecodeFailure) -> Void) throws(DecodeFailure) -> Slice {
         let start = bytes.count
         do {
@@ -43,7 +43,7 @@ struct TextBuffer: Sendable {
 
     func string(_ slice: Slice) -> String {
         bytes.withUnsafeBufferPointer { all in
-            // Validated when appended: a String made without a second check.
+            // Valid UTF-8 (checked when kept): `String(decoding:)` has nothing to repair.
             String(decoding: UnsafeBufferPointer(rebasing: all[Int(slice.start)..<Int(slice.start + slice.count)]), as: UTF8.self)
         }
     }
@@ -54,12 +54,6 @@ struct TextBuffer: Sendable {
         }
     }
 
-    /// Whether two slices (of this buffer and `other`'s) hold the same bytes.
-    func equals(_ slice: Slice, _ other: TextBuffer, _ otherSlice: Slice) -> Bool {
-        slice.count == otherSlice.count
-            && bytes[Int(slice.start)..<Int(slice.start + slice.count)]
-                .elementsEqual(other.bytes[Int(otherSlice.start)..<Int(otherSlice.start + otherSlice.count)])
-    }
 }
 
 enum UTF8Check {

@@ -64,21 +64,54 @@ public struct Candle: Sendable, Hashable, Codable {
 /// redelivery does not inflate volume. A minute with no trade has no candle.
 public struct CandleStage: Stage {
     public struct State: Codable, Sendable, Equatable {
-        /// Open candles by market, then minute start.
-        public var open: [String: [Int64: OpenCandle]] = [:]
+        /// Open candles by market, then minute start (changed only by ``CandleStage/add(_:to:)``
+        /// and ``CandleStage/closeReady(_:)``, which keep `nextCloseAt` right).
+        public internal(set) var open: [String: [Int64: OpenCandle]] = [:]
         /// Highest trade time seen.
         public var watermark: Int64 = .min
         /// Start of the newest minute already emitted per market; ticks at or before it are late.
         public var closedThrough: [String: Int64] = [:]
         /// Ticks dropped for arriving after their minute was published.
         public var droppedLate: Int = 0
+        /// No open candle closes while the watermark is below this: the earliest close time of
+        /// the open candles, `.max` for none, `.min` for not known (a state read from a
+        /// checkpoint), so that ``CandleStage/closeReady(_:)`` looks at every candle only when
+        /// one may close, not on every tick. Derived from `open`: neither encoded nor compared.
+        var nextCloseAt: Int64 = .min
+
         public init() {}
+
+        private enum CodingKeys: String, CodingKey { case open, watermark, closedThrough, droppedLate }
+
+        public static func == (a: State, b: State) -> Bool {
+            a.open == b.open && a.watermark == b.watermark && a.closedThrough == b.closedThrough
+                && a.droppedLate == b.droppedLate
+        }
     }
 
     /// A candle being built, with the identities of its ticks for duplicate detection.
     public struct OpenCandle: Codable, Sendable, Equatable {
         public var candle: Candle
         public var tickIds: Set<TickID>
+
+        /// Folds a tick of this candle's minute in; false (and nothing changed) for a repeated one.
+        mutating func fold(_ tick: PriceTick, id: TickID) -> Bool {
+            guard tickIds.insert(id).inserted else { return false }
+            if tick.tradeTimestamp < candle.firstTradeTimestamp {
+                candle.open = tick.tradePrice
+                candle.firstTradeTimestamp = tick.tradeTimestamp
+            }
+            if tick.tradeTimestamp >= candle.lastTradeTimestamp {
+                candle.close = tick.tradePrice
+                candle.lastTradeTimestamp = tick.tradeTimestamp
+            }
+            candle.high = max(candle.high, tick.tradePrice)
+            candle.low = min(candle.low, tick.tradePrice)
+            candle.accTradePrice += tick.tradePrice * tick.tradeVolume
+            candle.accTradeVolume += tick.tradeVolume
+            candle.tickCount += 1
+            return true
+        }
     }
 
     public struct TickID: Codable, Sendable, Hashable {
@@ -119,44 +152,41 @@ public struct CandleStage: Stage {
         }
         state.watermark = max(state.watermark, tick.tradeTimestamp)
         let id = TickID(tradeTimestamp: tick.tradeTimestamp, timestamp: tick.timestamp ?? 0, price: tick.tradePrice, volume: tick.tradeVolume)
-        if var current = state.open[tick.market]?[minute] {
-            guard current.tickIds.insert(id).inserted else { return }
-            var c = current.candle
-            if tick.tradeTimestamp < c.firstTradeTimestamp {
-                c.open = tick.tradePrice
-                c.firstTradeTimestamp = tick.tradeTimestamp
-            }
-            if tick.tradeTimestamp >= c.lastTradeTimestamp {
-                c.close = tick.tradePrice
-                c.lastTradeTimestamp = tick.tradeTimestamp
-            }
-            c.high = max(c.high, tick.tradePrice)
-            c.low = min(c.low, tick.tradePrice)
-            c.accTradePrice += tick.tradePrice * tick.tradeVolume
-            c.accTradeVolume += tick.tradeVolume
-            c.tickCount += 1
-            current.candle = c
-            state.open[tick.market, default: [:]][minute] = current
-        } else {
+        // Folded in place: a copy of the open candle would share its tick set with the one in
+        // the state, and the insert would then copy the whole set (every tick of the minute).
+        // (A repeated tick folds to false and changes nothing; nil: no candle for the minute yet.)
+        if state.open[tick.market]?[minute]?.fold(tick, id: id) == nil {
             let c = Candle(
                 market: tick.market, minuteStart: minute, open: tick.tradePrice, high: tick.tradePrice, low: tick.tradePrice,
                 close: tick.tradePrice, accTradePrice: tick.tradePrice * tick.tradeVolume, accTradeVolume: tick.tradeVolume,
                 lastTradeTimestamp: tick.tradeTimestamp, firstTradeTimestamp: tick.tradeTimestamp, tickCount: 1)
             state.open[tick.market, default: [:]][minute] = OpenCandle(candle: c, tickIds: [id])
+            state.nextCloseAt = min(state.nextCloseAt, closeTime(minute))
         }
     }
 
+    /// When the watermark closes the candle of `minute`.
+    private func closeTime(_ minute: Int64) -> Int64 { minute.saturatingAdd(Self.minute + allowedLatenessMillis) }
+
     /// Emits every open candle whose minute plus lateness the watermark has passed, oldest first.
     public func closeReady(_ state: inout State) -> [OutputRecord] {
+        guard state.watermark >= state.nextCloseAt else { return [] }
         var ready: [Candle] = []
+        var next = Int64.max
         for (market, candles) in state.open {
-            for (minute, open) in candles where minute.saturatingAdd(Self.minute + allowedLatenessMillis) <= state.watermark {
+            for (minute, open) in candles {
+                let close = closeTime(minute)
+                guard close <= state.watermark else {
+                    next = min(next, close)
+                    continue
+                }
                 ready.append(open.candle)
                 state.open[market]?[minute] = nil
                 state.closedThrough[market] = max(state.closedThrough[market] ?? .min, minute)
             }
             if state.open[market]?.isEmpty == true { state.open[market] = nil }
         }
+        state.nextCloseAt = next
         ready.sort { ($0.minuteStart, $0.market) < ($1.minuteStart, $1.market) }
         return ready.map { c in
             let minute = String(LocalDateTime.isoUTC(c.minuteStart).prefix(16))

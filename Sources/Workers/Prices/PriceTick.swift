@@ -79,11 +79,15 @@ public struct PriceTick: Sendable, Hashable, Codable {
     }
 
     /// Writes ``jsonBytes()`` with `w`.
+    /// What ``write(to:)`` writes at most, the market code aside.
+    private static var jsonRoom: Int { 723 }
+
     public func write(to w: inout JSONWriter) {
-        // One reservation for the whole tick (the hot path writes one per record): 18 keys of
-        // 225 bytes in all, escaped at worst (6 x 225 + 4 x 18), 12 numbers (12 x 32), three
-        // enum values, a boolean and the braces fit in 2,048; the market code on top.
-        w.withRoom(2_048 &+ JSONWriter.Cursor.room(string: market.utf8.count)) { c in
+        // One reservation for the whole tick (the hot path writes one per record): the braces
+        // (3), 18 literal keys of 225 bytes with a comma, quotes and colon each (297), 12 numbers
+        // (12 x 32), `ticker` and three enum values (33) and a boolean (6) come to 723; the
+        // market code on top. `aTickAtItsLongestFitsItsRoom` writes the longest tick there is.
+        w.withRoom(Self.jsonRoom &+ JSONWriter.Cursor.room(string: market.utf8.count)) { c in
             c.beginObject()
             c.key("type"); c.string("ticker" as StaticString)
             c.key("code"); c.string(market)

@@ -97,5 +97,14 @@ import WorkersTesting
         // Twice in one writer, after other values: the room is counted from where the writer is.
         let twice = written { w in w.beginArray(); w.int(1); tick.write(to: &w); tick.write(to: &w); w.endArray() }
         #expect(twice == "[1," + text + "," + text + "]")
+        // A usual tick: its room (under 1 KiB) is written on the stack whenever the writer's
+        // slack is shorter, then appended; the same bytes either way.
+        let usual = PriceTick(
+            market: "KRW-BTC", tradePrice: 48_902_450, openingPrice: 48_901_450, change: .rise, signedChangeRate: 0.0123,
+            tradeVolume: 6.6e-02, tradeTimestamp: 1_699_967_913_484, askBid: .ask, streamType: .realtime)
+        let one = written { usual.write(to: &$0) }
+        #expect(one == #"{"type":"ticker","code":"KRW-BTC","trade_price":48902450,"opening_price":48901450,"change":"RISE","signed_change_rate":0.0123,"trade_volume":0.066,"trade_timestamp":1699967913484,"ask_bid":"ASK","stream_type":"REALTIME"}"#)
+        let many = written { w in for _ in 0..<50 { usual.write(to: &w); w.int(7) } }
+        #expect(many == Array(repeating: one + ",7", count: 50).joined(separator: ","))
     }
 }

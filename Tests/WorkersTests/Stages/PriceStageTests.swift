@@ -1,7 +1,7 @@
 import Foundation
 import PropertyBased
 import Testing
-import Workers
+@testable import Workers
 import WorkersTesting
 
 /// A minimal DEFAULT-format tick.
@@ -129,6 +129,33 @@ let minute0: Int64 = 1_699_931_520_000
             }
             let total = (published + open).reduce(0) { $0 + $1.accTradeVolume }
             #expect(abs(total - acceptedVolume) < 1e-6)
+        }
+    }
+
+    /// Property: the close check that skips the scan while no candle can close (`nextCloseAt`)
+    /// emits exactly what scanning every open candle on every tick emits, and leaves the same
+    /// state, across markets, late and repeated ticks and states read back from a checkpoint.
+    @Test func closingOnlyWhenACandleMayCloseEmitsWhatScanningEveryTimeDoes() async {
+        let gen = zip(Gen.int(in: 0...3), Gen.int(in: -30_000...400_000), Gen.int(in: 1...3)).array(of: 1...80)
+        await propertyCheck(count: 200, input: gen) { raw in
+            let stage = CandleStage(allowedLatenessMillis: 10_000)
+            var skipping = stage.initialState
+            var scanning = stage.initialState
+            var clock: Int64 = 0
+            for (i, (market, jitter, price)) in raw.enumerated() {
+                clock += 2_000
+                let t = PriceTick(
+                    market: "KRW-C\(market)", tradePrice: Double(price), signedChangeRate: 0, tradeVolume: 1,
+                    tradeTimestamp: minute0 + clock + Int64(jitter) - 30_000)
+                stage.add(t, to: &skipping)
+                stage.add(t, to: &scanning)
+                scanning.nextCloseAt = .min  // as if nothing were known: every candle looked at
+                #expect(stage.closeReady(&skipping).map(\.dedupeKey) == stage.closeReady(&scanning).map(\.dedupeKey))
+                #expect(skipping == scanning)
+                if i % 17 == 16, let data = try? JSONEncoder().encode(skipping) {
+                    skipping = (try? JSONDecoder().decode(CandleStage.State.self, from: data)) ?? skipping
+                }
+            }
         }
     }
 
