@@ -190,6 +190,20 @@ func decodeOnce(_ stream: String, _ messages: [[UInt8]]) -> (Int, Int) {
         for m in messages {
             do { events &+= try d.decode(m).count } catch { failures += 1 }
         }
+    case "product-detail+strings":
+        // The same, then every text property read as a `String` (a product keeps its text in one
+        // buffer and makes a String when asked): what a consumer reading all of it pays.
+        let d = ProductDecoder()
+        for m in messages {
+            do {
+                for p in try d.decode(m) {
+                    var n = p.name.utf8.count &+ p.thumbnail.utf8.count
+                    n &+= (p.vendorName?.utf8.count ?? 0) &+ (p.description?.utf8.count ?? 0)
+                    for image in p.images { n &+= image.url.utf8.count &+ (image.thumbnailURL?.utf8.count ?? 0) }
+                    events &+= 1 &+ (n & 1)
+                }
+            } catch { failures += 1 }
+        }
     case "hangout-detail", "hangout-page5":
         let d = HangoutDecoder()
         for m in messages {
@@ -210,8 +224,9 @@ func decodeOnce(_ stream: String, _ messages: [[UInt8]]) -> (Int, Int) {
 }
 
 @MainActor func run(dir: String, seconds: Double, only: String?) throws {
-    for stream in streams.map(\.name) where only == nil || only == stream {
-        let text = try String(contentsOfFile: "\(dir)/\(stream).jsonl", encoding: .utf8)
+    for stream in streams.map(\.name) + ["product-detail+strings"] where only == nil || only == stream {
+        let file = stream.split(separator: "+").first.map(String.init) ?? stream  // product-detail+strings reads product-detail
+        let text = try String(contentsOfFile: "\(dir)/\(file).jsonl", encoding: .utf8)
         let messages = text.split(separator: "\n").map { Array($0.utf8) }
         let bytes = messages.reduce(0) { $0 + $1.count }
         let (_, failures) = decodeOnce(stream, messages)  // warm-up, and the failure count

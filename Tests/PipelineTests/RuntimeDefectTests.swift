@@ -43,6 +43,38 @@ import Workers
         try await consumer.close()
     }
 
+    /// Before: a task cancelled just as its `next()` began waiting (after the check for an
+    /// earlier cancellation, before its wait was registered) waited forever on an idle topic:
+    /// the cancellation handler had run with nothing to resume. A worker told to stop after its
+    /// last input (`--stop-after`, a graceful shutdown) could hang there. Cancels at spread-out
+    /// moments, many times; each `next()` must end.
+    @Test func aTaskCancelledAsItsNextBeginsEnds() async throws {
+        let mock = try KafkaMockCluster(brokers: 1)
+        try mock.createTopic("idle", partitions: 1)
+        let consumer = try KafkaConsumer(configuration: Self.consumerConfig(mock.bootstrapServers, group: "idle-race"))
+        try consumer.subscribe(["idle"])
+        var events = consumer.makeAsyncIterator()
+        _ = try await events.next()  // the assignment
+        var hung = 0
+        for attempt in 0..<3_000 {
+            let started = StartFlag()
+            let task = Task {
+                var events = consumer.makeAsyncIterator()
+                started.value.store(true, ordering: .releasing)
+                return try await events.next()
+            }
+            while !started.value.load(ordering: .acquiring) {}
+            // Spin for a moment that moves through the window (a few hundred nanoseconds wide).
+            var spin = 0
+            for _ in 0..<(attempt % 300) { spin &+= 1 }
+            _ = spin
+            task.cancel()
+            if await Deadline.race(.seconds(5), { try? await task.value }) == nil { hung += 1; break }
+        }
+        #expect(hung == 0, "a next() cancelled as it began waited more than 5 s")
+        try await consumer.close()
+    }
+
     /// Before: `close(deadline:)` and `waitForLine` waited for the uncancellable work after the
     /// deadline (a task group waits for all its children).
     @Test func deadlinesBoundUncancellableWork() async throws {
@@ -98,4 +130,9 @@ final class Gate: Sendable {
         }
         for w in waiters { w.resume() }
     }
+}
+
+/// Set by a task when it starts (a test spins on it to cancel the task at a chosen moment).
+private final class StartFlag: Sendable {
+    let value = Atomic<Bool>(false)
 }

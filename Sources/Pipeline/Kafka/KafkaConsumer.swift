@@ -384,7 +384,7 @@ final class ConsumerCore: @unchecked Sendable {
 
     func next() async throws(KafkaError) -> ConsumerEvent? {
         // A task cancelled while it handled the last event ends the sequence here: the
-        // cancellation handler below only fires for a wait that is already registered.
+        // cancellation handler below only resumes a wait that is already registered.
         if Task.isCancelled { return nil }
         do {
             return try await withTaskCancellationHandler {
@@ -397,7 +397,9 @@ final class ConsumerCore: @unchecked Sendable {
                         deferredError = nil
                         condition.unlock()
                         continuation.resume(throwing: error)
-                    } else if closing || closed {
+                    } else if closing || closed || Task.isCancelled {
+                        // Cancelled since the check above: the handler may have run already,
+                        // with no wait to resume (checked under the lock the handler takes).
                         condition.unlock()
                         continuation.resume(returning: nil)
                     } else if demand != nil {
