@@ -206,7 +206,7 @@ public struct JSONWriter: Sendable {
         /// must need no escaping (``JSONWriter/key(_:)`` checks; here it is asserted).
         @inline(__always)
         mutating func key(_ name: StaticString) {
-            // A one-scalar literal has no pointer; a literal with a quote, backslash or control byte needs escaping.
+            // A one-scalar literal has no pointer.
             guard name.hasPointerRepresentation else {
                 var text = name.description
                 return text.withUTF8 { key(utf8: $0) }
@@ -214,20 +214,16 @@ public struct JSONWriter: Sendable {
             let utf8 = UnsafeBufferPointer(start: name.utf8Start, count: name.utf8CodeUnitCount)
             // The keys of this code base are identifiers: no check per write (tests run with asserts).
             assert(JSONWriter.isPlain(utf8), "key literal \(name) needs escaping: use key(text:)")
-            if needsComma { put(UInt8(ascii: ",")) }
-            put(UInt8(ascii: "\""))
-            put(utf8)
-            put(UInt8(ascii: "\""))
-            put(UInt8(ascii: ":"))
-            needsComma = false
+            key(utf8: utf8, plain: true)
         }
 
         @inline(__always)
-        mutating func key(utf8: UnsafeBufferPointer<UInt8>) {
+        mutating func key(utf8: UnsafeBufferPointer<UInt8>) { key(utf8: utf8, plain: JSONWriter.isPlain(utf8)) }
+
+        @inline(__always)
+        private mutating func key(utf8: UnsafeBufferPointer<UInt8>, plain: Bool) {
             if needsComma { put(UInt8(ascii: ",")) }
-            put(UInt8(ascii: "\""))
-            if JSONWriter.isPlain(utf8) { put(utf8) } else { putEscaped(utf8) }
-            put(UInt8(ascii: "\""))
+            putQuoted(utf8, plain: plain)
             put(UInt8(ascii: ":"))
             needsComma = false
         }
@@ -235,10 +231,8 @@ public struct JSONWriter: Sendable {
         @inline(__always)
         mutating func string(utf8: UnsafeBufferPointer<UInt8>) {
             separate()
-            put(UInt8(ascii: "\""))
             // Most strings need no escape: one copy.
-            if JSONWriter.isPlain(utf8) { put(utf8) } else { putEscaped(utf8) }
-            put(UInt8(ascii: "\""))
+            putQuoted(utf8, plain: JSONWriter.isPlain(utf8))
         }
 
         /// A string literal (an enum's raw value, `ticker`) that needs no escaping (asserted).
@@ -251,8 +245,14 @@ public struct JSONWriter: Sendable {
             let utf8 = UnsafeBufferPointer(start: s.utf8Start, count: s.utf8CodeUnitCount)
             assert(JSONWriter.isPlain(utf8), "string literal \(s) needs escaping: use string(_: String)")
             separate()
+            putQuoted(utf8, plain: true)
+        }
+
+        /// `utf8` in quotes, escaped unless `plain`.
+        @inline(__always)
+        private mutating func putQuoted(_ utf8: UnsafeBufferPointer<UInt8>, plain: Bool) {
             put(UInt8(ascii: "\""))
-            put(utf8)
+            if plain { put(utf8) } else { putEscaped(utf8) }
             put(UInt8(ascii: "\""))
         }
 
