@@ -109,17 +109,24 @@ public struct JSONWriter: Sendable {
     /// Writes `"name":` for a key known only at run time (escaped when it needs it).
     public mutating func key(text name: String) {
         var name = name
-        name.withUTF8 { utf8 in withRoom(Cursor.room(key: utf8.count)) { $0.key(utf8: utf8) } }
+        name.withUTF8 { utf8 in
+            // The exact room when nothing needs escaping (a long text would otherwise reserve six times its size).
+            let plain = Self.isPlain(utf8)
+            withRoom(plain ? utf8.count &+ 4 : Cursor.room(key: utf8.count)) { $0.key(utf8: utf8, plain: plain) }
+        }
     }
 
     public mutating func string(_ s: String) {
         var s = s
         // Native strings are contiguous UTF-8.
-        s.withUTF8 { utf8 in withRoom(Cursor.room(string: utf8.count)) { $0.string(utf8: utf8) } }
+        s.withUTF8 { string(utf8: $0) }
     }
 
     /// A string given as UTF-8 bytes (valid UTF-8: text a decoder kept, see ``TextBuffer``).
-    mutating func string(utf8: UnsafeBufferPointer<UInt8>) { withRoom(Cursor.room(string: utf8.count)) { $0.string(utf8: utf8) } }
+    mutating func string(utf8: UnsafeBufferPointer<UInt8>) {
+        let plain = Self.isPlain(utf8)
+        withRoom(plain ? utf8.count &+ 3 : Cursor.room(string: utf8.count)) { $0.string(utf8: utf8, plain: plain) }
+    }
 
     public mutating func int(_ v: Int64) { withRoom(Cursor.numberRoom) { $0.int(v) } }
     public mutating func int(_ v: Int) { int(Int64(v)) }
@@ -221,7 +228,7 @@ public struct JSONWriter: Sendable {
         mutating func key(utf8: UnsafeBufferPointer<UInt8>) { key(utf8: utf8, plain: JSONWriter.isPlain(utf8)) }
 
         @inline(__always)
-        private mutating func key(utf8: UnsafeBufferPointer<UInt8>, plain: Bool) {
+        mutating func key(utf8: UnsafeBufferPointer<UInt8>, plain: Bool) {
             if needsComma { put(UInt8(ascii: ",")) }
             putQuoted(utf8, plain: plain)
             put(UInt8(ascii: ":"))
@@ -229,10 +236,14 @@ public struct JSONWriter: Sendable {
         }
 
         @inline(__always)
-        mutating func string(utf8: UnsafeBufferPointer<UInt8>) {
+        mutating func string(utf8: UnsafeBufferPointer<UInt8>) { string(utf8: utf8, plain: JSONWriter.isPlain(utf8)) }
+
+        /// `plain`: the caller found that nothing in `utf8` needs escaping.
+        @inline(__always)
+        mutating func string(utf8: UnsafeBufferPointer<UInt8>, plain: Bool) {
             separate()
             // Most strings need no escape: one copy.
-            putQuoted(utf8, plain: JSONWriter.isPlain(utf8))
+            putQuoted(utf8, plain: plain)
         }
 
         /// A string literal (an enum's raw value, `ticker`) that needs no escaping (asserted).

@@ -1,3 +1,4 @@
+import Foundation
 import Testing
 import Workers
 import WorkersTesting
@@ -106,5 +107,20 @@ import WorkersTesting
         #expect(one == #"{"type":"ticker","code":"KRW-BTC","trade_price":48902450,"opening_price":48901450,"change":"RISE","signed_change_rate":0.0123,"trade_volume":0.066,"trade_timestamp":1699967913484,"ask_bid":"ASK","stream_type":"REALTIME"}"#)
         let many = written { w in for _ in 0..<50 { usual.write(to: &w); w.int(7) } }
         #expect(many == Array(repeating: one + ",7", count: 50).joined(separator: ","))
+    }
+
+    /// Strings and run-time keys of every size the writer reserves room for differently (its
+    /// slack, the stack, a grown buffer), plain and needing escapes, read back by Foundation.
+    @Test func stringsOfEverySizeReadBack() throws {
+        for n in [0, 1, 20, 21, 40, 127, 128, 170, 171, 1_000, 5_000, 70_000] {
+            for text in [String(repeating: "a", count: n), String(repeating: "é\"\n", count: max(1, n / 3))] {
+                let json = written { w in
+                    w.beginObject(); w.key(text: text); w.string(text); w.key("x"); w.int(1); w.endObject()
+                }
+                let object = try JSONSerialization.jsonObject(with: Data(json.utf8)) as? [String: Any]
+                #expect(object?[text] as? String == text, "\(n)")
+                #expect(object?["x"] as? Int == 1)
+            }
+        }
     }
 }
