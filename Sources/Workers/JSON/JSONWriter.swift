@@ -213,14 +213,10 @@ public struct JSONWriter: Sendable {
         /// must need no escaping (``JSONWriter/key(_:)`` checks; here it is asserted).
         @inline(__always)
         mutating func key(_ name: StaticString) {
-            // A one-scalar literal has no pointer.
-            guard name.hasPointerRepresentation else {
+            guard let utf8 = Self.plain(name) else {
                 var text = name.description
                 return text.withUTF8 { key(utf8: $0) }
             }
-            let utf8 = UnsafeBufferPointer(start: name.utf8Start, count: name.utf8CodeUnitCount)
-            // The keys of this code base are identifiers: no check per write (tests run with asserts).
-            assert(JSONWriter.isPlain(utf8), "key literal \(name) needs escaping: use key(text:)")
             key(utf8: utf8, plain: true)
         }
 
@@ -249,14 +245,21 @@ public struct JSONWriter: Sendable {
         /// A string literal (an enum's raw value, `ticker`) that needs no escaping (asserted).
         @inline(__always)
         mutating func string(_ s: StaticString) {
-            guard s.hasPointerRepresentation else {
+            guard let utf8 = Self.plain(s) else {
                 var text = s.description
                 return text.withUTF8 { string(utf8: $0) }
             }
-            let utf8 = UnsafeBufferPointer(start: s.utf8Start, count: s.utf8CodeUnitCount)
-            assert(JSONWriter.isPlain(utf8), "string literal \(s) needs escaping: use string(_: String)")
-            separate()
-            putQuoted(utf8, plain: true)
+            string(utf8: utf8, plain: true)
+        }
+
+        /// A literal's bytes; nil for a one-scalar literal (it has no pointer). The literals of
+        /// this code base need no escaping: asserted (tests run with asserts), not checked per write.
+        @inline(__always)
+        private static func plain(_ literal: StaticString) -> UnsafeBufferPointer<UInt8>? {
+            guard literal.hasPointerRepresentation else { return nil }
+            let utf8 = UnsafeBufferPointer(start: literal.utf8Start, count: literal.utf8CodeUnitCount)
+            assert(JSONWriter.isPlain(utf8), "literal \(literal) needs escaping: write it as a String")
+            return utf8
         }
 
         /// `utf8` in quotes, escaped unless `plain`.
