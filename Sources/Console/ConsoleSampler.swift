@@ -189,7 +189,10 @@ public final class ConsoleSampler: Service, Sendable {
         await restoreHistory()
         var producerConfiguration = ProducerConfiguration(kafka: kafka)
         producerConfiguration.acks = .all
-        let producer = try KafkaProducer(configuration: producerConfiguration, logger: logger)
+        // Replaced when it cannot deliver any more (fenced, its producer id lost).
+        let producers = try ProducerSlot(logger: logger) { [producerConfiguration, logger] in
+            try KafkaProducer(configuration: producerConfiguration, logger: logger)
+        }
         var lastSave = ContinuousClock.now
         while !Task.isShuttingDownGracefully && !Task.isCancelled {
             var members: [String: [String]?] = [:]
@@ -222,13 +225,13 @@ public final class ConsoleSampler: Service, Sendable {
                 logger.warning("cannot read the worker status topic", metadata: ["topic": "\(statuses.topic)", "error": "\(error)"])
             }
             if ContinuousClock.now - lastSave >= saveInterval {
-                await saveHistory(producer)
+                await saveHistory(producers.current())
                 lastSave = .now
             }
             try? await cancelWhenGracefulShutdown { [interval] in try await Task.sleep(for: interval) }
         }
-        await saveHistory(producer)
-        await producer.close(deadline: .seconds(10))
+        await saveHistory(producers.current())
+        await producers.close(deadline: .seconds(10))
         await admin.close()
     }
 

@@ -49,7 +49,8 @@ public final class ConsoleService: Service, Sendable {
     let deadLetterTopics: [String]
     let redriveLog: RedriveLog
     /// Sends redrives and writes the redrive log; nil with --read-only.
-    let producer: KafkaProducer?
+    /// The redrives' and the audit log's producer, replaced when it cannot deliver any more.
+    let producers: ProducerSlot?
     /// The token every form carries (a POST without it is refused): random per process.
     let csrf: String
     let kafka: KafkaConfiguration
@@ -64,12 +65,12 @@ public final class ConsoleService: Service, Sendable {
         self.deadLetterReader = DeadLetterReader(kafka: kafka, topics: deadLetterTopics, maxPerPartition: settings.deadLettersPerPartition)
         self.redriveLog = RedriveLog(topic: settings.auditTopic, kafka: kafka)
         if settings.readOnly {
-            producer = nil
+            producers = nil
         } else {
             var configuration = ProducerConfiguration(kafka: kafka)
             configuration.acks = .all
             configuration.idempotence = true
-            producer = try KafkaProducer(configuration: configuration, logger: logger)
+            producers = try ProducerSlot(logger: logger) { [configuration, logger] in try KafkaProducer(configuration: configuration, logger: logger) }
         }
         csrf = (0..<4).map { _ in String(UInt64.random(in: .min ... .max), radix: 16) }.joined()
         self.kafka = kafka
@@ -127,7 +128,7 @@ public final class ConsoleService: Service, Sendable {
             },
             logger: logger)
         try await app.run()
-        await producer?.close(deadline: .seconds(10))
+        await producers?.close(deadline: .seconds(10))
     }
 
     // MARK: Pages
@@ -202,7 +203,7 @@ public final class ConsoleService: Service, Sendable {
     /// POST from the dead-letters page (preview) or the preview (execute): the form carries the
     /// selection and the CSRF token; execute also carries the count previewed.
     func redrive(_ request: Request, execute: Bool) async throws -> Response {
-        guard !settings.readOnly, let producer else { return refused() }
+        guard !settings.readOnly, let producer = producers?.current() else { return refused() }
         let form = try await Self.form(request)
         guard ConstantTime.equal(Array((form["csrf"] ?? "").utf8), Array(csrf.utf8)) else { return refused() }
         let selection = DeadLetterSelection(query: form)

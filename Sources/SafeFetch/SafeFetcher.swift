@@ -2,6 +2,7 @@ import AsyncHTTPClient
 import Foundation
 import Logging
 import NIOCore
+import Synchronization
 
 /// Reads `http(s)://` and `file://` URLs from sources that are not trusted: thumbnail source
 /// images (Thumbnails) and upstream list pages (the pollers of Producers).
@@ -75,7 +76,40 @@ public struct SafeFetcher: Sendable {
 
     // MARK: - HTTP
 
+    /// One attempt, bounded whole by ``FetchConfiguration/attemptTimeout``: name resolution,
+    /// connections, every redirect hop and the whole body (a server that trickles its body a byte
+    /// at a time keeps the read timeout from firing, not this one). Past the deadline the attempt
+    /// is cancelled and left to end in the background; the caller gets `timedOut` at once.
     private func fetchOnce(_ start: URL, headers: [(String, String)], accept: String) async throws(FetchError) -> FetchedResponse {
+        let result = await Self.race(until: .now + configuration.attemptTimeout) { () async -> Result<FetchedResponse, FetchError> in
+            do throws(FetchError) {
+                return .success(try await self.fetchAttempt(start, headers: headers, accept: accept))
+            } catch {
+                return .failure(error)
+            }
+        }
+        guard let result else { throw .timedOut(url: start.absoluteString) }
+        return try result.get()
+    }
+
+    /// `body`'s value, or nil once `deadline` passes first (or the caller is cancelled): `body`
+    /// is then cancelled and not waited for (a blocked name resolution cannot be interrupted).
+    static func race<T: Sendable>(until deadline: ContinuousClock.Instant, _ body: @escaping @Sendable () async -> T) async -> T? {
+        let race = Race<T>()
+        return await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<T?, Never>) in
+                race.start(continuation, tasks: [
+                    Task { race.finish(await body()) },
+                    Task { if (try? await Task.sleep(until: deadline)) != nil { race.finish(nil) } },
+                ])
+                if Task.isCancelled { race.finish(nil) }
+            }
+        } onCancel: {
+            race.finish(nil)
+        }
+    }
+
+    private func fetchAttempt(_ start: URL, headers: [(String, String)], accept: String) async throws(FetchError) -> FetchedResponse {
         let deadline = NIODeadline.now() + TimeAmount(configuration.attemptTimeout)
         var current = start
         var redirects = 0
@@ -150,8 +184,9 @@ public struct SafeFetcher: Sendable {
         } catch {
             result = .failure(Self.classify(error, url: text))
         }
-        // Always shut the client down (it owns the connection), whatever happened.
-        try? await client.shutdown()
+        // Always shut the client down (it owns the connection), whatever happened; in the
+        // background, so that closing the connection does not count against the attempt's time.
+        Task { try? await client.shutdown() }
         return try result.get()
     }
 
@@ -256,6 +291,42 @@ public struct SafeFetcher: Sendable {
         }
         bytes.removeSubrange(count...)
         return .success(bytes)
+    }
+}
+
+/// ``SafeFetcher/race(until:_:)``'s waiter and its two tasks: the first to finish resumes the
+/// waiter and cancels the other.
+final class Race<T: Sendable>: Sendable {
+    private struct State: ~Copyable {
+        var continuation: CheckedContinuation<T?, Never>?
+        var tasks: [Task<Void, Never>] = []
+        /// Set by the first `finish`: its value (nil: the deadline or a cancellation).
+        var outcome: T??
+    }
+    private let state = Mutex(State())
+
+    /// Called once, with the tasks already running: one may have finished before.
+    func start(_ continuation: CheckedContinuation<T?, Never>, tasks: [Task<Void, Never>]) {
+        let early = state.withLock { s -> T?? in
+            s.tasks = tasks
+            if s.outcome == nil { s.continuation = continuation }
+            return s.outcome
+        }
+        if let early {
+            for task in tasks { task.cancel() }
+            continuation.resume(returning: early)
+        }
+    }
+
+    func finish(_ value: T?) {
+        let (continuation, tasks) = state.withLock { s -> (CheckedContinuation<T?, Never>?, [Task<Void, Never>]) in
+            guard s.outcome == nil else { return (nil, []) }
+            s.outcome = .some(value)
+            defer { s.continuation = nil }
+            return (s.continuation, s.tasks)
+        }
+        for task in tasks { task.cancel() }
+        continuation?.resume(returning: value)
     }
 }
 

@@ -258,11 +258,12 @@ struct DLQ: AsyncParsableCommand {
 
     struct Redrive: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Send dead letters back to the topic they came from (dry run unless --execute).",
+            abstract: "Send dead letters back to where they belong (dry run unless --execute).",
             discussion: """
                 Each selected dead letter goes back to its origin topic and partition with its
                 original key, value, timestamp and headers, plus dead-letter.redriven=N (the Nth
-                redrive). One that fails again comes back to the dead-letter topic carrying that
+                redrive); an output that could not be delivered goes to its destination topic and
+                partition instead (dead-letter.destination.topic), as it was produced. One that fails again comes back to the dead-letter topic carrying that
                 header; once it was redriven --max-redrives times it is left where it is and
                 reported (exit code 4), so a record that keeps failing does not loop.
                 The dead-letter topic is not changed (Kafka cannot delete single records): after

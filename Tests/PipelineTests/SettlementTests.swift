@@ -126,6 +126,144 @@ import Workers
         #expect(candles == Set(reference.keys))
     }
 
+    /// An output that cannot be delivered past its attempts (or that fails for good, on any
+    /// configuration) goes to the dead-letter topic as itself, naming where it was going: a
+    /// stateful stage cannot make it again from its input (the minute of a candle has closed
+    /// and the tick is late), so dead-lettering the input would lose it. Here every candle fails:
+    /// its leader is down while 3,000 ticks are processed with 2 attempts of 1.5 s each
+    /// ("attempts"), or its leader refuses every produce with TOPIC_AUTHORIZATION_FAILED on the
+    /// default retry policy ("permanent"). The operator fixes the broker and redrives every
+    /// `delivery-failed` dead letter: every candle is then in its topic, with the content an
+    /// uninterrupted run gives it, and a worker started again finds nothing to redo.
+    @Test(arguments: ["attempts", "permanent"]) func undeliveredOutputsOfAStatefulStageComeBackWithARedrive(_ fault: String) async throws {
+        let (mock, inputs) = try await Self.cluster(onBroker2: ["prices.candles"], inputs: 3_000)
+        let reference = try PriceTicks.reference(inputs: inputs, stages: ["prices.candles"])
+        var settings = Self.settings(mock)
+        var yaml = Self.candlesTopology
+        if fault == "attempts" {
+            yaml += "\n    retry: {attempts: 2, initial-backoff: 100ms, max-backoff: 500ms}"
+            settings.messageTimeout = .milliseconds(1_500)
+            mock.setBrokerDown(2)
+        } else {
+            // Produce (API key 0) to broker 2: refused, more times than there are candle batches.
+            mock.pushRequestErrors(brokerID: 2, apiKey: 0, errorCodes: Array(repeating: 29, count: 400))
+        }
+        let topology = try Topology.parse(yaml)
+        let service = try StageService(definition: try topology.stage(named: "candles"), topology: topology, settings: settings)
+        let running = Task { try await service.run() }
+        try await eventually("every input settled", within: .seconds(90)) { service.counters.inputsDone.value == 3_000 }
+        service.requestStop()
+        try await running.value
+        // The operator's fix: the broker is back (or the topic moves to a broker that takes it).
+        mock.setBrokerUp(2)
+        mock.setPartitionLeader("prices.candles", partition: 0, brokerID: 1)
+        #expect(try await Self.read("prices.candles", from: mock).isEmpty, "no candle delivered while the fault lasted")
+        let entries = try await Self.read("dlq", from: mock).compactMap(DeadLetterEntry.init)
+        #expect(entries.count == reference.count, "one dead letter per candle: \(entries.count) of \(reference.count)")
+        for e in entries {
+            #expect(e.letter.failure.reason == .deliveryFailed)
+            #expect(e.letter.destination?.topic == "prices.candles", "it names where the candle was going")
+            #expect(e.letter.origin.topic == "prices.raw" && e.letter.origin.offset >= 0, "and the tick that closed it")
+        }
+        var selection = DeadLetterSelection()
+        selection.reasons = ["delivery-failed"]
+        let plan = RedrivePlan(entries.filter(selection.matches), maxRedrives: 3)
+        let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [mock.bootstrapServers]))
+        let (sent, failed) = try await plan.execute(with: producer)
+        await producer.close()
+        #expect(failed.isEmpty && sent == entries.count)
+
+        // A worker started again (as the operator's stage keeps running) redoes nothing.
+        let again = try StageService(definition: try topology.stage(named: "candles"), topology: topology, settings: Self.settings(mock))
+        let rerun = Task { try await again.run() }
+        var candles: [String: [UInt8]] = [:]
+        try? await eventually("every candle in its topic", within: .seconds(20)) {
+            candles = [:]
+            for r in try await Self.read("prices.candles", from: mock) {
+                if let key = r.header(OutputRecord.dedupeKeyHeader) { candles[String(decoding: key, as: UTF8.self)] = r.value ?? [] }
+            }
+            return candles.count >= reference.count
+        }
+        again.requestStop()
+        try await rerun.value
+        let missing = Set(reference.keys).subtracting(candles.keys)
+        #expect(missing.isEmpty, "\(missing.count) of \(reference.count) candles missing after the redrive, e.g. \(missing.sorted().prefix(3))")
+        let different = reference.keys.filter { candles[$0] != nil && candles[$0] != reference[$0] }
+        #expect(different.isEmpty, "\(different.count) candles differ from an uninterrupted run's, e.g. \(different.sorted().prefix(3))")
+        #expect(again.counters.processed.value == 0, "nothing to redo from the input topic")
+    }
+
+    /// An evicted member's checkpoints never land after the new owner's. Member A's candle
+    /// outputs are stuck (their leader is down) when member B joins: A's revocation waits for
+    /// them, its poll thread is parked meanwhile, and librdkafka takes A out of the group past
+    /// `max.poll.interval.ms`. B takes both partitions, restores A's last durable checkpoints and
+    /// carries on. The broker comes back; A's outputs are delivered and its revocation checkpoint
+    /// (older than B's state) is due. The coordinator must fence it: the last changelog record
+    /// of each partition is B's, covering every input.
+    @Test func anEvictedMembersCheckpointsNeverLandAfterTheNewOwners() async throws {
+        let mock = try KafkaMockCluster(brokers: 2)
+        for t in ["prices.raw", "prices.candles", "prices.changelog", "dlq"] {
+            try mock.createTopic(t, partitions: 2)
+            for p in Int32(0)..<2 { mock.setPartitionLeader(t, partition: p, brokerID: t == "prices.candles" ? 2 : 1) }
+        }
+        mock.setCoordinator("group", key: "candles", brokerID: 1)
+        let topology = try Topology.parse(Self.candlesTopology + "\n    retry: {attempts: 1000, initial-backoff: 2s, max-backoff: 2s}")
+        var settings = Self.settings(mock)
+        settings.maxPollInterval = .seconds(7)  // at least the session timeout (6 s)
+        // The eager protocol: a member revokes everything before it rejoins, so one stuck in its
+        // revocation misses the rebalance's deadline (max.poll.interval.ms) and is taken out.
+        // (A cooperative member stays a member while it revokes; it is evicted when cut off
+        // from the coordinator past its session, which no mock fault does to one client alone.)
+        settings.kafka.raw["partition.assignment.strategy"] = "range"
+        _ = try await Self.produce(0..<1_500, to: mock)
+        let a = try StageService(definition: try topology.stage(named: "candles"), topology: topology, settings: settings)
+        let runningA = Task { try await a.run() }
+        try await eventually("A settled the first inputs") { a.counters.inputsDone.value == 1_500 }
+        try await eventually("A's checkpoints of them") { a.counters.checkpoints.value >= 2 }
+
+        mock.setBrokerDown(2)
+        _ = try await Self.produce(1_500..<3_000, to: mock)
+        try await eventually("A processed the inputs whose candles are stuck") { a.counters.processed.value == 3_000 }
+        let b = try StageService(definition: try topology.stage(named: "candles"), topology: topology, settings: settings)
+        let runningB = Task { try await b.run() }
+        try await eventually("A evicted, B owns both partitions", within: .seconds(60)) { b.counters.restoredPartitions.value >= 2 }
+        let checkpointsOfA = a.counters.checkpoints.value
+        _ = try await Self.produce(3_000..<3_600, to: mock)
+        a.requestStop()
+        mock.setBrokerUp(2)
+        try await eventually("B settled every input it owns", within: .seconds(60)) { b.counters.processed.value > 0 && b.counters.inputsDone.value == b.counters.processed.value }
+        _ = try? await runningA.value  // A stops once its revocation and shutdown are done (or given up)
+        b.requestStop()
+        try await runningB.value
+        #expect(a.counters.checkpoints.value == checkpointsOfA, "A wrote \(a.counters.checkpoints.value - checkpointsOfA) checkpoints after it was evicted")
+
+        let reader = try KafkaConsumer(configuration: {
+            var c = ConsumerConfiguration(bootstrapServers: [mock.bootstrapServers], groupID: "check")
+            c.reportEndOfPartition = true
+            return c
+        }())
+        try await reader.assign((0..<2).map { TopicPartitionOffset("prices.changelog", Int32($0), offset: TopicPartitionOffset.beginning) })
+        var last: [Int32: Int64] = [:]
+        var ended = Set<Int32>()
+        for try await event in reader {
+            if case .records(let batch) = event {
+                for r in batch {
+                    let header = r.header(Changelog.offsetsHeader).map { String(decoding: $0, as: UTF8.self) }
+                    for (tp, offset) in header.flatMap(Changelog.offsets) ?? [:] { last[tp.partition] = offset }
+                }
+            }
+            if case .endOfPartition(let e) = event { ended.insert(e.partition) }
+            if ended.count == 2 { break }
+        }
+        try await reader.close()
+        let admin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: [mock.bootstrapServers]))
+        for p in Int32(0)..<2 {
+            let end = try await admin.watermarks(TopicPartition("prices.raw", p)).high
+            #expect(last[p] == end, "the last checkpoint of prices.raw[\(p)] covers \(last[p] ?? -1) of its \(end) inputs: an older state landed after the new owner's")
+        }
+        await admin.close()
+    }
+
     /// The last changelog record of a partition is always its newest state: a checkpoint whose
     /// delivery failed is retried before any later one is written. Here a new-products stage
     /// holds one product in its window when its first checkpoint is refused (NOT_ENOUGH_REPLICAS,

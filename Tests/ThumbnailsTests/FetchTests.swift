@@ -105,6 +105,24 @@ struct HTTPFetchTests {
         try await server.close()
     }
 
+    @Test("a body trickled a byte at a time is bounded by the attempt's time limit, not only its head")
+    func trickledBodyTimesOut() async throws {
+        // 40 bytes, one per 250 ms: 10 s in all, never silent for the 5 s read timeout.
+        let server = try await TestHTTPServer(routes: ["/slow": [ScriptedResponse(status: .ok, body: Array(repeating: 0x61, count: 40), trickle: .milliseconds(250))]])
+        var configuration = testFetchConfiguration(maxAttempts: 1)
+        configuration.readTimeout = .seconds(5)
+        configuration.attemptTimeout = .seconds(1)
+        let fetcher = SafeFetcher(configuration: configuration)
+        let clock = ContinuousClock()
+        let start = clock.now
+        await expectFetchError({ $0 == .timedOut(url: server.baseURL + "/slow") }) {
+            try await fetcher.fetch(server.baseURL + "/slow")
+        }
+        let took = clock.now - start
+        #expect(took < .seconds(4), "the 1 s attempt ended after \(took)")
+        try await server.close()
+    }
+
     @Test("a redirect to a private address is refused before connecting", arguments: [
         "http://10.0.0.1/internal.png",
         "http://169.254.169.254/latest/meta-data/",

@@ -14,6 +14,9 @@ struct ScriptedResponse: Sendable {
     var chunked = false
     /// Never answer (to exercise the client's read timeout).
     var hang = false
+    /// Send the body one byte per interval (a body that never goes silent long enough for a
+    /// read timeout, yet never ends in time).
+    var trickle: Duration?
 
     static func ok(_ body: [UInt8], contentType: String = "image/png") -> Self {
         ScriptedResponse(status: .ok, headers: [("Content-Type", contentType)], body: body)
@@ -100,6 +103,21 @@ final class TestHTTPServer: Sendable {
                     headers.add(name: "Content-Length", value: "\(response.body.count)")
                 }
                 headers.add(name: "Connection", value: "close")
+                if let interval = response.trickle {
+                    context.writeAndFlush(wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: response.status, headers: headers))), promise: nil)
+                    let channel = context.channel, body = response.body
+                    var sent = 0
+                    channel.eventLoop.scheduleRepeatedTask(initialDelay: .zero, delay: TimeAmount.nanoseconds(Int64(interval.components.seconds) * 1_000_000_000 + interval.components.attoseconds / 1_000_000_000)) { task in
+                        guard channel.isActive, sent < body.count else {
+                            task.cancel()
+                            channel.writeAndFlush(HTTPServerResponsePart.end(nil)).whenComplete { _ in channel.close(promise: nil) }
+                            return
+                        }
+                        channel.writeAndFlush(HTTPServerResponsePart.body(.byteBuffer(channel.allocator.buffer(bytes: body[sent..<(sent + 1)]))), promise: nil)
+                        sent += 1
+                    }
+                    return
+                }
                 context.write(wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: response.status, headers: headers))), promise: nil)
                 if !response.body.isEmpty {
                     let chunkSize = response.chunked ? 16 * 1024 : response.body.count

@@ -82,6 +82,24 @@ public struct KafkaError: Error, Sendable, Hashable, CustomStringConvertible {
         return RDKafkaError.permanentDeliveryCodes.contains(rdKafkaCode)
     }
 
+    /// The producer that reported this cannot deliver anything any more: it failed fatally, or
+    /// the broker fenced it or lost its producer id or sequence (see
+    /// ``KafkaProducer/unusable``). A new producer is needed.
+    public var meansProducerUnusable: Bool {
+        isFatal || rdKafkaCode.map(RDKafkaError.producerStateCodes.contains) ?? false
+    }
+
+    /// The group coordinator no longer knows this member (evicted, fenced by its instance id, or
+    /// its assignment lost): its partitions are another member's.
+    public var meansMemberFenced: Bool {
+        rdKafkaCode.map(RDKafkaError.fencedMemberCodes.contains) ?? false
+    }
+
+    /// The record is larger than the producer's `message.max.bytes` or the topic's
+    /// `max.message.bytes` (`MSG_SIZE_TOO_LARGE`): no retry and no other topic of the same
+    /// limits takes it.
+    public var isMessageTooLarge: Bool { rdKafkaCode == 10 }
+
     /// The group is rebalancing (`REBALANCE_IN_PROGRESS`, `ILLEGAL_GENERATION`): a commit may
     /// succeed once the rebalance settles.
     public var isRebalanceInProgress: Bool {

@@ -163,10 +163,22 @@ public final class KafkaProducer: Sendable {
     /// Messages enqueued but not yet delivered or failed.
     public var inFlight: Int { (try? core.client.using { core.client.outQueueLength }) ?? 0 }
 
-    /// The error that made this producer unusable (an idempotent producer whose sequence the
-    /// broker lost, say: `UNKNOWN_PRODUCER_ID`), or nil while it works. Every record sent after
-    /// it fails; a new producer (a new producer id) is needed.
-    public var fatalError: KafkaError? { (try? core.client.using { core.client.fatalError() }) ?? nil }
+    /// The error that made this producer unusable, or nil while it works: a fatal error, or a
+    /// delivery that failed because the broker fenced the producer or lost its producer id or
+    /// sequence (`PRODUCER_FENCED`, `UNKNOWN_PRODUCER_ID`, `INVALID_PRODUCER_EPOCH`,
+    /// `OUT_OF_ORDER_SEQUENCE_NUMBER`, …; librdkafka raises none of these as fatal for an
+    /// idempotent producer, yet they never clear). Every record sent after it fails the same
+    /// way; a new producer (a new producer id) is needed.
+    public var unusable: KafkaError? {
+        if let fatal = (try? core.client.using { core.client.fatalError() }) ?? nil { return fatal }
+        return core.state.withLock { $0.unusable }
+    }
+
+    /// Fault injection: makes the producer fail fatally, as if the broker had caused it
+    /// (`rd_kafka_test_fatal_error`; `rawCode` is a broker error code, e.g. 59 `UNKNOWN_PRODUCER_ID`).
+    package func raiseFatalError(rawCode: Int32, reason: String) {
+        try? core.client.using { core.client.raiseFatalError(rawCode: rawCode, reason: reason) }
+    }
 
     /// Waits until everything enqueued is delivered or failed, or the deadline passes.
     public func flush(deadline: Duration) async throws(KafkaError) {
@@ -227,6 +239,8 @@ final class ProducerCore: Sendable {
         var spaceWaiters: [CheckedContinuation<Void, Never>] = []
         /// Counts served delivery events; a sender that saw a full queue waits only if it has not moved.
         var deliveryGeneration: UInt64 = 0
+        /// The first delivery error that means the producer cannot deliver any more.
+        var unusable: KafkaError?
         var closed = false
         var pollThreadRunning = false
         var stopContinuation: CheckedContinuation<Void, Never>?
@@ -330,6 +344,7 @@ final class ProducerCore: Sendable {
             }
             for d in deliveries {
                 let error = overrideError ?? d.error
+                if let error, s.unusable == nil, error.meansProducerUnusable { s.unusable = error }
                 if d.token & Self.fireAndForgetFlag != 0 {
                     loose.append(DeliveryReport(id: d.token & ~Self.fireAndForgetFlag, partition: d.partition, offset: d.offset, error: error))
                     continue

@@ -101,6 +101,12 @@ package final class RDKafkaClient: @unchecked Sendable {
         }
     }
 
+    /// `rd_kafka_test_fatal_error`: raises a fatal error as if the broker had caused it (fault
+    /// injection for tests and the chaos verifier).
+    func raiseFatalError(rawCode: Int32, reason: String) {
+        _ = rd_kafka_test_fatal_error(handle, rd_kafka_resp_err_t(rawValue: rawCode), reason)
+    }
+
     /// The fatal error that made the client unusable, if any.
     func fatalError() -> KafkaError? {
         var errstr = [CChar](repeating: 0, count: 512)

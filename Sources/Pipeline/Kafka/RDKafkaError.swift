@@ -32,6 +32,27 @@ package enum RDKafkaError {
         return result
     }
 
+    /// Delivery errors that say the producer's own idempotence state is gone: the broker fenced
+    /// its epoch, no longer knows its producer id, or lost its sequence (a broker restarted
+    /// without that state, as tansu on S3 does). librdkafka does not raise them as fatal for an
+    /// idempotent, non-transactional producer, and they never clear: every later record fails
+    /// the same way while a new producer (a new id) delivers at once.
+    static let producerStateCodes: Set<Int32> = [
+        RD_KAFKA_RESP_ERR_PRODUCER_FENCED.rawValue, RD_KAFKA_RESP_ERR__FENCED.rawValue,
+        RD_KAFKA_RESP_ERR_UNKNOWN_PRODUCER_ID.rawValue, RD_KAFKA_RESP_ERR_INVALID_PRODUCER_EPOCH.rawValue,
+        RD_KAFKA_RESP_ERR_INVALID_PRODUCER_ID_MAPPING.rawValue, RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER.rawValue,
+        RD_KAFKA_RESP_ERR__FATAL.rawValue, RD_KAFKA_RESP_ERR__GAPLESS_GUARANTEE.rawValue,
+    ]
+
+    /// Group errors that say this member is no longer the one the coordinator knows: evicted
+    /// (`UNKNOWN_MEMBER_ID`), replaced by another process with its `group.instance.id`
+    /// (`FENCED_INSTANCE_ID`), or its assignment lost. Whatever it still holds is another
+    /// member's now.
+    static let fencedMemberCodes: Set<Int32> = [
+        RD_KAFKA_RESP_ERR_UNKNOWN_MEMBER_ID.rawValue, RD_KAFKA_RESP_ERR_FENCED_INSTANCE_ID.rawValue,
+        RD_KAFKA_RESP_ERR__ASSIGNMENT_LOST.rawValue,
+    ]
+
     /// Delivery errors that no retry can cure: a message larger than `message.max.bytes` (librdkafka
     /// refuses it before sending; a broker with a lower `max.message.bytes` refuses it too), a
     /// batch too large, a record the broker finds invalid, a topic that cannot exist or that the

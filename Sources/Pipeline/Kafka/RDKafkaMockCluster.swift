@@ -62,4 +62,12 @@ public final class KafkaMockCluster: @unchecked Sendable {  // librdkafka's mock
         var errors = errorCodes.map { rd_kafka_resp_err_t(rawValue: $0) }
         rd_kafka_mock_push_request_errors_array(cluster, apiKey, errors.count, &errors)
     }
+
+    /// Makes the next requests of this API key that broker `brokerID` receives fail with these
+    /// broker error codes, one request each (the other brokers answer as usual).
+    public func pushRequestErrors(brokerID: Int32, apiKey: Int16, errorCodes: [Int32]) {
+        for code in errorCodes {
+            _ = ckafka_mock_broker_push_request_error(cluster, brokerID, apiKey, rd_kafka_resp_err_t(rawValue: code), 0)
+        }
+    }
 }

@@ -99,13 +99,15 @@ public final class WorkerStatusReporter: Service, Sendable {
         quiet.debugContexts = []
         var configuration = ProducerConfiguration(kafka: quiet)
         configuration.messageTimeout = interval * 2
-        let producer = try KafkaProducer(configuration: configuration, logger: logger)
+        // Replaced when it cannot deliver any more (fenced, its producer id lost): a report is
+        // not worth stopping the worker for, and a broken producer would fail it for good.
+        let producers = try ProducerSlot(logger: logger) { [configuration, logger] in try KafkaProducer(configuration: configuration, logger: logger) }
         var previous: (processed: Int, produced: Int, at: ContinuousClock.Instant) = (0, 0, .now)
         var failing = false
         while !Task.isShuttingDownGracefully && !Task.isCancelled {
             let status = self.status(previous: &previous)
             do {
-                let report = try await producer.send(ProducerRecord(topic: topic, key: Array(status.key.utf8), value: Array(try JSONEncoder().encode(status))))
+                let report = try await producers.current().send(ProducerRecord(topic: topic, key: Array(status.key.utf8), value: Array(try JSONEncoder().encode(status))))
                 if let error = report.error { throw error }
                 failing = false
             } catch {
@@ -116,8 +118,8 @@ public final class WorkerStatusReporter: Service, Sendable {
         }
         // Gone, not dead: a tombstone for this worker's key.
         let key = self.status(previous: &previous).key
-        _ = try? await producer.send(ProducerRecord(topic: topic, key: Array(key.utf8), value: nil))
-        await producer.close(deadline: .seconds(5))
+        _ = try? await producers.current().send(ProducerRecord(topic: topic, key: Array(key.utf8), value: nil))
+        await producers.close(deadline: .seconds(5))
     }
 
     func status(previous: inout (processed: Int, produced: Int, at: ContinuousClock.Instant)) -> WorkerStatus {

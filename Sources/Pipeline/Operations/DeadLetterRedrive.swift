@@ -91,13 +91,21 @@ public struct RedrivePlan: Sendable {
 
 public enum DeadLetterRedrive {
     /// The record to send back: the original key, value, timestamp and headers (without the
-    /// `dead-letter.*` ones), to the origin topic and partition, with `dead-letter.redriven`
+    /// `dead-letter.*` ones), to the origin topic and partition (an undelivered output: to the
+    /// topic and partition it was going to), with `dead-letter.redriven`
     /// counting the redrives. A record that was redriven `maxRedrives` times already is not
     /// sent again, so a record that keeps failing does not loop.
     public static func decide(_ e: DeadLetterEntry, maxRedrives: Int, keepPartition: Bool = true) -> RedriveDecision {
         guard e.redriveCount < maxRedrives else { return .exhausted(redriven: e.redriveCount) }
         var headers = e.letter.headers.filter { $0.name != DeadLetterHeader.redriven }.map { KafkaHeader(key: $0.name, value: $0.value) }
         headers.append(KafkaHeader(key: DeadLetterHeader.redriven, string: String(e.redriveCount + 1)))
+        if let destination = e.letter.destination {
+            // An undelivered output goes where it was going: re-running its input could not make
+            // it again (a stateful stage has moved past it), and no other stage sees it twice.
+            return .send(ProducerRecord(
+                topic: destination.topic, partition: keepPartition ? destination.partition : nil,
+                key: e.letter.key, value: e.letter.value, headers: headers, timestamp: e.record.timestamp))
+        }
         return .send(ProducerRecord(
             topic: e.letter.origin.topic, partition: keepPartition ? e.letter.origin.partition : nil,
             key: e.letter.key, value: e.letter.value, headers: headers, timestamp: e.record.timestamp))

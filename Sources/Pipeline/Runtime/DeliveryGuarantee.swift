@@ -23,6 +23,12 @@ protocol DeliveryGuarantee: AnyObject, Sendable {
     /// them, are settled.
     func settled(_ offsets: [TopicPartitionOffset])
 
+    /// From a settlement queue, before a checkpoint of `partitions` is handed to the producer:
+    /// whether the group coordinator still counts this worker as their owner. `covered` are the
+    /// offsets of the lane's last durable checkpoint (or restored state): committing them again
+    /// changes nothing, yet the coordinator refuses them from an evicted member.
+    func confirmOwnership(of partitions: [TopicPartition], committing covered: [TopicPartitionOffset]) async -> Ownership
+
     /// Before a lane's state changes for inputs beginning at `first` (per input partition).
     func willChange(_ lane: PartitionLane, first: [TopicPartition: Int64]) throws(KafkaError)
 
@@ -32,6 +38,17 @@ protocol DeliveryGuarantee: AnyObject, Sendable {
     /// Makes what is settled durable at this moment of the loop. Throws only when the worker
     /// must stop.
     func makeDurable(_ moment: DurableMoment, lanes: [PartitionLane]) async throws
+}
+
+/// What the coordinator said of a lane's partitions before a checkpoint.
+enum Ownership: Sendable {
+    /// Still this member's: the checkpoint may become durable.
+    case confirmed
+    /// Another member's (this one was evicted or fenced): nothing of the lane may become durable.
+    case fenced
+    /// No answer within the time allowed (the coordinator away, a rebalance going on): this
+    /// checkpoint is skipped, the next one asks again.
+    case unsure
 }
 
 /// When the loop asks for durability.

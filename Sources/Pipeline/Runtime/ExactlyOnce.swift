@@ -98,6 +98,10 @@ final class ExactlyOnce: DeliveryGuarantee {
         }
     }
 
+    /// Checkpoints go in transactions whose offsets carry the group's generation: the
+    /// coordinator refuses an evicted member's, and the transaction aborts.
+    func confirmOwnership(of partitions: [TopicPartition], committing covered: [TopicPartitionOffset]) async -> Ownership { .confirmed }
+
     /// Every transaction checkpoints the states it changed (``commit(_:lanes:)``).
     func checkpointDue(_ lane: PartitionLane) -> Bool { false }
 

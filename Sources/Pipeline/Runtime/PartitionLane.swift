@@ -40,7 +40,7 @@ final class PartitionLane {
     let settlement: SettlementQueue
     /// Concurrent stage: the latest task per record key, so that a key's outputs are submitted in
     /// input order. Entries of settled tasks are dropped as the map grows.
-    private var lastByKey: [[UInt8]: (sequence: Int, task: Task<SettlementQueue.Delivery?, Never>)] = [:]
+    private var lastByKey: [[UInt8]: (sequence: Int, task: Task<SettlementQueue.Delivery, Never>)] = [:]
     private var enqueued = 0
 
     init(id: TopicPartition, partitions: [TopicPartition], runner: StageRunner?, settlement: SettlementQueue, lagGauges: [TopicPartition: (records: Gauge, seconds: Gauge)]) {
@@ -75,10 +75,10 @@ final class PartitionLane {
     }
 
     /// The task of the latest record with this key that may still be submitting.
-    func lastTask(forKey key: [UInt8]?) -> Task<SettlementQueue.Delivery?, Never>? { lastByKey[key ?? []]?.task }
+    func lastTask(forKey key: [UInt8]?) -> Task<SettlementQueue.Delivery, Never>? { lastByKey[key ?? []]?.task }
 
     /// A concurrent stage's record, settled in offset order.
-    func enqueue(_ task: Task<SettlementQueue.Delivery?, Never>, key: [UInt8]?) {
+    func enqueue(_ task: Task<SettlementQueue.Delivery, Never>, key: [UInt8]?) {
         if lastByKey.count >= 4096 {
             let settled = settlement.settled
             lastByKey = lastByKey.filter { $0.value.sequence > settled }

@@ -46,9 +46,9 @@ final class SettlementQueue: Sendable {
 
     enum Entry: Sendable {
         case delivery(Delivery)
-        /// A concurrent stage's record: its task runs the stage and submits the outputs (nil if
-        /// the producer was closed).
-        case running(Task<Delivery?, Never>)
+        /// A concurrent stage's record: its task runs the stage and submits the outputs (a
+        /// delivery without a ticket if the producer was closed).
+        case running(Task<Delivery, Never>)
         /// A checkpoint record and the input offsets its state covers; handed to the producer
         /// when it reaches the head of the queue.
         case checkpoint(ProducerRecord, offsets: [TopicPartitionOffset])
@@ -96,6 +96,9 @@ final class SettlementQueue: Sendable {
             // Once something could not be settled, nothing after it becomes durable: it would
             // skip that input.
             var broken = false
+            // The offsets of the lane's last durable checkpoint (or restored state): committed
+            // again before the next checkpoint, as proof of ownership.
+            var covered: [TopicPartitionOffset] = []
             for await entry in stream {
                 if abandoned.value.load(ordering: .relaxed) { broken = true }
                 switch entry {
@@ -105,24 +108,28 @@ final class SettlementQueue: Sendable {
                 case .delivery(let delivery):
                     if !(await settler.settle(delivery, durable: !broken)) { broken = true }
                 case .running(let task):
-                    if let delivery = await task.value {
-                        if !(await settler.settle(delivery, durable: !broken)) { broken = true }
-                    } else {
-                        broken = true
-                    }
+                    if !(await settler.settle(await task.value, durable: !broken)) { broken = true }
                 case .checkpoint(let record, let offsets):
                     if !broken {
                         // Not once this worker has lost the partition (nor while it may have
-                        // unawares): its state is older than the new owner's.
+                        // unawares, nor once the coordinator says another member has it): its
+                        // state is older than the new owner's.
                         await context.membership.waitUntilSure()
                         if abandoned.value.load(ordering: .relaxed) || context.consumer.wasLost(partitions) {
                             broken = true
-                        } else if !(await settler.checkpoint(record, offsets: offsets)) {
-                            broken = true
+                        } else {
+                            switch await settler.checkpoint(record, offsets: offsets, covered: covered) {
+                            case .confirmed: covered = offsets
+                            case .unsure: break
+                            case .fenced: broken = true
+                            }
                         }
                     }
                 case .offsets(let offsets):
-                    if !broken { context.guarantee.settled(offsets) }
+                    if !broken {
+                        context.guarantee.settled(offsets)
+                        covered = offsets
+                    }
                 }
                 settled.value.add(1)
             }
@@ -159,8 +166,14 @@ private struct Settler: Sendable {
 
     private var partitionName: String { partitions.count == 1 ? "\(partitions[0])" : "\(partitions)" }
 
-    /// Hands a checkpoint to the producer (everything before it is acknowledged) and settles it.
-    func checkpoint(_ record: ProducerRecord, offsets: [TopicPartitionOffset]) async -> Bool {
+    /// Hands a checkpoint to the producer (everything before it is acknowledged) once the
+    /// coordinator confirms this worker still owns the partitions, and settles it; each retry
+    /// asks again. `.confirmed` once it is durable; `.unsure` when it was skipped; `.fenced`
+    /// when another member owns the partitions, or it could not be settled.
+    func checkpoint(_ record: ProducerRecord, offsets: [TopicPartitionOffset], covered: [TopicPartitionOffset]) async -> Ownership {
+        let confirm = { await context.guarantee.confirmOwnership(of: partitions, committing: covered) }
+        let ownership = await confirm()
+        guard case .confirmed = ownership else { return ownership }
         let batch = ProducerBatch([record])
         let bytes = batch.byteCount
         context.backpressure.add(records: 1, bytes: bytes)
@@ -169,16 +182,16 @@ private struct Settler: Sendable {
             SettlementQueue.Delivery(
                 records: batch, sources: [SettlementQueue.Delivery.checkpoint], inputs: [], ticket: ticket, offsets: offsets,
                 inputCount: 0, heldRecords: 1, heldBytes: bytes),
-            durable: true)
+            durable: true, beforeRetry: { if case .fenced = await confirm() { return false } else { return true } })
         if settled { context.recorder.checkpointed() }
-        return settled
+        return settled ? .confirmed : .fenced
     }
 
     /// Waits for a delivery's reports, retries what failed (at least once) or reports it
     /// (exactly once), dead-letters inputs whose outputs keep failing, then hands its offsets to
     /// the guarantee when `durable`. False when it could not be settled (the producer closed, or
     /// something that belongs to no input can never be delivered).
-    func settle(_ delivery: SettlementQueue.Delivery, durable: Bool) async -> Bool {
+    func settle(_ delivery: SettlementQueue.Delivery, durable: Bool, beforeRetry: (() async -> Bool)? = nil) async -> Bool {
         defer { context.backpressure.remove(records: delivery.heldRecords, bytes: delivery.heldBytes, resume: resumeAll) }
         guard let ticket = delivery.ticket else { return producerClosed() }
         var records = delivery.records
@@ -190,6 +203,11 @@ private struct Settler: Sendable {
         var delivered = DeliveredRecords()
         defer { if paused { endRetry() } }
         while true {
+            // A checkpoint or a dead letter: owed by the lane itself, retried until delivered (an
+            // output past its attempts becomes a dead letter instead).
+            func isOwedRecord(_ i: Int) -> Bool {
+                sources[i] == SettlementQueue.Delivery.checkpoint || records.topic(i) == context.deadLetterTopic
+            }
             var failed: [Int] = []
             for i in reports.indices {
                 if reports[i].error != nil {
@@ -202,41 +220,70 @@ private struct Settler: Sendable {
             }
             if failed.isEmpty { break }
             let error = reports[failed[0]].error!
+            // The producer itself is broken (fatal, fenced, its producer id lost): every retry and
+            // every dead letter would fail the same way. The worker stops, not ready, and a
+            // restart brings a new producer; nothing after this becomes durable.
+            if let unusable = context.producer.unusable ?? failed.lazy.compactMap({ reports[$0].error }).first(where: { $0.meansProducerUnusable }) {
+                context.fail(.producerUnusable("\(unusable)"))
+                return false
+            }
             guard context.guarantee.retriesDeliveries else {
                 // Exactly once: the open transaction cannot commit; it is aborted and its inputs redone.
                 context.guarantee.deliveryFailed(error)
                 context.recorder.deliveryFailed(records: failed.count, retrying: false)
                 break
             }
-            // Something that belongs to no input and can never be delivered: nothing after it may
+            // A checkpoint or a dead letter that can never be delivered: nothing after it may
             // become durable, and retrying would block the partition (and its revocation) for good.
-            if let i = failed.first(where: { sources[$0] < 0 && reports[$0].error!.cannotSucceed }) {
-                let what = sources[i] == SettlementQueue.Delivery.checkpoint
-                    ? "the checkpoint of \(partitionName) (\(records.size(i)) bytes)"
-                    : records.topic(i) == context.deadLetterTopic ? "a dead letter of \(partitionName)" : "an advance output of \(partitionName)"
-                let limit = reports[i].error!.rdKafkaCode == 10 ? " (larger than the producer's message.max.bytes or the topic's max.message.bytes)" : ""
-                context.fail(.undeliverable("\(what) to \(records.topic(i)) can never be delivered\(limit): \(reports[i].error!)"))
-                return false
+            if let i = failed.first(where: { isOwedRecord($0) && reports[$0].error!.cannotSucceed }) {
+                return cannotDeliver(i, of: records, source: sources[i], error: reports[i].error!)
             }
             firstFailure = firstFailure ?? Int64(Date().timeIntervalSince1970 * 1000)
             context.recorder.deliveryFailed(records: failed.count, retrying: true)
             var again = ProducerBatch()
             var againSources: [Int32] = []
-            // Inputs whose outputs failed for good, or kept failing past the attempts, go to the
-            // dead-letter topic once, with the error; what belongs to no input is retried on.
-            var dead: [Int32: KafkaError] = [:]
+            // Outputs that failed for good, or kept failing past the attempts, go to the
+            // dead-letter topic as themselves, naming where they were going and the input they
+            // came from: a redrive sends them there (a stateful stage could not make them again
+            // from the input). An output too large for any topic goes as its input instead (once
+            // per input): the stage made something it never can deliver. Checkpoints and dead
+            // letters are retried on.
+            var deadInputs: [Int32: KafkaError] = [:]
+            var deadOutputs = 0
             var retried = 0
             for i in failed {
                 let failure = reports[i].error!
-                if sources[i] >= 0, records.topic(i) != context.deadLetterTopic, failure.cannotSucceed || attempt >= context.retry.attempts {
-                    dead[sources[i]] = dead[sources[i]] ?? failure
-                } else {
+                guard !isOwedRecord(i), failure.cannotSucceed || attempt >= context.retry.attempts else {
                     again.append(i, of: records)
                     againSources.append(sources[i])
                     retried += 1
+                    continue
                 }
+                if failure.isMessageTooLarge {
+                    guard sources[i] >= 0 else { return cannotDeliver(i, of: records, source: sources[i], error: failure) }
+                    deadInputs[sources[i]] = deadInputs[sources[i]] ?? failure
+                    continue
+                }
+                let output = records[i]
+                let origin = sources[i] >= 0
+                    ? delivery.inputs[Int(sources[i])].origin
+                    : RecordOrigin(topic: partitions.first?.topic ?? "", partition: partitions.first?.partition ?? -1, offset: -1)
+                let letter = DeadLetter(
+                    stage: context.stageName,
+                    undelivered: InputRecord(
+                        key: output.key, value: output.value,
+                        headers: output.headers.map { RecordHeader(name: $0.key, value: $0.value ?? []) },
+                        timestamp: output.timestamp ?? 0, origin: origin),
+                    destination: DeadLetter.Destination(topic: output.topic, partition: reports[i].partition >= 0 ? reports[i].partition : output.partition),
+                    input: origin,
+                    failure: DecodeFailure(field: "$", reason: .deliveryFailed, detail: "\(failure)"),
+                    errorCode: failure.rdKafkaCode.map(String.init) ?? failure.code.rawValue, attempts: attempt,
+                    firstFailure: firstFailure)
+                again.append(RecordMapping.deadLetter(letter, topic: context.deadLetterTopic))
+                againSources.append(SettlementQueue.Delivery.noInput)
+                deadOutputs += 1
             }
-            for (s, failure) in dead.sorted(by: { $0.key < $1.key }) {
+            for (s, failure) in deadInputs.sorted(by: { $0.key < $1.key }) {
                 let letter = DeadLetter(
                     stage: context.stageName, input: delivery.inputs[Int(s)],
                     failure: DecodeFailure(field: "$", reason: .deliveryFailed, detail: "\(failure)"),
@@ -245,10 +292,14 @@ private struct Settler: Sendable {
                 again.append(RecordMapping.deadLetter(letter, topic: context.deadLetterTopic))
                 againSources.append(SettlementQueue.Delivery.noInput)
             }
-            if !dead.isEmpty {
+            let deadCount = deadInputs.count + deadOutputs
+            if deadCount > 0 {
                 context.logger.error(
-                    "delivery failed after \(attempt) attempt(s); inputs go to the dead-letter topic",
-                    metadata: ["partition": "\(partitionName)", "error": "\(error)", "inputs": "\(dead.count)"])
+                    "delivery failed after \(attempt) attempt(s); outputs go to the dead-letter topic",
+                    metadata: [
+                        "partition": "\(partitionName)", "error": "\(error)", "outputs": "\(deadOutputs)",
+                        "inputs": "\(deadInputs.count)",
+                    ])
             } else if let suppressed = context.logLimiter.admit("retry") {
                 context.logger.warning(
                     "delivery failed, retrying",
@@ -261,6 +312,7 @@ private struct Settler: Sendable {
             attempt += 1
             // Only fresh dead letters to send: no reason to wait.
             if retried > 0 { try? await Task.sleep(for: context.retry.backoff(beforeAttempt: min(attempt, 30))) }
+            if let beforeRetry, !(await beforeRetry()) { return false }
             guard let next = try? await context.producer.submit(again) else { return producerClosed() }
             records = again
             sources = againSources
@@ -269,6 +321,17 @@ private struct Settler: Sendable {
         if durable, !delivery.offsets.isEmpty { context.guarantee.settled(delivery.offsets) }
         context.recorder.settled(inputs: delivery.inputCount, delivered: delivered, newestInput: delivery.inputs.last?.timestamp)
         return true
+    }
+
+    /// Stops the worker: record `i` (a checkpoint, a dead letter, or an output too large even
+    /// to be dead-lettered as its input) can never be delivered.
+    private func cannotDeliver(_ i: Int, of records: ProducerBatch, source: Int32, error: KafkaError) -> Bool {
+        let what = source == SettlementQueue.Delivery.checkpoint ? "the checkpoint of \(partitionName) (\(records.size(i)) bytes)"
+            : records.topic(i) == context.deadLetterTopic ? "a dead letter of \(partitionName)"
+            : "an advance output of \(partitionName)"
+        let limit = error.isMessageTooLarge ? " (larger than the producer's message.max.bytes or the topic's max.message.bytes)" : ""
+        context.fail(.undeliverable("\(what) to \(records.topic(i)) can never be delivered\(limit): \(error)"))
+        return false
     }
 
     private func producerClosed() -> Bool {

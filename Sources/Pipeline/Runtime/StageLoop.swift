@@ -339,7 +339,7 @@ final class StageLoop {
             let input = RecordMapping.input(record, now: now)
             let bytes = (record.valueBytes?.count ?? 0) + (record.key?.count ?? 0)
             let earlier = lane.lastTask(forKey: record.key)
-            let task = Task<SettlementQueue.Delivery?, Never> {
+            let task = Task<SettlementQueue.Delivery, Never> {
                 await gate.acquire()
                 let began = ContinuousClock.now
                 var out = await stage.process(input)
@@ -348,7 +348,9 @@ final class StageLoop {
                 let (outgoing, sources) = context.outgoing(&out, of: input, source: 0)
                 // Same key, input order: submit after the earlier record of the key submitted.
                 _ = await earlier?.value
-                guard let ticket = try? await producer.submit(outgoing) else { return nil }
+                // No ticket when the producer was closed: settled as not delivered, and what it
+                // holds in flight is released all the same.
+                let ticket = try? await producer.submit(outgoing)
                 return SettlementQueue.Delivery(
                     records: outgoing, sources: sources, inputs: [input], ticket: ticket,
                     offsets: [TopicPartitionOffset(record.topic, record.partition, offset: record.offset + 1)],

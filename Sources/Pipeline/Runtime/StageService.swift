@@ -302,12 +302,17 @@ public enum WorkerError: Error, CustomStringConvertible {
     /// never be delivered, e.g. it is larger than `message.max.bytes`: retrying would block its
     /// partition for good, and skipping it would lose it.
     case undeliverable(String)
+    /// The producer cannot deliver anything any more (a fatal error, or a broker that fenced it
+    /// or lost its producer id: ``KafkaProducer/unusable``). The worker stops with the reason
+    /// instead of dead-lettering everything it makes; a restarted worker has a new producer.
+    case producerUnusable(String)
     /// The stop did not finish within ``WorkerSettings/shutdownDeadline``.
     case shutdownOverran(String)
 
     public var description: String {
         switch self {
         case .undeliverable(let what): "undeliverable: \(what)"
+        case .producerUnusable(let why): "the producer cannot deliver any more: \(why)"
         case .shutdownOverran(let what): "shutdown overran: \(what)"
         }
     }

@@ -16,9 +16,21 @@ public enum DeadLetterHeader {
     public static let firstFailure = "dead-letter.first-failure"
     /// Set on a record that `pipelinectl dlq redrive` sent back: its value is the redrive count.
     public static let redriven = "dead-letter.redriven"
+    /// Set on an undelivered output: the topic it was produced to. Such a dead letter is the
+    /// output itself (key, value, headers, timestamp), not the input; a redrive sends it there.
+    public static let destinationTopic = "dead-letter.destination.topic"
+    /// The partition the undelivered output was assigned, when the producer had chosen one.
+    public static let destinationPartition = "dead-letter.destination.partition"
 }
 
 /// A record that could not be used, as it goes to the dead-letter topic.
+///
+/// Two kinds share the format. An input the stage could not use (or whose outputs cannot be
+/// made again from it) is the input itself; a redrive sends it back to its origin topic. An
+/// output that could not be delivered past its attempts is the output itself, with
+/// ``destination`` naming where it was going and ``origin`` the input that caused it; a redrive
+/// sends it to the destination, so an output a stateful stage can never make again (a candle
+/// whose minute has closed) is not lost.
 ///
 /// The one dead-letter format: the Kafka runtime, ``TestDriver`` and `pipelinectl run` all
 /// build it with ``init(stage:input:failure:errorCode:attempts:firstFailure:)`` and turn it into
@@ -36,6 +48,28 @@ public struct DeadLetter: Sendable, Hashable {
     public var errorCode: String?
     public var attempts: Int
     public var firstFailure: Int64?
+    /// Where an undelivered output was going (topic, and partition when known); nil for an input.
+    public var destination: Destination?
+
+    public struct Destination: Sendable, Hashable {
+        public var topic: String
+        public var partition: Int32?
+        public init(topic: String, partition: Int32?) {
+            self.topic = topic
+            self.partition = partition
+        }
+    }
+
+    /// An output that could not be delivered: `output` is the record as it was produced (its
+    /// key, value, headers and timestamp are kept unchanged), `input` the input it came from.
+    public init(
+        stage: String, undelivered output: InputRecord, destination: Destination, input origin: RecordOrigin,
+        failure: DecodeFailure, errorCode: String?, attempts: Int, firstFailure: Int64?
+    ) {
+        self.init(stage: stage, input: output, failure: failure, errorCode: errorCode, attempts: attempts, firstFailure: firstFailure)
+        self.origin = origin
+        self.destination = destination
+    }
 
     public init(
         stage: String, input: InputRecord, failure: DecodeFailure, errorCode: String? = nil, attempts: Int = 1,
@@ -67,6 +101,10 @@ public struct DeadLetter: Sendable, Hashable {
         if let errorCode { out.append(RecordHeader(DeadLetterHeader.errorCode, errorCode)) }
         out.append(RecordHeader(DeadLetterHeader.attempts, String(attempts)))
         if let firstFailure { out.append(RecordHeader(DeadLetterHeader.firstFailure, String(firstFailure))) }
+        if let destination {
+            out.append(RecordHeader(DeadLetterHeader.destinationTopic, destination.topic))
+            if let p = destination.partition { out.append(RecordHeader(DeadLetterHeader.destinationPartition, String(p))) }
+        }
         return out
     }
 
@@ -91,5 +129,8 @@ public struct DeadLetter: Sendable, Hashable {
         self.errorCode = headers.string(named: DeadLetterHeader.errorCode)
         self.attempts = headers.string(named: DeadLetterHeader.attempts).flatMap { Int($0) } ?? 1
         self.firstFailure = headers.string(named: DeadLetterHeader.firstFailure).flatMap { Int64($0) }
+        self.destination = headers.string(named: DeadLetterHeader.destinationTopic).map {
+            Destination(topic: $0, partition: headers.string(named: DeadLetterHeader.destinationPartition).flatMap { Int32($0) })
+        }
     }
 }

@@ -1,14 +1,15 @@
-import Kafka
 import Logging
 import Synchronization
 
-/// The producer a long-running producer service sends through, replaced by a new one when it
-/// fails for good (a fatal error, e.g. an idempotent producer whose state a restarted broker
-/// lost): what it could not deliver was reported failed, and the records sent next go through
-/// a new producer id instead of failing until the process is restarted.
+/// The producer a long-running service sends through, replaced by a new one when it cannot
+/// deliver any more (``KafkaProducer/unusable``: a fatal error, or a broker that fenced it or lost
+/// its producer id, as a restarted broker does): what it could not deliver was reported failed,
+/// and the records sent next go through a new producer id instead of failing until the process
+/// is restarted. ``replacements`` counts the new ones, for health and metrics.
 public final class ProducerSlot: Sendable {
     private let make: @Sendable () throws -> KafkaProducer
     private let slot: Mutex<KafkaProducer>
+    private let replaced = Atomic<Int>(0)
     private let logger: Logger
 
     public init(logger: Logger, make: @escaping @Sendable () throws -> KafkaProducer) throws {
@@ -29,19 +30,23 @@ public final class ProducerSlot: Sendable {
         }
     }
 
-    /// The producer to use now: a new one if the last one failed for good (the old one is
-    /// closed in the background; its outstanding records fail).
+    /// How many times the producer was replaced.
+    public var replacements: Int { replaced.load(ordering: .relaxed) }
+
+    /// The producer to use now: a new one if the last one cannot deliver any more (the old one
+    /// is closed in the background; its outstanding records fail).
     public func current() -> KafkaProducer {
         let (producer, retired) = slot.withLock { producer -> (KafkaProducer, KafkaProducer?) in
-            guard let fatal = producer.fatalError else { return (producer, nil) }
+            guard let reason = producer.unusable else { return (producer, nil) }
             do {
                 let fresh = try make()
-                logger.warning("the producer failed for good (\(fatal)); sending through a new one")
+                logger.warning("the producer cannot deliver any more (\(reason)); sending through a new one")
                 let old = producer
                 producer = fresh
+                replaced.add(1, ordering: .relaxed)
                 return (fresh, old)
             } catch {
-                logger.error("the producer failed for good (\(fatal)) and a new one could not be made: \(error)")
+                logger.error("the producer cannot deliver any more (\(reason)) and a new one could not be made: \(error)")
                 return (producer, nil)
             }
         }
