@@ -262,13 +262,14 @@ struct DLQ: AsyncParsableCommand {
             discussion: """
                 Each selected dead letter goes back to its origin topic and partition with its
                 original key, value, timestamp and headers, plus dead-letter.redriven=N (the Nth
-                redrive); an output that could not be delivered goes to its destination topic and
-                partition instead (dead-letter.destination.topic), as it was produced. One that fails again comes back to the dead-letter topic carrying that
-                header; once it was redriven --max-redrives times it is left where it is and
-                reported (exit code 4), so a record that keeps failing does not loop.
-                The dead-letter topic is not changed (Kafka cannot delete single records): after
-                --execute it prints the --from PARTITION:OFFSET list where the next run should start,
-                so the same dead letters are not redriven twice.
+                redrive); an output that could not be delivered goes to its destination topic
+                and partition instead (dead-letter.destination.topic), as it was produced. One
+                that fails again comes back to the dead-letter topic carrying that header; once
+                it was redriven --max-redrives times it is left where it is and reported (exit
+                code 4), so a record that keeps failing does not loop. The dead-letter topic is
+                not changed (Kafka cannot delete single records): after --execute it prints the
+                --from PARTITION:OFFSET list where the next run should start, so the same dead
+                letters are not redriven twice.
 
                 Examples:
                   pipelinectl dlq redrive --stage products.decode                 # what would go where
