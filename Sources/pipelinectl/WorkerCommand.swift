@@ -73,7 +73,9 @@ struct Worker: AsyncParsableCommand {
     var allowNetworks: [String] = []
     @Option(help: """
         Exactly-once stages: the producer's transactional.id. Keep it across restarts of one worker (a StatefulSet pod \
-        name): a restart then aborts what its predecessor left open. Default: <group>-<host name>-<pid>-1.
+        name): a restart then aborts what its predecessor left open. Default: <group>-<instance id> with \
+        --instance-id, else <group>-<host name>-<slot>, the lowest slot free on this host (a lock file), which a \
+        worker restarted on the same host takes again.
         """)
     var transactionalId: String?
     @Option(help: "Exactly-once stages: how long a transaction may stay open before the broker aborts it.", transform: { text in

@@ -355,6 +355,50 @@ import Workers
         #expect(try await Self.read("prices.changelog", from: mock).last.flatMap(Self.coveredOffset) == 1_000, "and the state covers them again")
     }
 
+    /// Exactly once, a partition's state is restored to cover the group's committed offsets: a
+    /// checkpoint and the offsets commit in one transaction, and a changelog read to its last
+    /// stable offset can end before the newest committed checkpoint (a transaction a killed
+    /// predecessor left open freezes that offset). Here the group's commit is at 1,000 while the
+    /// changelog holds only a checkpoint covering 500; the checkpoint covering 1,000 shows up two
+    /// seconds after the worker starts. The worker must restore that one and redo nothing: with
+    /// the older state it would process (and commit) inputs 500 to 999 a second time.
+    @Test func exactlyOnceRestoresTheStateThatCoversTheCommittedOffsets() async throws {
+        let (mock, inputs) = try await Self.cluster(onBroker2: [], inputs: 1_000)
+        let changelog = Changelog(topic: "prices.changelog", partitions: 1, stage: "candles")
+        func checkpoint(after count: Int) throws -> ProducerRecord {
+            var runner = try StageCatalog().runner(for: ["prices.candles"])
+            for (i, (record, _)) in inputs.prefix(count).enumerated() {
+                let input = InputRecord(key: record.key, value: record.value, timestamp: record.timestamp ?? 0, origin: RecordOrigin(topic: "prices.raw", partition: 0, offset: Int64(i)))
+                _ = runner.process(input, context: StageContext(now: input.timestamp))
+            }
+            return try changelog.record(state: runner.state, offsets: [TopicPartitionOffset("prices.raw", 0, offset: Int64(count))], for: TopicPartition("prices.raw", 0))
+        }
+        let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [mock.bootstrapServers]))
+        #expect(try await producer.send(try checkpoint(after: 500)).error == nil)
+        let admin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: [mock.bootstrapServers]))
+        try await admin.alterCommittedOffsets(group: "candles", offsets: [TopicPartitionOffset("prices.raw", 0, offset: 1_000)])
+
+        let topology = try Topology.parse(Self.candlesTopology + "\n    delivery: exactly-once")
+        var settings = Self.settings(mock)
+        settings.transactionTimeout = .seconds(20)
+        let service = try StageService(definition: try topology.stage(named: "candles"), topology: topology, settings: settings)
+        let running = Task { try await service.run() }
+        await admin.close()
+        // The newer checkpoint becomes visible only after the worker has had its partition for
+        // a while (as when an open transaction ends): a worker that restores the older one does
+        // so as soon as it joins (about 3 s on the mock; watched for 8 s), one that waits for a
+        // covering checkpoint restores nothing meanwhile.
+        try? await eventually("a restore of the older checkpoint", within: .seconds(8)) { service.counters.restoredPartitions.value == 1 }
+        #expect(try await producer.send(try checkpoint(after: 1_000)).error == nil)
+        await producer.close()
+        try await eventually("the partition restored", within: .seconds(30)) { service.counters.restoredPartitions.value == 1 }
+        _ = try await Self.produce(1_000..<1_010, to: mock)
+        try await eventually("the new inputs processed") { service.counters.processed.value >= 10 }
+        service.requestStop()
+        try await running.value
+        #expect(service.counters.processed.value == 10, "only the inputs after the committed offset: \(service.counters.processed.value) processed")
+    }
+
     /// A record too large for `message.max.bytes` can never be delivered. A checkpoint or a dead
     /// letter that fails so stops the worker with the reason (retrying it would block the
     /// partition and its revocation for good); nothing after it is committed.

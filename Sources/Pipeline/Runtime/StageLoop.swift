@@ -233,7 +233,11 @@ final class StageLoop {
         for tp in partitions where lanes[laneID(tp)] == nil && !ids.contains(laneID(tp)) { ids.append(laneID(tp)) }
         var restored: [TopicPartition: Changelog.Checkpoint] = [:]
         if case .ordered(let template, let changelog?) = context.work, let reader, !ids.isEmpty {
-            restored = try await changelog.restore(ids, stateType: template.stateType, using: reader)
+            if definition.delivery == .exactlyOnce {
+                restored = try await restoreCoveringCommits(ids, changelog: changelog, stateType: template.stateType, reader: reader)
+            } else {
+                restored = try await changelog.restore(ids, stateType: template.stateType, using: reader)
+            }
         }
         var starts: [TopicPartitionOffset] = []
         for id in ids {
@@ -251,6 +255,42 @@ final class StageLoop {
         }
         // During the assignment event a seek sets where the partition starts.
         if startAtCheckpoints, !starts.isEmpty { try await consumer.seek(starts) }
+    }
+
+    /// Exactly once: a checkpoint and the group's offsets commit in one transaction, so the state
+    /// to restore is the one that covers the committed offsets. The committed offsets are read
+    /// first: a `read_committed` consumer asks for stable offsets (KIP-447), which waits while a
+    /// transaction holding offsets of the group is open (a predecessor killed mid-transaction,
+    /// until the broker aborts it). The changelog, read to its last stable offset, may still end
+    /// before the newest committed checkpoint (a transaction left open by a predecessor freezes
+    /// that offset): it is read again until the checkpoint covers the committed offsets, for up
+    /// to the transaction timeout; past it the worker goes on with what it read, and says so.
+    private func restoreCoveringCommits(
+        _ ids: [TopicPartition], changelog: Changelog, stateType: any Decodable.Type, reader: KafkaConsumer
+    ) async throws -> [TopicPartition: Changelog.Checkpoint] {
+        let members = ids.flatMap { id in definition.joinsInputs ? definition.inputs.map { TopicPartition($0, id.partition) } : [id] }
+        let wait = context.settings.transactionTimeout + .seconds(10)
+        let committed = Dictionary(
+            try await consumer.committed(members, timeout: wait).filter { $0.offset >= 0 }.map { ($0.topicPartition, $0.offset) },
+            uniquingKeysWith: max)
+        let giveUp = ContinuousClock.now + wait
+        var pause = Duration.milliseconds(100)
+        while true {
+            let restored = try await changelog.restore(ids, stateType: stateType, using: reader)
+            let behind = members.filter { tp in
+                guard let commit = committed[tp] else { return false }
+                return (restored[laneID(tp)]?.offsets[tp] ?? -1) < commit
+            }
+            if behind.isEmpty { return restored }
+            guard ContinuousClock.now + pause < giveUp else {
+                logger.warning(
+                    "the changelog holds no checkpoint covering the group's committed offsets; restoring the newest one it holds",
+                    metadata: ["partitions": "\(behind)", "committed": "\(behind.map { committed[$0]! })"])
+                return restored
+            }
+            try await Task.sleep(for: pause)
+            pause = min(pause * 2, .seconds(2))
+        }
     }
 
     private func process(_ batch: [ConsumerRecord]) async throws {

@@ -284,16 +284,35 @@ public final class StageService: Service, Sendable {
         if let failure { throw failure }
     }
 
-    /// `<group>-<instance id>`, or `<group>-<host>-<pid>-<n>` (the n-th exactly-once service of
-    /// the process): unique among the running workers of a group, and stable across restarts
-    /// where the instance id, or the host name and pid, are (a StatefulSet pod runs as pid 1).
+    /// `<group>-<instance id>`, or `<group>-<host>-<slot>`: unique among the running workers of
+    /// a group, and the same across a restart, so that the new producer fences its predecessor
+    /// and aborts the transaction it left open (with the pid in it, nobody did: a killed worker's
+    /// open transaction then froze the changelog's last stable offset until its timeout). The
+    /// slot is the lowest number whose lock file (`pipelinectl-txn-<group>-<slot>.lock` in the
+    /// temporary directory) this process can lock: a worker restarted on its host finds its
+    /// predecessor's slot free again, two running at once hold two slots. A StatefulSet pod is
+    /// always slot 1 of its own host name.
     static func defaultTransactionalID(group: String, instance: String?) -> String {
         if let instance { return "\(group)-\(instance)" }
-        let n = transactionalServices.add(1, ordering: .relaxed).newValue
-        return "\(group)-\(ProcessInfo.processInfo.hostName)-\(ProcessInfo.processInfo.processIdentifier)-\(n)"
+        return "\(group)-\(ProcessInfo.processInfo.hostName)-\(TransactionalSlot.take(group: group))"
     }
+}
 
-    private static let transactionalServices = Atomic<Int>(0)
+/// A per-host slot number for a default `transactional.id`: the lowest one whose lock file this
+/// process can lock (`flock`, held until the process ends, released by the kernel when it dies).
+enum TransactionalSlot {
+    static func take(group: String) -> Int {
+        let safe = String(group.map { $0.isLetter || $0.isNumber || $0 == "-" || $0 == "." ? $0 : "_" })
+        for slot in 1...4096 {
+            let path = FileManager.default.temporaryDirectory.appendingPathComponent("pipelinectl-txn-\(safe)-\(slot).lock").path
+            let fd = open(path, O_CREAT | O_RDWR | O_CLOEXEC, 0o600)
+            guard fd >= 0 else { break }
+            if flock(fd, LOCK_EX | LOCK_NB) == 0 { return slot }  // kept open: the lock lasts as long as the process
+            close(fd)
+        }
+        // No lock files (a read-only temporary directory): unique per process instead.
+        return 100_000 + Int(ProcessInfo.processInfo.processIdentifier)
+    }
 }
 
 /// Why a worker stopped on its own.

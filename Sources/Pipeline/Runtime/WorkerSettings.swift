@@ -22,8 +22,9 @@ public struct WorkerSettings: Sendable {
     public var instanceID: String?
     /// Exactly-once: the producer's `transactional.id`. A restarted worker that keeps its id
     /// fences its predecessor and aborts the transaction it left open (otherwise that waits for
-    /// `transactionTimeout`). Nil: the group, then the instance id, or the host name, process id
-    /// and the service's number in the process.
+    /// `transactionTimeout`). Nil: the group, then the instance id, or the host name and the
+    /// lowest slot number free on this host (a lock file held for the process's life), so a
+    /// worker restarted on the same host takes its predecessor's id.
     public var transactionalID: String?
     /// Exactly-once: how long the coordinator lets a transaction stay open (`transaction.timeout.ms`).
     public var transactionTimeout: Duration = .seconds(60)
