@@ -81,7 +81,7 @@ public struct SafeFetcher: Sendable {
     /// at a time keeps the read timeout from firing, not this one). Past the deadline the attempt
     /// is cancelled and left to end in the background; the caller gets `timedOut` at once.
     private func fetchOnce(_ start: URL, headers: [(String, String)], accept: String) async throws(FetchError) -> FetchedResponse {
-        let result = await Self.race(until: .now + configuration.attemptTimeout) { () async -> Result<FetchedResponse, FetchError> in
+        let result = await TimeLimit.race(until: .now + configuration.attemptTimeout) { () async -> Result<FetchedResponse, FetchError> in
             do throws(FetchError) {
                 return .success(try await self.fetchAttempt(start, headers: headers, accept: accept))
             } catch {
@@ -90,23 +90,6 @@ public struct SafeFetcher: Sendable {
         }
         guard let result else { throw .timedOut(url: start.absoluteString) }
         return try result.get()
-    }
-
-    /// `body`'s value, or nil once `deadline` passes first (or the caller is cancelled): `body`
-    /// is then cancelled and not waited for (a blocked name resolution cannot be interrupted).
-    static func race<T: Sendable>(until deadline: ContinuousClock.Instant, _ body: @escaping @Sendable () async -> T) async -> T? {
-        let race = Race<T>()
-        return await withTaskCancellationHandler {
-            await withCheckedContinuation { (continuation: CheckedContinuation<T?, Never>) in
-                race.start(continuation, tasks: [
-                    Task { race.finish(await body()) },
-                    Task { if (try? await Task.sleep(until: deadline)) != nil { race.finish(nil) } },
-                ])
-                if Task.isCancelled { race.finish(nil) }
-            }
-        } onCancel: {
-            race.finish(nil)
-        }
     }
 
     private func fetchAttempt(_ start: URL, headers: [(String, String)], accept: String) async throws(FetchError) -> FetchedResponse {
@@ -291,42 +274,6 @@ public struct SafeFetcher: Sendable {
         }
         bytes.removeSubrange(count...)
         return .success(bytes)
-    }
-}
-
-/// ``SafeFetcher/race(until:_:)``'s waiter and its two tasks: the first to finish resumes the
-/// waiter and cancels the other.
-final class Race<T: Sendable>: Sendable {
-    private struct State: ~Copyable {
-        var continuation: CheckedContinuation<T?, Never>?
-        var tasks: [Task<Void, Never>] = []
-        /// Set by the first `finish`: its value (nil: the deadline or a cancellation).
-        var outcome: T??
-    }
-    private let state = Mutex(State())
-
-    /// Called once, with the tasks already running: one may have finished before.
-    func start(_ continuation: CheckedContinuation<T?, Never>, tasks: [Task<Void, Never>]) {
-        let early = state.withLock { s -> T?? in
-            s.tasks = tasks
-            if s.outcome == nil { s.continuation = continuation }
-            return s.outcome
-        }
-        if let early {
-            for task in tasks { task.cancel() }
-            continuation.resume(returning: early)
-        }
-    }
-
-    func finish(_ value: T?) {
-        let (continuation, tasks) = state.withLock { s -> (CheckedContinuation<T?, Never>?, [Task<Void, Never>]) in
-            guard s.outcome == nil else { return (nil, []) }
-            s.outcome = .some(value)
-            defer { s.continuation = nil }
-            return (s.continuation, s.tasks)
-        }
-        for task in tasks { task.cancel() }
-        continuation?.resume(returning: value)
     }
 }
 

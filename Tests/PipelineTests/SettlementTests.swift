@@ -535,4 +535,49 @@ import Workers
         await admin.close()
         #expect(committed.allSatisfy { $0.offset < 0 }, "no transaction committed, so no offset may be: \(committed)")
     }
+
+    /// An I/O stage whose record `k3` never finishes (a source that trickles forever).
+    struct HangingIO: ConcurrentStage {
+        var name: String { "thumbnails.render" }
+        func process(_ record: InputRecord) async -> StageOutput {
+            if record.key == Array("k3".utf8) { try? await Task.sleep(for: .seconds(3_600)) }
+            return StageOutput(records: [OutputRecord(output: "out", key: record.key, value: record.value.map(Array.init), dedupeKey: "relay:\(record.origin.offset)")])
+        }
+    }
+
+    /// Exactly once, a record the stage does not finish within half the transaction timeout is
+    /// dead-lettered (`timed-out`) so that the open transaction can commit: otherwise the broker
+    /// aborts it, the redo repeats the same slow work, and the partition never moves.
+    @Test func exactlyOnceDeadLettersARecordSlowerThanTheTransactionAllows() async throws {
+        let mock = try KafkaMockCluster(brokers: 1)
+        for t in ["in", "out", "dlq"] { try mock.createTopic(t, partitions: 1) }
+        let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [mock.bootstrapServers]))
+        _ = try await producer.send((0..<20).map { ProducerRecord(topic: "in", key: Array("k\($0)".utf8), value: Array("v\($0)".utf8)) })
+        await producer.close()
+        let topology = try Topology.parse("""
+            topics:
+              - {name: in}
+              - {name: out}
+              - {name: dlq}
+            stages:
+              - name: io
+                chain: [thumbnails.render]
+                inputs: [in]
+                outputs: {out: out}
+                dead-letter-topic: dlq
+                delivery: exactly-once
+                commit-interval: 20ms
+            """)
+        var settings = Self.settings(mock)
+        settings.transactionTimeout = .seconds(4)
+        let service = try StageService(definition: try topology.stage(named: "io"), topology: topology, settings: settings, concurrent: HangingIO())
+        let running = Task { try await service.run() }
+        try await eventually("every input settled", within: .seconds(30)) { service.counters.inputsDone.value == 20 }
+        service.requestStop()
+        try await running.value
+        let letters = try await Self.read("dlq", from: mock).compactMap(DeadLetterEntry.init)
+        #expect(letters.map(\.letter.failure.reason) == [.timedOut])
+        #expect(letters.first?.letter.key == Array("k3".utf8))
+        #expect(try await Self.read("out", from: mock).count == 19)
+    }
 }

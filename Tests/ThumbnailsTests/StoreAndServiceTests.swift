@@ -1,7 +1,7 @@
 import Foundation
 import Synchronization
 import Testing
-import Thumbnails
+@testable import Thumbnails
 import SafeFetch
 
 @Suite("Local directory blob store")
@@ -39,6 +39,22 @@ struct LocalStoreTests {
                 try await store.put([1, 2, 3], contentHash: bad, format: .jpeg)
             }
         }
+    }
+
+    @Test("a write that hangs (a stalled file system) fails within the store's time limit")
+    func hungWriteTimesOut() async throws {
+        let dir = try TempDirectory()
+        var store = LocalDirectoryBlobStore(root: dir.path, timeout: .milliseconds(300))
+        let release = DispatchSemaphore(value: 0)
+        store.blockingWrite = { _, _, _, _ in release.wait() }  // blocks its thread until released
+        defer { release.signal() }
+        let hash = ContentHash.sha256Hex([1])
+        let clock = ContinuousClock()
+        let start = clock.now
+        await #expect(throws: BlobStoreError.timedOut(path: dir.path + "/" + LocalDirectoryBlobStore.key(contentHash: hash, format: .jpeg), after: .milliseconds(300))) {
+            try await store.put([1], contentHash: hash, format: .jpeg)
+        }
+        #expect(clock.now - start < .seconds(5), "the put returned after \(clock.now - start)")
     }
 
     @Test("an unwritable root is reported with the path")

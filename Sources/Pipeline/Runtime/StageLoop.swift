@@ -374,6 +374,7 @@ final class StageLoop {
         try guarantee.willChange(lane, first: [first.topicPartition: first.offset])
         let now = Self.wallClock()
         let producer = self.producer, context = self.context
+        let budget: Duration? = definition.delivery == .exactlyOnce ? context.settings.transactionTimeout / 2 : nil
         var heldBytes = 0
         for record in records {
             let input = RecordMapping.input(record, now: now)
@@ -382,7 +383,16 @@ final class StageLoop {
             let task = Task<SettlementQueue.Delivery, Never> {
                 await gate.acquire()
                 let began = ContinuousClock.now
-                var out = await stage.process(input)
+                var out: StageOutput
+                if let budget {
+                    // The record's outputs must reach the open transaction before the broker
+                    // aborts it: past the budget the record is dead-lettered instead (its work
+                    // goes on in the background and is dropped).
+                    out = await Deadline.race(budget) { await stage.process(input) }
+                        ?? StageOutput(failures: [DecodeFailure(field: "$", reason: .timedOut, detail: "not done within \(budget) (exactly once: half the transaction timeout)")])
+                } else {
+                    out = await stage.process(input)
+                }
                 gate.release()
                 context.recorder.concurrentRecordTook(ContinuousClock.now - began)
                 let (outgoing, sources) = context.outgoing(&out, of: input, source: 0)

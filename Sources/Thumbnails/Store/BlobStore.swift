@@ -26,11 +26,14 @@ public enum BlobStoreError: Error, Sendable, Hashable, CustomStringConvertible {
     case invalidContentHash(String)
     /// The file system refused; `errno` is the POSIX error number.
     case ioFailed(path: String, operation: String, errno: Int32)
+    /// The write did not finish within the store's time limit (a hung file system).
+    case timedOut(path: String, after: Duration)
 
     public var description: String {
         switch self {
         case let .invalidContentHash(hash): "invalid content hash \"\(hash)\""
         case let .ioFailed(path, operation, errno): "\(operation) failed for \(path): errno \(errno)"
+        case let .timedOut(path, after): "writing \(path) did not finish within \(after)"
         }
     }
 }

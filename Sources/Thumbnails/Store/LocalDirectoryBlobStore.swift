@@ -4,6 +4,7 @@ import Glibc
 import Darwin
 #endif
 import Dispatch
+import SafeFetch
 
 /// A ``BlobStore`` in a local directory: `root/ab/cd/<sha256>.<ext>`.
 ///
@@ -18,10 +19,20 @@ public struct LocalDirectoryBlobStore: BlobStore {
     /// power cut). On by default; benchmarks may turn it off.
     public var syncWrites: Bool
 
+    /// How long one `put` may take, directories, write, `fsync` and rename included: a hung
+    /// file system (a stalled network mount) fails the put with `timedOut` instead of holding its
+    /// partition, and any revocation of it, for good. The blocked call itself cannot be
+    /// interrupted and ends in the background.
+    public var timeout: Duration
+
+    /// The blocking write (a seam for tests: a write that hangs).
+    var blockingWrite: @Sendable (_ bytes: [UInt8], _ root: String, _ key: String, _ sync: Bool) throws(BlobStoreError) -> Void = Self.writeAtomically
+
     /// Creates a store under `root` (created on first write if missing).
-    public init(root: String, syncWrites: Bool = true) {
+    public init(root: String, syncWrites: Bool = true, timeout: Duration = .seconds(30)) {
         self.root = root.hasSuffix("/") && root.count > 1 ? String(root.dropLast()) : root
         self.syncWrites = syncWrites
+        self.timeout = timeout
     }
 
     /// The store-relative key for a blob: two levels of fan-out keep directories small.
@@ -35,12 +46,18 @@ public struct LocalDirectoryBlobStore: BlobStore {
         let key = Self.key(contentHash: contentHash, format: format)
         let root = self.root
         let sync = self.syncWrites
-        let result: Result<Void, BlobStoreError> = await withCheckedContinuation { continuation in
-            DispatchQueue.global(qos: .utility).async {
-                continuation.resume(returning: Result { () throws(BlobStoreError) in
-                    try Self.writeAtomically(bytes, root: root, key: key, sync: sync)
-                })
+        let blockingWrite = self.blockingWrite
+        let write = { @Sendable () async -> Result<Void, BlobStoreError> in
+            await withCheckedContinuation { continuation in
+                DispatchQueue.global(qos: .utility).async {
+                    continuation.resume(returning: Result { () throws(BlobStoreError) in
+                        try blockingWrite(bytes, root, key, sync)
+                    })
+                }
             }
+        }
+        guard let result = await TimeLimit.race(until: .now + timeout, write) else {
+            throw .timedOut(path: root + "/" + key, after: timeout)
         }
         try result.get()
         return BlobLocation(key: key, uri: "file://" + root + "/" + key)

@@ -38,6 +38,9 @@ public struct DecodeFailure: Error, Sendable, Hashable, Codable, CustomStringCon
         case renderFailed = "render-failed"
         /// The rendered result could not be stored.
         case storeFailed = "store-failed"
+        /// The stage did not finish the record within the time the runtime allows it (set by the
+        /// runtime: exactly once, half the transaction timeout, so the transaction can commit).
+        case timedOut = "timed-out"
     }
 
     /// Path of the offending field, e.g. `trade_price`, `[1].code`, `pages[3].images`; `$` is the whole value.
