@@ -43,8 +43,16 @@ struct Chaos: AsyncParsableCommand {
             `--delivery exactly-once` on a broker that hides aborted transactions (Apache Kafka),
             duplicates must be 0.
 
-            Profiles: `ci` (what the test suite runs: two mock seeds with every fault, one local
-            seed with the faults tansu survives), `long` (ten seeds per broker, every fault,
+            Retries: `--retries default` runs the workers on the shipping retry policy (the
+            topology's default, librdkafka's message timeout); `--retries low` on 2 attempts of
+            1.5 s, so outputs fail past their attempts during an outage (made 5 s or longer) and go
+            to the dead-letter topic as themselves. After the workers stop, the run redrives every
+            delivery-failed dead letter, as an operator would, and only then checks: every
+            expected candle must be there.
+
+            Profiles: `ci` (what the test suite runs: two mock seeds with every fault, one mock
+            seed with low retries, one local seed with the faults tansu survives), `long` (ten
+            seeds per broker with every fault, five mock and three local seeds with low retries,
             longer windows).
 
             Exit status: 0 every run passed; 1 a run found a violation; 3 no violation, but in a run
@@ -76,12 +84,19 @@ struct Chaos: AsyncParsableCommand {
     @Option(help: "Ticks fed per run (default 12,000).") var ticks: Int?
     @Option(help: "Workers running at the start.") var workers = 2
     @Option(help: "at-least-once or exactly-once.") var delivery = "at-least-once"
+    @Option(help: """
+        default (the topology's shipping retry policy and librdkafka's message timeout) or low (2 attempts, \
+        message.timeout.ms=1500, request.timeout.ms=1000, socket.timeout.ms=3000: outputs fail past their attempts \
+        while a fault lasts, are dead-lettered, and the run redrives them before it checks). Default: the profile's.
+        """)
+    var retries: Chaos.Retries?
     @Option(help: "Report a stall as a wedged broker after this long without progress.", transform: { text in
         guard let d = parseDuration(text), d > .zero else { throw ValidationError("--stall-after: '\(text)' is not a duration such as 60s") }
         return d
     })
     var stallAfter: Duration = .seconds(60)
     @Flag(help: "Go on with the next seed after a failing one.") var keepGoing = false
+    @Flag(help: "Write every worker's log to a file and name it in the report, also when the run passes.") var keepLogs = false
     @Option(help: "The pipelinectl binary that runs the workers (default: this one), e.g. an older build to compare.")
     var workerBinary: String?
 
@@ -108,14 +123,30 @@ struct Chaos: AsyncParsableCommand {
         var window: Duration
         var faultCount: Int
         var ticks: Int
+        var retries: Retries
+    }
+
+    /// The retry configuration a run's workers use.
+    enum Retries: String, ExpressibleByArgument, CaseIterable {
+        /// No `retry:` in the topology, librdkafka's message timeout: what ships.
+        case `default`
+        /// 2 attempts of 1.5 s: deliveries fail past their attempts within a fault.
+        case low
     }
 
     func specs() -> [RunSpec] {
         let explicit = faults.map { $0.split(separator: ",").compactMap { ChaosPlan.Fault(rawValue: String($0)) } }
-        func make(_ kind: ChaosTarget.Kind, seeds: [UInt64], faults defaults: [ChaosPlan.Fault], window defaultWindow: Duration, ticks defaultTicks: Int) -> [RunSpec] {
+        func make(
+            _ kind: ChaosTarget.Kind, seeds: [UInt64], faults defaults: [ChaosPlan.Fault], window defaultWindow: Duration, ticks defaultTicks: Int,
+            retries defaultRetries: Retries = .default
+        ) -> [RunSpec] {
             let w = window ?? defaultWindow
             let allowed = (explicit ?? defaults).filter(kind.allows)
-            return seeds.map { RunSpec(target: kind, seed: $0, faults: allowed, window: w, faultCount: faultCount ?? max(1, Int(w.components.seconds / 5)), ticks: ticks ?? defaultTicks) }
+            return seeds.map {
+                RunSpec(
+                    target: kind, seed: $0, faults: allowed, window: w, faultCount: faultCount ?? max(1, Int(w.components.seconds / 5)),
+                    ticks: ticks ?? defaultTicks, retries: retries ?? defaultRetries)
+            }
         }
         if let bootstrapServer {
             let kind = ChaosTarget.Kind.external(bootstrapServer)
@@ -126,11 +157,16 @@ struct Chaos: AsyncParsableCommand {
             // Tansu wedges a group when a member dies or joins while a rebalance is under way (see
             // the README): on it the CI profile restarts the broker and pauses workers; kills and
             // joins run on the mock cluster.
+            // One mock seed runs with low retries: outputs-down makes deliveries fail past their
+            // attempts, and the run redrives their dead letters before it checks.
             return make(.mock, seeds: seed.isEmpty ? [11, 12] : seed, faults: [.kill, .pause, .joinLeave, .outputsDown], window: .seconds(25), ticks: 10_000)
+                + make(.mock, seeds: seed.isEmpty ? [15] : [], faults: [.outputsDown, .kill], window: .seconds(20), ticks: 8_000, retries: .low)
                 + make(.local, seeds: seed.isEmpty ? [21] : seed, faults: [.brokerRestart, .pause], window: .seconds(20), ticks: 8_000)
         case .long:
             return make(.mock, seeds: seed.isEmpty ? Array(101...110) : seed, faults: ChaosPlan.Fault.allCases, window: .seconds(60), ticks: 30_000)
+                + make(.mock, seeds: seed.isEmpty ? Array(111...115) : [], faults: ChaosPlan.Fault.allCases, window: .seconds(60), ticks: 30_000, retries: .low)
                 + make(.local, seeds: seed.isEmpty ? Array(201...210) : seed, faults: ChaosPlan.Fault.allCases, window: .seconds(60), ticks: 30_000)
+                + make(.local, seeds: seed.isEmpty ? Array(211...213) : [], faults: ChaosPlan.Fault.allCases, window: .seconds(60), ticks: 30_000, retries: .low)
         case nil:
             let kind: ChaosTarget.Kind = broker == .local ? .local : .mock
             return make(kind, seeds: seed.isEmpty ? [1] : seed, faults: ChaosPlan.Fault.allCases, window: .seconds(30), ticks: 12_000)
@@ -147,14 +183,17 @@ struct Chaos: AsyncParsableCommand {
         let exactlyOnce = delivery == Topology.Delivery.exactlyOnce.rawValue
         var failed = 0, wedged = 0
         for spec in specs() {
-            let plan = ChaosPlan.make(seed: spec.seed, window: spec.window, faults: spec.faults, count: spec.faultCount, sessionTimeout: spec.target.sessionTimeout)
-            print("== \(spec.target.name), \(plan)")
+            // Low retries: outages long enough that deliveries fail past their attempts (2 × 1.5 s).
+            let plan = ChaosPlan.make(
+                seed: spec.seed, window: spec.window, faults: spec.faults, count: spec.faultCount, sessionTimeout: spec.target.sessionTimeout,
+                minimumOutage: spec.retries == .low ? .seconds(5) : .seconds(1))
+            print("== \(spec.target.name), \(spec.retries == .low ? "low retries, " : "")\(plan)")
             fflush(nil)
             let report: ChaosReport
             do {
                 report = try await ChaosRun(
                     spec: spec, plan: plan, workers: workers, exactlyOnce: exactlyOnce, stallAfter: stallAfter,
-                    workerBinary: workerBinary ?? ChaosRun.executable
+                    workerBinary: workerBinary ?? ChaosRun.executable, keepLogs: keepLogs
                 ).run()
             } catch {
                 print("   the run could not complete: \(error)")
@@ -252,6 +291,11 @@ struct ChaosTarget {
     }
 }
 
+/// Why a run could not complete (not a verdict on the workers).
+struct ChaosRunError: Error, CustomStringConvertible {
+    let description: String
+}
+
 /// One seed's run: broker, workers, producer, nemesis, then the checker.
 actor ChaosRun {
     let spec: Chaos.RunSpec
@@ -272,7 +316,10 @@ actor ChaosRun {
     private var target: ChaosTarget?
     private let topologyPath: String
 
-    init(spec: Chaos.RunSpec, plan: ChaosPlan, workers: Int, exactlyOnce: Bool, stallAfter: Duration, workerBinary: String) {
+    let keepLogs: Bool
+
+    init(spec: Chaos.RunSpec, plan: ChaosPlan, workers: Int, exactlyOnce: Bool, stallAfter: Duration, workerBinary: String, keepLogs: Bool = false) {
+        self.keepLogs = keepLogs
         self.workerBinary = workerBinary
         self.spec = spec
         self.plan = plan
@@ -286,6 +333,13 @@ actor ChaosRun {
     }
 
     static let latenessMillis: Int64 = 5_000
+
+    /// Low retries: a delivery times out after 1.5 s. A request to a broker that went down
+    /// mid-flight is given up after 1 s (its socket after 3 s): otherwise an idempotent producer
+    /// that must drain its in-flight requests before it bumps its epoch after a timeout waits
+    /// for librdkafka's default 60 s socket timeout, and every partition of the worker waits
+    /// with it.
+    static let lowRetryProperties = ["message.timeout.ms=1500", "request.timeout.ms=1000", "socket.timeout.ms=3000"]
 
     var topologyYAML: String {
         """
@@ -303,8 +357,7 @@ actor ChaosRun {
             changelog: \(topics.changelog)
             delivery: \(exactlyOnce ? "exactly-once" : "at-least-once")
             checkpoint-interval: 200ms
-            retry: {attempts: 1000, initial-backoff: 100ms, max-backoff: 1s}
-            options: {candle-lateness: \(Self.latenessMillis / 1000)s}
+            options: {candle-lateness: \(Self.latenessMillis / 1000)s}\(spec.retries == .low ? "\n    retry: {attempts: 2, initial-backoff: 100ms, max-backoff: 500ms}" : "")
         """
     }
 
@@ -385,6 +438,19 @@ actor ChaosRun {
             }
         }
         workers = []
+        // The operator's part: the faults are over, so every output that failed past its
+        // attempts is redriven to where it belonged (they are in the dead-letter topic as
+        // themselves). The check then requires every expected candle.
+        var redrive = DeadLetterSelection()
+        redrive.reasons = [DecodeFailure.Reason.deliveryFailed.rawValue]
+        let failedDeliveries = try await Self.readAll(reader, topics.deadLetters, partitions: 1).compactMap(DeadLetterEntry.init).filter(redrive.matches)
+        if !failedDeliveries.isEmpty {
+            let redriver = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [bootstrap]))
+            let (sent, failures) = try await RedrivePlan(failedDeliveries, maxRedrives: 3).execute(with: redriver)
+            await redriver.close()
+            if let first = failures.first { throw ChaosRunError(description: "redriving \(failures.count) of \(failedDeliveries.count) dead letters failed: \(first)") }
+            report.redriven = sent
+        }
         let outputs = try await Self.readAll(reader, topics.output, partitions: 4)
         let deadLetters = try await Self.readAll(reader, topics.deadLetters, partitions: 1)
         let changelog = try await Self.readAll(reader, topics.changelog, partitions: 4)
@@ -395,7 +461,8 @@ actor ChaosRun {
         checked.inputs(acknowledged: inputs, logged: logged)
         checked.wedged = report.wedged
         checked.badExits = report.badExits
-        if !checked.passed {
+        checked.redriven = report.redriven
+        if !checked.passed || keepLogs {
             // Every worker's whole log (the killed ones' too), for whoever looks into the failure.
             for w in killed + ended.map(\.0) {
                 let log = FileManager.default.temporaryDirectory.appendingPathComponent("chaos-worker-\(id)-\(w.pid).log").path
@@ -420,7 +487,7 @@ actor ChaosRun {
                 "worker", stage, "--topology", topologyPath, "--bootstrap-server", bootstrap,
                 "--session-timeout", "\(session.components.seconds)s", "--shutdown-deadline", "20s",
                 "--metrics-address", "127.0.0.1:0", "--statistics-interval", "1s", "--transactional-id", "\(stage)-\(UInt32.random(in: 0..<UInt32.max))",
-            ],
+            ] + (spec.retries == .low ? Self.lowRetryProperties.flatMap { ["-X", $0] } : []),
             environment: [:])
         workers.append(w)
     }

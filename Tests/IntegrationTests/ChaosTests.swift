@@ -4,7 +4,8 @@ import Operations
 
 /// The chaos verifier's CI profile (`pipelinectl chaos --profile ci`), as a separate process: its
 /// fixed seeds on librdkafka's mock cluster (kills at any moment, zombies, joins and leaves,
-/// failing output deliveries) and on the local broker (broker restarts, zombies). Its report is
+/// failing output deliveries; with low retries, outputs that fail past their attempts and are
+/// redriven) and on the local broker (broker restarts, zombies). Its report is
 /// printed; any violation, or a wedged broker, fails the test. A run in which tansu lost records
 /// it had acknowledged (BROKER LOST INPUT or OUTPUT: the checker found holes in the topic's
 /// offsets that account for what is missing, and every other check held) does not: that is the
@@ -19,7 +20,13 @@ import Operations
         let passed = report.components(separatedBy: "   PASS (").count - 1
         let brokerLost = report.components(separatedBy: "   BROKER LOST").count - 1
         #expect(status == 0 || (status == 3 && brokerLost > 0), "pipelinectl chaos --profile ci exited \(status):\n\(chaos.recentOutput(lines: 80))")
-        #expect(passed + brokerLost == 3, "three runs passed (or only the broker lost records)")
+        #expect(passed + brokerLost == 4, "four runs passed (or only the broker lost records)")
+        // The low-retry run must have taken the hard path: outputs dead-lettered, then redriven.
+        let redriven = report.split(separator: "\n").compactMap { line -> Int? in
+            guard let range = line.range(of: #"redriven outputs (\d+)"#, options: .regularExpression) else { return nil }
+            return Int(line[range].split(separator: " ").last ?? "")
+        }
+        #expect(report.contains("low retries") && redriven.contains { $0 > 0 }, "the low-retry run redrove outputs: \(redriven)")
         if brokerLost > 0 { print("chaos: the local broker lost acknowledged records in \(brokerLost) run(s); everything else held") }
     }
 }

@@ -34,8 +34,12 @@ public struct ChaosPlan: Sendable, Equatable, CustomStringConvertible {
 
     public var description: String { "seed \(seed): " + steps.map(\.description).joined(separator: ", ") }
 
-    /// `count` faults drawn from `faults` over `window`; pauses last past `sessionTimeout`.
-    public static func make(seed: UInt64, window: Duration, faults: [Fault], count: Int, sessionTimeout: Duration) -> ChaosPlan {
+    /// `count` faults drawn from `faults` over `window`; pauses last past `sessionTimeout`; an
+    /// outage of the outputs lasts at least `minimumOutage` (1 s by default: long enough for low
+    /// retries to run out, it makes deliveries fail past their attempts).
+    public static func make(
+        seed: UInt64, window: Duration, faults: [Fault], count: Int, sessionTimeout: Duration, minimumOutage: Duration = .seconds(1)
+    ) -> ChaosPlan {
         var rng = SplitMix64(seed: seed)
         let windowMs = max(1, window.milliseconds)
         var steps: [Step] = []
@@ -48,7 +52,7 @@ public struct ChaosPlan: Sendable, Equatable, CustomStringConvertible {
             case .kill: holdMs = 200 + Int64(rng.next() % 2_800)
             case .pause: holdMs = sessionTimeout.milliseconds + 1_000 + Int64(rng.next() % 2_000)
             case .joinLeave: holdMs = 2_000 + Int64(rng.next() % 6_000)
-            case .outputsDown: holdMs = 1_000 + Int64(rng.next() % 5_000)
+            case .outputsDown: holdMs = minimumOutage.milliseconds + Int64(rng.next() % 5_000)
             case .brokerRestart: holdMs = 0
             }
             steps.append(Step(at: .milliseconds(at), fault: fault, worker: Int(rng.next() % 16), hold: .milliseconds(holdMs)))
