@@ -74,7 +74,14 @@ final class DevSampleServer: Sendable {
             var headers = HTTPHeaders()
             var body: [UInt8]?
             if head.uri.hasPrefix("/upstream/") {
-                if let page = catalogue.page(uri: head.uri) {
+                switch catalogue.page(uri: head.uri) {
+                case .none:
+                    break
+                case .some(.failure(let refusal)):
+                    status = .badRequest
+                    body = Array(#"{"status":400,"error":"Bad Request","message":"\#(refusal.message)"}"#.utf8)
+                    headers.add(name: "Content-Type", value: "application/json")
+                case .some(.success(let page)):
                     let etag = "\"\(ContentHash.hex(ContentHash.of(page)))\""
                     headers.add(name: "ETag", value: etag)
                     if head.headers.first(name: "If-None-Match") == etag {
@@ -149,38 +156,69 @@ struct DevCatalogue: Sendable {
         return []
     }
 
-    /// The body of a list request, in its upstream's format, or nil for an unknown path.
-    func page(uri: String) -> [UInt8]? {
+    /// A parameter the real server would refuse (Spring answers 400 for a number it cannot read).
+    struct Refusal: Error {
+        var message: String
+    }
+
+    /// The body of a list request, in its upstream's format and paged as its server pages
+    /// (`../shared/docs/formats.md`; the servers' code where it is public), a refusal where the
+    /// server refuses, or nil for an unknown path.
+    func page(uri: String) -> Result<[UInt8], Refusal>? {
         guard let components = URLComponents(string: uri) else { return nil }
-        let query = Dictionary((components.queryItems ?? []).map { ($0.name, $0.value ?? "") }, uniquingKeysWith: { a, _ in a })
+        // Spring reads an empty value as a missing one (the parameter's default).
+        let query = Dictionary(
+            (components.queryItems ?? []).compactMap { item in item.value.flatMap { $0.isEmpty ? nil : (item.name, $0) } },
+            uniquingKeysWith: { a, _ in a })
         let path = components.path
         func join(_ items: some Sequence<[UInt8]>) -> String { items.map { String(decoding: $0, as: UTF8.self) }.joined(separator: ",") }
+        /// An integer parameter: its default when missing, a refusal when not a number or below `minimum`.
+        func number(_ name: String, default value: Int, minimum: Int) -> Result<Int, Refusal> {
+            guard let text = query[name] else { return .success(value) }
+            guard let n = Int(text) else { return .failure(Refusal(message: "Failed to convert '\(name)' with value '\(text)' to a number")) }
+            guard n >= minimum else { return .failure(Refusal(message: "'\(name)' must be at least \(minimum), got \(n)")) }
+            return .success(n)
+        }
         if path == "/upstream/campaigns" {
-            return Array("[\(join(items[.campaigns] ?? []))]".utf8)
+            // Bigwalk: `page` from 0 and `size` (the Android app asks for 20), a bare array.
+            return number("page", default: 0, minimum: 0).flatMap { page in
+                number("size", default: 20, minimum: 1).map { size in
+                    Array("[\(join((items[.campaigns] ?? []).dropFirst(page * size).prefix(size)))]".utf8)
+                }
+            }
         }
         if path == "/upstream/products" {
             let all = items[.products] ?? []
-            let size = max(1, Int(query["items_per_page"] ?? "") ?? 20)
-            let number = max(1, Int(query["page_no"] ?? "") ?? 1)
-            let last = max(1, (all.count + size - 1) / size)
-            let slice = all.dropFirst((number - 1) * size).prefix(size)
-            return Array(#"{"pageNo":\#(number),"itemsPerPage":\#(size),"totalCount":\#(all.count),"offset":\#((number - 1) * size),"limit":\#(size),"lastPage":\#(last),"hasNext":\#(number < last),"hasPrev":\#(number > 1),"pages":[\#(join(slice))]}"#.utf8)
+            return number("items_per_page", default: 20, minimum: 1).flatMap { size in
+                number("page_no", default: 1, minimum: 1).map { number in
+                    let last = max(1, (all.count + size - 1) / size)
+                    let slice = all.dropFirst((number - 1) * size).prefix(size)
+                    return Array(#"{"pageNo":\#(number),"itemsPerPage":\#(size),"totalCount":\#(all.count),"offset":\#((number - 1) * size),"limit":\#(size),"lastPage":\#(last),"hasNext":\#(number < last),"hasPrev":\#(number > 1),"pages":[\#(join(slice))]}"#.utf8)
+                }
+            }
         }
-        if path.hasPrefix("/upstream/hangout/list/"), let number = Int(path.dropFirst("/upstream/hangout/list/".count)) {
+        if path.hasPrefix("/upstream/hangout/list/") {
+            // Bappy: the page number from 0 in the path, ten a page.
+            guard let number = Int(path.dropFirst("/upstream/hangout/list/".count)), number >= 0 else {
+                return .failure(Refusal(message: "the page number must be a number from 0"))
+            }
             let all = items[.hangouts] ?? []
             let size = 10
             let slice = all.dropFirst(number * size).prefix(size)
-            return Array(#"{"status":"OK","message":"success","data":{"HangoutList":[\#(join(slice))],"pageInfo":{"totalCount":\#(all.count),"currentCount":\#(slice.count)}}}"#.utf8)
+            return .success(Array(#"{"status":"OK","message":"success","data":{"HangoutList":[\#(join(slice))],"pageInfo":{"totalCount":\#(all.count),"currentCount":\#(slice.count)}}}"#.utf8))
         }
         if path == "/upstream/challenges/notstarted" {
-            // Newest first; the page after lastId holds smaller ids.
+            // As IgoMoney_BE's ChallengeController: `lastId` optional with default 10 and
+            // `pageSize` with default 10 (missing or empty), `id < lastId`, newest first.
             let all = (items[.challenges] ?? []).compactMap { item -> (Int, [UInt8])? in
                 guard let object = (try? JSONSerialization.jsonObject(with: Data(item))) as? [String: Any], let id = (object["id"] as? NSNumber)?.intValue else { return nil }
                 return (id, item)
             }.sorted { $0.0 > $1.0 }
-            let size = max(1, Int(query["pageSize"] ?? "") ?? 20)
-            let after = Int(query["lastId"] ?? "") ?? Int.max
-            return Array("[\(join(all.filter { $0.0 < after }.prefix(size).map(\.1)))]".utf8)
+            return number("pageSize", default: 10, minimum: 1).flatMap { size in
+                number("lastId", default: 10, minimum: Int.min).map { lastID in
+                    Array("[\(join(all.filter { $0.0 < lastID }.prefix(size).map(\.1)))]".utf8)
+                }
+            }
         }
         return nil
     }

@@ -300,11 +300,12 @@ extension Ingest {
             abstract: "Poll an upstream list API every --interval and produce only the records that changed.",
             discussion: """
                 Sources and their paging (../shared/docs/formats.md):
-                  campaigns   Bigwalk's campaign list, one bare JSON array
+                  campaigns   Bigwalk's campaign list, a bare JSON array (page from 0, size)
                   products    the open market's product list, either era (page_no=N, hasNext/has_next)
                   hangouts    Bappy's hangout list; put {page} in --url where the page number
                               goes (from 0): …/hangout/list/{page}?hangoutSort=Newest
-                  challenges  iGoMoney's challenges/notstarted (lastId, pageSize)
+                  challenges  iGoMoney's challenges/notstarted (lastId, first above every id:
+                              the server's default is 10; pageSize)
                 Each listed item is produced to <stream>.raw (or --topic) as its exact bytes,
                 keyed as `pipelinectl produce` keys it, only when its content hash differs from
                 the last one produced for its key. What was produced is kept in a compacted
@@ -325,7 +326,7 @@ extension Ingest {
                 the poll under way finishes, then the poller exits.
 
                 Examples:
-                  pipelinectl ingest poll campaigns --url https://api.bigwalk.example/campaigns --interval 5m
+                  pipelinectl ingest poll campaigns --url https://api.bigwalk.example/api/campaigns/category/1/story --interval 5m
                   pipelinectl ingest poll hangouts --url 'https://bappy.example/hangout/list/{page}?hangoutSort=Newest'
                   pipelinectl ingest poll challenges --url 'https://igomoney.example/challenges/notstarted?categoryId=-1&targetAmount=-1' --once
                 """)

@@ -74,6 +74,8 @@ final class FakeUpstream: Sendable {
         let query = URLComponents(string: uri)?.queryItems ?? []
         let page = query.first { $0.name == "page_no" }?.value.flatMap(Int.init) ?? 1
         let size = query.first { $0.name == "items_per_page" }?.value.flatMap(Int.init) ?? 20
+        // Refused like a server refuses a page number or size it cannot use (never a crash here).
+        guard page >= 1, size >= 1 else { return (400, [("Content-Type", "application/json")], #"{"error":"page_no and items_per_page must be at least 1"}"#) }
         return store.state.withLock { s -> (Int, [(String, String)], String)? in
             s.requests.append(Request(page: page, ifNoneMatch: ifNoneMatch))
             if page == 1, let next = s.pending {

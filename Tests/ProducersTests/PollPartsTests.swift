@@ -14,14 +14,14 @@ import Testing
         return try source.parse(Array(text.utf8), request: request)
     }
 
-    @Test func campaignsAreOneBareArrayKeyedByIDWithTheirExactBytes() throws {
+    @Test func campaignsAreABareArrayKeyedByIDWithTheirExactBytes() throws {
         let first = #"{"id":481,"name":"담요","ratio":47, "donatedSteps":1.0E7}"#
         let text = "[ \(first) ,\n{\"id\":492,\"name\":\"b\"}, {\"name\":\"no id\"}]"
         let page = try page(.campaigns, text, url: "http://up.example/campaigns")
         #expect(page.items.map(\.key) == ["481", "492"])
         #expect(page.items[0].value == Array(first.utf8), "exact bytes: numbers and spacing untouched")
         #expect(page.unkeyed == 1)
-        #expect(page.next == nil, "not paged")
+        #expect(page.next?.url == "http://up.example/campaigns?size=2&page=1", "a full page (3 listed, size 2): the next one is asked for")
     }
 
     @Test func productsFollowHasNextInEitherEra() throws {
@@ -62,11 +62,68 @@ import Testing
     @Test func challengesPageByLastIDWhileAPageIsFull() throws {
         let url = "http://up.example/challenges/notstarted?categoryId=-1&targetAmount=-1"
         let first = try PollSource.challenges.firstPage(url: url, pageSize: 2)
-        #expect(first.url == "http://up.example/challenges/notstarted?categoryId=-1&targetAmount=-1&pageSize=2")
+        // The server's lastId defaults to 10 and it lists id < lastId: the first page asks above every id.
+        #expect(first.url == "http://up.example/challenges/notstarted?categoryId=-1&targetAmount=-1&pageSize=2&lastId=9223372036854775807")
         let p1 = try PollSource.challenges.parse(Array(#"[{"id":50,"leaderId":1},{"id":48,"leaderId":2}]"#.utf8), request: first)
         let second = try #require(p1.next)
         #expect(second.url.hasSuffix("&pageSize=2&lastId=48"))
         #expect(try PollSource.challenges.parse(Array(#"[{"id":41}]"#.utf8), request: second).next == nil)
+    }
+
+    /// Paged against the real server's semantics (IgoMoney_BE: `lastId` optional with default
+    /// 10, `id < lastId`, `ORDER BY id DESC LIMIT pageSize`), every one of 25 challenges is
+    /// listed once. (Without a `lastId` on its first request the poller listed ids 1 to 9 only.)
+    @Test func everyChallengeIsListedAgainstTheRealServersDefaults() throws {
+        let ids = Array(1...25)
+        func serve(_ url: String) -> [UInt8] {
+            let query = URLComponents(string: url)?.queryItems ?? []
+            func value(_ name: String) -> String? { query.last { $0.name == name }?.value.flatMap { $0.isEmpty ? nil : $0 } }
+            let lastID = Int64(value("lastId") ?? "10") ?? 10
+            let size = Int(value("pageSize") ?? "10") ?? 10
+            let page = ids.filter { Int64($0) < lastID }.sorted(by: >).prefix(size)
+            return Array("[\(page.map { #"{"id":\#($0),"title":"c\#($0)"}"# }.joined(separator: ","))]".utf8)
+        }
+        var request: PageRequest? = try PollSource.challenges.firstPage(url: "http://up.example/challenges/notstarted?categoryId=-1&targetAmount=-1", pageSize: 10)
+        var listed: [Int] = []
+        var pages = 0
+        while let current = request, pages < 20 {
+            let page = try PollSource.challenges.parse(serve(current.url), request: current)
+            listed += page.items.compactMap { item in
+                ((try? JSONSerialization.jsonObject(with: Data(item.value))) as? [String: Any])?["id"] as? Int
+            }
+            request = page.next
+            pages += 1
+        }
+        #expect(listed.sorted() == ids, "listed \(listed.count) of \(ids.count)")
+    }
+
+    /// An empty `lastId=` in the configured URL is the server's default (10) to Spring, not "no
+    /// limit": the first page asks above every id all the same.
+    @Test func anEmptyLastIDInTheURLIsReplaced() throws {
+        let first = try PollSource.challenges.firstPage(url: "http://up.example/challenges/notstarted?lastId=&pageSize=", pageSize: 5)
+        #expect(first.url == "http://up.example/challenges/notstarted?lastId=9223372036854775807&pageSize=5"
+            || first.url == "http://up.example/challenges/notstarted?pageSize=5&lastId=9223372036854775807", "\(first.url)")
+    }
+
+    /// Bigwalk's campaign list pages by `page` (from 0) and `size`: the next page while a page is full.
+    @Test func campaignsPageFromZeroWhileAPageIsFull() throws {
+        let first = try PollSource.campaigns.firstPage(url: "http://up.example/api/campaigns/category/1/story", pageSize: 2)
+        #expect(first.url == "http://up.example/api/campaigns/category/1/story?page=0&size=2")
+        let p0 = try PollSource.campaigns.parse(Array(#"[{"id":1,"title":"a"},{"id":2,"title":"b"}]"#.utf8), request: first)
+        let second = try #require(p0.next)
+        #expect(second.url == "http://up.example/api/campaigns/category/1/story?size=2&page=1")
+        #expect(try PollSource.campaigns.parse(Array(#"[{"id":3,"title":"c"}]"#.utf8), request: second).next == nil)
+    }
+
+    /// Bappy's committed server answers `totalCount: 0` whatever it lists: the poller reads on
+    /// until an empty page instead of stopping after the first.
+    @Test func hangoutsWithoutACountAreReadUntilAnEmptyPage() throws {
+        let first = try PollSource.hangouts.firstPage(url: "http://up.example/hangout/list/{page}", pageSize: 10)
+        let full = #"{"status":"OK","message":"hangout list","data":{"HangoutList":[{"hangoutInfoId":"h-1"}],"pageInfo":{"totalCount":0,"currentCount":10}}}"#
+        let next = try #require(try PollSource.hangouts.parse(Array(full.utf8), request: first).next)
+        #expect(next.url == "http://up.example/hangout/list/1")
+        let empty = #"{"status":"OK","message":"hangout list","data":{"HangoutList":[],"pageInfo":{"totalCount":0,"currentCount":10}}}"#
+        #expect(try PollSource.hangouts.parse(Array(empty.utf8), request: next).next == nil)
     }
 
     @Test func aPageThatIsNotItsFormatSaysWhyWithItsURL() {

@@ -6,7 +6,8 @@ import Workers
 /// (`../shared/docs/formats.md`). Pure: a page's bytes and the request in, items and the next
 /// request out.
 public enum PollSource: String, Sendable, CaseIterable {
-    /// Bigwalk's campaign list: one bare JSON array of campaigns, not paged.
+    /// Bigwalk's campaign list (`/api/campaigns/category/{id}/story`): a bare JSON array,
+    /// paged by `page` (from 0) and `size`; the next page while a page is full.
     case campaigns
     /// The open market's product list, either era: `{"pageNo"|"page_no", "hasNext"|"has_next",
     /// "lastPage"|"last_page", "pages": [products]}`; the next page is `page_no=N+1`.
@@ -14,7 +15,8 @@ public enum PollSource: String, Sendable, CaseIterable {
     /// Bappy's hangout list: `{"status","message","data":{"HangoutList":[…],"pageInfo":{"totalCount",…}}}`;
     /// pages are numbered from 0 in the path (`{page}` in the URL) until `totalCount` is reached.
     case hangouts
-    /// iGoMoney's `challenges/notstarted`: a bare array; the next page is `lastId=<last id>`
+    /// iGoMoney's `challenges/notstarted`: a bare array of `id < lastId`, newest first; the first
+    /// page asks for `lastId` = 2^63-1 (the server's default is 10), the next `lastId=<last id>`
     /// while a page is full (`pageSize`).
     case challenges
 
@@ -38,7 +40,8 @@ public enum PollSource: String, Sendable, CaseIterable {
     }
 
     /// The first page's request for the configured `url`: `{page}` becomes 0 for hangouts;
-    /// products get `page_no=1` and `items_per_page`, challenges `pageSize`, unless the URL sets them.
+    /// products get `page_no=1` and `items_per_page`, challenges `pageSize` and `lastId` above
+    /// every id, unless the URL sets them.
     public func firstPage(url: String, pageSize: Int) throws(PageError) -> PageRequest {
         let marker = Self.pageMarker
         guard var components = URLComponents(string: url.replacingOccurrences(of: "{page}", with: marker)),
@@ -48,7 +51,8 @@ public enum PollSource: String, Sendable, CaseIterable {
         }
         switch self {
         case .campaigns:
-            break
+            components.setQueryDefault("page", "0")
+            components.setQueryDefault("size", String(pageSize))
         case .products:
             components.setQueryDefault("page_no", "1")
             components.setQueryDefault("items_per_page", String(pageSize))
@@ -56,6 +60,9 @@ public enum PollSource: String, Sendable, CaseIterable {
             break
         case .challenges:
             components.setQueryDefault("pageSize", String(pageSize))
+            // The server's `lastId` defaults to 10 (`@RequestParam(defaultValue = "10")`) and it
+            // lists `id < lastId`: a first page without it would list only ids below 10.
+            components.setQueryDefault("lastId", String(Int64.max))
         }
         guard let text = components.string?.replacingOccurrences(of: marker, with: "{page}") else {
             throw PageError(url: url, reason: "cannot build the page URL")
@@ -156,7 +163,12 @@ extension PollSource {
         next.itemsBefore += listed
         switch self {
         case .campaigns:
-            return nil
+            let query = URLComponents(string: request.template)?.queryItems ?? []
+            let size = query.first { $0.name == "size" }?.value.flatMap(Int.init) ?? listed
+            let page = query.first { $0.name == "page" }?.value.flatMap(Int.init) ?? 0
+            guard listed >= size else { return nil }
+            next.template = Self.settingQuery(request.template, "page", String(page + 1))
+            return next
         case .products:
             guard let page = (try? JSONSerialization.jsonObject(with: Data(bytes))) as? [String: Any] else { return nil }
             let number = Self.int(page["pageNo"] ?? page["page_no"])
@@ -179,7 +191,9 @@ extension PollSource {
             else {
                 throw PageError(url: request.url, reason: "a hangout page without data.pageInfo.totalCount: cannot tell whether another page follows")
             }
-            return next.itemsBefore < total ? next : nil
+            // A server that does not count (Bappy's committed code answers `totalCount: 0`)
+            // is read until an empty page (or `--max-pages`).
+            return total <= 0 || next.itemsBefore < total ? next : nil
         case .challenges:
             let size = URLComponents(string: request.template)?.queryItems?.first { $0.name == "pageSize" }?.value.flatMap(Int.init) ?? listed
             guard listed >= size, let lastItem,
@@ -214,9 +228,12 @@ extension PollSource {
 }
 
 extension URLComponents {
+    /// Sets `name` to `value` unless the URL gives it a value: an empty one (`lastId=`) counts
+    /// as none (a Spring server reads it as the parameter's own default).
     mutating func setQueryDefault(_ name: String, _ value: String) {
         var items = queryItems ?? []
-        guard !items.contains(where: { $0.name == name }) else { return }
+        guard !items.contains(where: { $0.name == name && $0.value?.isEmpty == false }) else { return }
+        items.removeAll { $0.name == name }
         items.append(URLQueryItem(name: name, value: value))
         queryItems = items
     }
