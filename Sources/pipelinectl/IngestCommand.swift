@@ -216,6 +216,11 @@ extension Ingest {
         @Option(help: "How long an Idempotency-Key is remembered (default: 1h).", transform: Upbit.duration("--idempotency-window"))
         var idempotencyWindow: Duration = .seconds(3600)
         @Option(help: "How many Idempotency-Keys are remembered (the oldest is forgotten first).") var idempotencyCapacity = 100_000
+        @Option(help: """
+            The compacted topic through which every replica shares its Idempotency-Keys, read before serving (created if \
+            missing); 'none' keeps them in this process only.
+            """)
+        var idempotencyTopic = "pipeline.ingest-idempotency"
         @Option(help: "How long the broker has to acknowledge a record (the producer's message.timeout.ms; default: 10s); then 503.", transform: Upbit.duration("--delivery-timeout"))
         var deliveryTimeout: Duration = .seconds(10)
         @Option(help: "The topic of a stream, STREAM=TOPIC (repeatable; default <stream>.raw).") var topic: [String] = []
@@ -283,6 +288,7 @@ extension Ingest {
             settings.requestsPerSecond = rateLimit
             settings.idempotencyWindow = idempotencyWindow
             settings.idempotencyCapacity = idempotencyCapacity
+            if idempotencyTopic != "none" { settings.idempotencyTopic = IdempotencyTopic(topic: idempotencyTopic, kafka: connection.kafka) }
             settings.topics = try topics()
             let service = IngestHTTPService(settings: settings, tokens: tokens, producers: producers, health: health, logger: logger)
             logger.info("ingest clients: \(tokens.clients.map(\.name).joined(separator: ", "))")

@@ -159,6 +159,44 @@ import Testing
         #expect(try await ObservabilityTests.get("http://127.0.0.1:\(metrics)/readyz").status == 200)
     }
 
+    /// An `Idempotency-Key` holds across replicas and restarts: two `ingest http` processes share
+    /// their keys through a compacted topic. A retry sent to the other replica right after the
+    /// answer, and one sent to a process started after both were killed, get the first answer
+    /// and produce nothing; the same key with another body is refused on every replica.
+    @Test func anIdempotencyKeyHoldsAcrossReplicasAndRestarts() async throws {
+        try await LocalBroker.with { broker in
+            let admin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: [broker.bootstrapServers]))
+            try await admin.createTopic(TopicSpec(name: "prices.raw", partitions: 3))
+            await admin.close()
+            let (a, portA, _) = try await Self.start(bootstrap: broker.bootstrapServers)
+            defer { a.kill() }
+            let (b, portB, _) = try await Self.start(bootstrap: broker.bootstrapServers)
+            defer { b.kill() }
+            let body = (0..<10).map { Self.tick($0) }.joined(separator: "\n")
+            let first = try await Self.post(portA, "prices", body: body, idempotencyKey: "order-77")
+            #expect(first.status == 201, "\(first.json)")
+            let records = first.json["records"] as? [[String: Any]] ?? []
+
+            let elsewhere = try await Self.post(portB, "prices", body: body, idempotencyKey: "order-77")
+            #expect(elsewhere.status == 201 && elsewhere.headers["idempotent-replayed"] == "true", "the other replica answers as the first did: \(elsewhere.headers)")
+            #expect((elsewhere.json["records"] as? [[String: Any]] ?? []).map { "\($0["partition"] ?? "")@\($0["offset"] ?? "")" }
+                == records.map { "\($0["partition"] ?? "")@\($0["offset"] ?? "")" })
+            let otherBody = try await Self.post(portB, "prices", body: Self.tick(99), idempotencyKey: "order-77")
+            #expect(otherBody.status == 422, "\(otherBody.json)")
+
+            a.kill()
+            b.kill()
+            _ = await a.waitForExit()
+            _ = await b.waitForExit()
+            let (c, portC, _) = try await Self.start(bootstrap: broker.bootstrapServers)
+            defer { c.kill() }
+            let afterRestart = try await Self.post(portC, "prices", body: body, idempotencyKey: "order-77")
+            #expect(afterRestart.status == 201 && afterRestart.headers["idempotent-replayed"] == "true", "a restarted process still knows the key: \(afterRestart.headers)")
+            let produced = try await OperatorCommandTests.readAll("prices.raw", bootstrap: broker.bootstrapServers)
+            #expect(produced.count == 10, "produced once: \(produced.count) records")
+        }
+    }
+
     /// Load from a second process on loopback (8 connections, 50 posts each of 20 records):
     /// every post is answered, and what the answers accepted is exactly what a reader finds.
     @Test func aLoadFromASecondProcessIsCountedExactlyInTheTopic() async throws {

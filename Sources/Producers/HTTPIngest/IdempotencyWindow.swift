@@ -48,6 +48,11 @@ public final class IdempotencyWindow: Sendable {
 
     public var count: Int { state.withLock { $0.entries.count } }
 
+    /// Whether the key is remembered (in any state, not expired).
+    public func knows(_ key: String, client: String, now: ContinuousClock.Instant = .now) -> Bool {
+        state.withLock { s in s.entries[client + "\u{0}" + key].map { $0.expires > now } ?? false }
+    }
+
     public func begin(_ key: String, client: String, digest: UInt64, now: ContinuousClock.Instant = .now) -> Begin {
         let id = client + "\u{0}" + key
         return state.withLock { s in
@@ -86,6 +91,21 @@ public final class IdempotencyWindow: Sendable {
         }
     }
 
+    /// What another replica (or this service before a restart) recorded for a key, read from the
+    /// shared topic (``IdempotencyTopic``): taken unless this service is handling the key right
+    /// now, or the record has expired. `expiresIn` is what is left of its window.
+    public func absorb(_ record: IdempotencyRecord, expiresIn: Duration, now: ContinuousClock.Instant = .now) {
+        guard expiresIn > .zero else { return }
+        let entry: Entry = record.status.map { .answered(digest: record.digest, status: $0, body: record.body) }
+            ?? .failed(digest: record.digest, acknowledged: record.acknowledged)
+        state.withLock { s in
+            if let (current, expires) = s.entries[record.id], expires > now, case .inProgress = current { return }
+            if s.entries[record.id] == nil { s.order.append(record.id) }
+            s.entries[record.id] = (entry, now + expiresIn)
+            Self.trim(&s, capacity: capacity, now: now)
+        }
+    }
+
     private static func trim(_ s: inout State, capacity: Int, now: ContinuousClock.Instant) {
         while s.head < s.order.count {
             let id = s.order[s.head]
@@ -98,5 +118,27 @@ public final class IdempotencyWindow: Sendable {
             s.order.removeFirst(s.head)
             s.head = 0
         }
+    }
+}
+
+/// A key's outcome as the replicas of `ingest http` share it (``IdempotencyTopic``): answered
+/// (`status` and `body`), or failed part-way (`acknowledged`: the records already durable).
+public struct IdempotencyRecord: Sendable, Hashable, Codable {
+    /// `client` NUL `key`: the window's id, the record's key.
+    public var id: String
+    public var digest: UInt64
+    /// Epoch milliseconds after which the key is forgotten.
+    public var expiresAt: Int64
+    public var status: Int?
+    public var body: [UInt8]
+    public var acknowledged: [Int: IdempotencyWindow.Position]
+
+    public init(client: String, key: String, digest: UInt64, expiresAt: Int64, status: Int?, body: [UInt8], acknowledged: [Int: IdempotencyWindow.Position]) {
+        self.id = client + "\u{0}" + key
+        self.digest = digest
+        self.expiresAt = expiresAt
+        self.status = status
+        self.body = body
+        self.acknowledged = acknowledged
     }
 }

@@ -26,6 +26,8 @@ public struct IngestHTTPSettings: Sendable {
     /// How long and how many `Idempotency-Key`s are remembered.
     public var idempotencyWindow: Duration = .seconds(3600)
     public var idempotencyCapacity = 100_000
+    /// The compacted topic every replica shares its keys through (nil: this process only).
+    public var idempotencyTopic: IdempotencyTopic?
     /// The topic of each stream (default: the topology's `<stream>.raw`).
     public var topics: [UpstreamStream: String] = Dictionary(uniqueKeysWithValues: UpstreamStream.allCases.map { ($0, $0.topic) })
 
@@ -59,6 +61,8 @@ public final class IngestHTTPService: Service, Sendable {
     let logger: Logger
     let limiter: RateLimiter
     let idempotency: IdempotencyWindow
+    /// The keys shared with the other replicas (``IngestHTTPSettings/idempotencyTopic``).
+    let shared: SharedIdempotency?
 
     public init(
         settings: IngestHTTPSettings, tokens: ClientTokens, producers: ProducerSlot, validator: IngestValidator = IngestValidator(),
@@ -72,9 +76,18 @@ public final class IngestHTTPService: Service, Sendable {
         self.logger = logger
         self.limiter = RateLimiter(perSecond: settings.requestsPerSecond)
         self.idempotency = IdempotencyWindow(capacity: settings.idempotencyCapacity, window: settings.idempotencyWindow)
+        self.shared = settings.idempotencyTopic.flatMap { [idempotency] in try? SharedIdempotency(topic: $0, window: idempotency, logger: logger) }
     }
 
     public func run() async throws {
+        // The keys every replica (and this service before a restart) answered: read before the
+        // first request is served, then followed.
+        do {
+            try await shared?.start()
+        } catch {
+            // Served all the same: a key is then known to this process, and shared from here on.
+            logger.warning("the shared Idempotency-Keys could not be read; keys answered before are not known here", metadata: ["error": "\(error)"])
+        }
         let router = Router()
         router.post("v1/:stream") { request, context in try await self.handle(request, context: context) }
         let app = Application(
@@ -93,6 +106,7 @@ public final class IngestHTTPService: Service, Sendable {
         } onGracefulShutdown: { [health] in
             health.stopping()
         }
+        await shared?.stop()
     }
 
     // MARK: One request
@@ -157,8 +171,11 @@ public final class IngestHTTPService: Service, Sendable {
         }
         // Idempotency: a retry is answered as before, or produces only what is not yet durable.
         var acknowledged: [Int: IdempotencyWindow.Position] = [:]
+        let digest = idempotencyKey == nil ? 0 : Self.digest(body)
         if let key = idempotencyKey {
-            switch idempotency.begin(key, client: client.name, digest: Self.digest(body)) {
+            // What another replica answered just before must be known here first.
+            if let shared, !idempotency.knows(key, client: client.name) { await shared.catchUp() }
+            switch idempotency.begin(key, client: client.name, digest: digest) {
             case .new: break
             case .resume(let durable): acknowledged = durable
             case .answered(let status, let previous):
@@ -172,7 +189,7 @@ public final class IngestHTTPService: Service, Sendable {
         let resumed = acknowledged.count
         var pending = batch.records.indices.filter { acknowledged[$0] == nil }
         guard producers.current().inFlight + pending.count <= settings.maxInFlightRecords else {
-            if let key = idempotencyKey { idempotency.fail(key, client: client.name, acknowledged: acknowledged) }
+            if let key = idempotencyKey { await failed(key, client: client.name, digest: digest, acknowledged: acknowledged) }
             return Self.json(503, ErrorBody(error: "the producer's queue is full; retry later"), headers: [.retryAfter: "1"])
         }
         // Sent once; sent again (the records not acknowledged) only if the producer failed for
@@ -208,7 +225,7 @@ public final class IngestHTTPService: Service, Sendable {
             count(stream, "accepted", acknowledged.count - resumed)
             count(stream, "failed", batch.records.count - acknowledged.count)
             health.deliveryFailed(firstError.description)
-            if let key = idempotencyKey { idempotency.fail(key, client: client.name, acknowledged: acknowledged) }
+            if let key = idempotencyKey { await failed(key, client: client.name, digest: digest, acknowledged: acknowledged) }
             logger.warning("ingest: \(batch.records.count - acknowledged.count) of \(batch.records.count) records not acknowledged: \(firstError)")
             return Self.json(503, AcceptedBody(
                 accepted: acknowledged.count, records: records,
@@ -219,8 +236,35 @@ public final class IngestHTTPService: Service, Sendable {
         health.delivered()
         count(stream, "accepted", acknowledged.count - resumed)
         let answer = Self.encode(AcceptedBody(accepted: records.count, records: records, error: nil))
-        if let key = idempotencyKey { idempotency.finish(key, client: client.name, status: 201, body: answer) }
+        if let key = idempotencyKey { await answered(key, client: client.name, digest: digest, status: 201, body: answer) }
         return Self.response(201, answer)
+    }
+
+    /// The request was answered: remembered here, and shared before the client gets the answer.
+    private func answered(_ key: String, client: String, digest: UInt64, status: Int, body: [UInt8]) async {
+        idempotency.finish(key, client: client, status: status, body: body)
+        await share(IdempotencyRecord(client: client, key: key, digest: digest, expiresAt: expiry, status: status, body: body, acknowledged: [:]))
+    }
+
+    /// The request failed part-way: remembered here with what is durable, and shared.
+    private func failed(_ key: String, client: String, digest: UInt64, acknowledged: [Int: IdempotencyWindow.Position]) async {
+        idempotency.fail(key, client: client, acknowledged: acknowledged)
+        await share(IdempotencyRecord(client: client, key: key, digest: digest, expiresAt: expiry, status: nil, body: [], acknowledged: acknowledged))
+    }
+
+    private var expiry: Int64 { Int64(Date().timeIntervalSince1970 * 1000) + settings.idempotencyWindow.wholeMilliseconds }
+
+    /// Written to the shared topic and acknowledged before the answer goes out; if it cannot be,
+    /// the key is still remembered here (and the failure logged and counted).
+    private func share(_ record: IdempotencyRecord) async {
+        guard let shared else { return }
+        do {
+            let report = try await producers.current().send(try shared.topic.record(record))
+            if let error = report.error { throw error }
+        } catch {
+            Counter(label: IngestMetricName.idempotencyShareFailures).increment()
+            logger.warning("an Idempotency-Key could not be shared; only this process remembers it", metadata: ["error": "\(error)"])
+        }
     }
 
     private func count(_ stream: UpstreamStream, _ outcome: String, _ n: Int) {
@@ -285,4 +329,6 @@ public enum IngestMetricName {
     public static let records = "pipeline_ingest_records_total"
     /// `{stream}`: time from the request to its answer.
     public static let requestSeconds = "pipeline_ingest_request_seconds"
+    /// Idempotency-Key outcomes that could not be written to the shared topic.
+    public static let idempotencyShareFailures = "pipeline_ingest_idempotency_share_failures_total"
 }
