@@ -86,6 +86,38 @@ import Workers
         #expect(records.map(\.line) == [2, 3, 5])
     }
 
+    /// The entity key read in place (``UpstreamStream/entityKey(of:)``) is the one read from the
+    /// parsed object, for every record of every sample stream and for the shapes that take the
+    /// slow path (nested and path-derived keys, fractional, boolean, huge and empty ids).
+    @Test func theKeyReadInPlaceIsTheParsedObjectsKey() throws {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        var checked = 0
+        for stream in UpstreamStream.allCases {
+            let folder = root.appendingPathComponent("samples/\(stream.rawValue)")
+            for file in try FileManager.default.contentsOfDirectory(atPath: folder.path) where file.hasSuffix(".jsonl") {
+                let data = try Data(contentsOf: folder.appendingPathComponent(file))
+                for line in data.split(separator: 0x0A) where !line.isEmpty {
+                    let bytes = Array(line)
+                    guard let object = (try? JSONSerialization.jsonObject(with: Data(bytes))) as? [String: Any] else { continue }
+                    #expect(stream.entityKey(of: bytes[...]) == stream.entityKey(object), "\(stream) \(file): \(String(decoding: bytes.prefix(120), as: UTF8.self))")
+                    checked += 1
+                }
+            }
+        }
+        #expect(checked > 100, "read \(checked) sample records")
+        let shapes: [(UpstreamStream, String)] = [
+            (.products, #"{"id":481.0}"#), (.products, #"{"id":1.0E7}"#), (.products, #"{"id":true}"#), (.products, #"{"id":""}"#),
+            (.products, #"{"id":123456789012345678901}"#), (.products, #"{"name":"no id"}"#), (.products, #"{"id":"a\"b"}"#),
+            (.prices, #"{"market":"KRW-BTC","code":""}"#), (.prices, #"{"cd":"KRW-ETH"}"#), (.prices, #"{"code":null,"market":"KRW-XRP"}"#),
+            (.hangouts, #"{"data":{"hangoutInfoId":"h-7"}}"#), (.hangouts, #"{"path":"hangout/h-9/like"}"#), (.hangouts, #"{"hangoutInfoId":12}"#),
+            (.challenges, #"{"path":"challenges/apply/42/8"}"#), (.challenges, #"{"challengeId":5,"id":-3}"#), (.campaigns, #"{"id":-7,"x":{"id":1}}"#),
+        ]
+        for (stream, text) in shapes {
+            let object = try #require((try? JSONSerialization.jsonObject(with: Data(text.utf8))) as? [String: Any])
+            #expect(stream.entityKey(of: Array(text.utf8)[...]) == stream.entityKey(object), "\(stream) \(text)")
+        }
+    }
+
     @Test func theSampleStreamsParseWithoutRejections() throws {
         let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
         for stream in [UpstreamStream.hangouts, .challenges] {

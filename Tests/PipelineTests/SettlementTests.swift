@@ -224,7 +224,11 @@ import Workers
         mock.setBrokerDown(2)
         _ = try await Self.produce(1_500..<3_000, to: mock)
         try await eventually("A processed the inputs whose candles are stuck") { a.counters.processed.value == 3_000 }
-        let b = try StageService(definition: try topology.stage(named: "candles"), topology: topology, settings: settings)
+        // B may wait longer in a revocation of its own (A rejoins once its revocation ends): on
+        // a loaded machine its outputs can take more than A's 7 s, and B would be evicted too.
+        var settingsB = settings
+        settingsB.maxPollInterval = .seconds(60)
+        let b = try StageService(definition: try topology.stage(named: "candles"), topology: topology, settings: settingsB)
         let runningB = Task { try await b.run() }
         try await eventually("A evicted, B owns both partitions", within: .seconds(60)) { b.counters.restoredPartitions.value >= 2 }
         let checkpointsOfA = a.counters.checkpoints.value

@@ -21,6 +21,29 @@ public enum UpstreamStream: String, Sendable, CaseIterable {
         }
     }
 
+    /// The entity key of one upstream body as bytes, or nil when it names none: the same as
+    /// ``entityKey(_:)-([String: Any])`` reads from the parsed object, from the top-level fields
+    /// in place where they decide it (Foundation parses the body only where they do not: nested
+    /// or path-derived keys, fractional or boolean ids).
+    public func entityKey(of value: ArraySlice<UInt8>) -> String? {
+        if let decided = TopLevelFields.firstScalar(keyFields, in: value) {
+            if let key = decided { return key }
+            if self != .hangouts && self != .challenges { return nil }  // no other rule to try
+        }
+        guard let object = (try? JSONSerialization.jsonObject(with: Data(value))) as? [String: Any] else { return nil }
+        return entityKey(object)
+    }
+
+    /// The top-level fields an entity key is read from, in order.
+    var keyFields: [String] {
+        switch self {
+        case .prices: ["code", "market", "cd"]
+        case .products, .campaigns: ["id"]
+        case .hangouts: ["hangoutInfoId"]
+        case .challenges: ["id", "challengeId"]
+        }
+    }
+
     /// The entity key of one upstream body, or nil when it names none.
     public func entityKey(_ object: [String: Any]) -> String? {
         switch self {

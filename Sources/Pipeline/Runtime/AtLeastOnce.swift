@@ -40,42 +40,32 @@ final class AtLeastOnce: DeliveryGuarantee {
         }
     }
 
-    /// A synchronous commit of offsets already durable: the coordinator checks the member and
-    /// its generation. An evicted member (its poll thread parked while a revocation waited on
-    /// stuck outputs, say, or cut off from the coordinator) is refused, and learns it here,
-    /// before its older state can land after the new owner's. A refusal during a rebalance, or
-    /// no answer, is asked again for up to ``ownershipPatience``; then this checkpoint is skipped.
+    /// A synchronous commit of offsets already durable: the coordinator checks the member. An
+    /// evicted member (its poll thread parked while a revocation waited on stuck outputs, say, or
+    /// cut off from the coordinator past its session) is refused with `UNKNOWN_MEMBER_ID` (or
+    /// `FENCED_INSTANCE_ID`) and learns it here, before its older state can land after the new
+    /// owner's. Any other answer (a rebalance under way, the coordinator away) proves nothing
+    /// either way and the checkpoint goes ahead, as it did before this check: holding it would
+    /// hold the partition's revocation, and the rejoin the coordinator waits for.
     func confirmOwnership(of partitions: [TopicPartition], committing covered: [TopicPartitionOffset]) async -> Ownership {
         guard !covered.isEmpty else { return .confirmed }
-        let giveUp = ContinuousClock.now + ownershipPatience
-        var wait = Duration.milliseconds(100)
-        while true {
-            do {
-                try await consumer.commit(covered)
-                return .confirmed
-            } catch {
-                if error.meansMemberFenced || consumer.wasLost(partitions) {
-                    logger.warning(
-                        "the coordinator no longer counts this worker as the owner; its checkpoints of these partitions are dropped",
-                        metadata: ["partitions": "\(partitions)", "error": "\(error)"])
-                    return .fenced
-                }
-                guard ContinuousClock.now + wait < giveUp else {
-                    if let suppressed = logLimiter.admit("ownership") {
-                        logger.warning(
-                            "ownership not confirmed; checkpoint skipped (the next one asks again)",
-                            metadata: ["partitions": "\(partitions)", "error": "\(error)", "suppressed-before": "\(suppressed)"])
-                    }
-                    return .unsure
-                }
-                try? await Task.sleep(for: wait)
-                wait = min(wait * 2, .seconds(2))
+        do {
+            try await consumer.commit(covered)
+        } catch {
+            if error.meansMemberFenced || consumer.wasLost(partitions) {
+                logger.warning(
+                    "the coordinator no longer counts this worker as the owner; its checkpoints of these partitions are dropped",
+                    metadata: ["partitions": "\(partitions)", "error": "\(error)"])
+                return .fenced
+            }
+            if let suppressed = logLimiter.admit("ownership") {
+                logger.info(
+                    "ownership not confirmed before a checkpoint (it goes ahead)",
+                    metadata: ["partitions": "\(partitions)", "error": "\(error)", "suppressed-before": "\(suppressed)"])
             }
         }
+        return .confirmed
     }
-
-    /// How long a checkpoint waits for the coordinator to confirm ownership.
-    let ownershipPatience = Duration.seconds(10)
 
     func willChange(_ lane: PartitionLane, first: [TopicPartition: Int64]) throws(KafkaError) {}
 

@@ -42,13 +42,10 @@ protocol DeliveryGuarantee: AnyObject, Sendable {
 
 /// What the coordinator said of a lane's partitions before a checkpoint.
 enum Ownership: Sendable {
-    /// Still this member's: the checkpoint may become durable.
+    /// Not refused: the checkpoint may become durable.
     case confirmed
     /// Another member's (this one was evicted or fenced): nothing of the lane may become durable.
     case fenced
-    /// No answer within the time allowed (the coordinator away, a rebalance going on): this
-    /// checkpoint is skipped, the next one asks again.
-    case unsure
 }
 
 /// When the loop asks for durability.

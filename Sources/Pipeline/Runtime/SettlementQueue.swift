@@ -120,7 +120,6 @@ final class SettlementQueue: Sendable {
                         } else {
                             switch await settler.checkpoint(record, offsets: offsets, covered: covered) {
                             case .confirmed: covered = offsets
-                            case .unsure: break
                             case .fenced: broken = true
                             }
                         }
@@ -167,9 +166,9 @@ private struct Settler: Sendable {
     private var partitionName: String { partitions.count == 1 ? "\(partitions[0])" : "\(partitions)" }
 
     /// Hands a checkpoint to the producer (everything before it is acknowledged) once the
-    /// coordinator confirms this worker still owns the partitions, and settles it; each retry
-    /// asks again. `.confirmed` once it is durable; `.unsure` when it was skipped; `.fenced`
-    /// when another member owns the partitions, or it could not be settled.
+    /// coordinator has not refused this worker as their owner, and settles it; each retry asks
+    /// again. `.confirmed` once it is durable; `.fenced` when another member owns the
+    /// partitions, or it could not be settled.
     func checkpoint(_ record: ProducerRecord, offsets: [TopicPartitionOffset], covered: [TopicPartitionOffset]) async -> Ownership {
         let confirm = { await context.guarantee.confirmOwnership(of: partitions, committing: covered) }
         let ownership = await confirm()

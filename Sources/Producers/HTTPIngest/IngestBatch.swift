@@ -48,14 +48,16 @@ public struct IngestBatch: Sendable {
         var batch = IngestBatch(records: [], rejected: [])
         batch.records.reserveCapacity(values.count)
         for (index, value) in values.enumerated() {
-            guard let object = try? JSONSerialization.jsonObject(with: Data(value), options: [.fragmentsAllowed]) else {
-                batch.rejected.append(Rejection(index: index, field: "$", reason: DecodeFailure.Reason.malformedJSON.rawValue, detail: "not valid JSON"))
-                continue
-            }
-            guard let fields = object as? [String: Any] else {
+            // Each record is read once by the stream's decoder (which refuses anything but a valid
+            // object of its format) and once, in place, for its entity key.
+            if value.first != UInt8(ascii: "{") {
+                guard let other = try? JSONSerialization.jsonObject(with: Data(value), options: [.fragmentsAllowed]) else {
+                    batch.rejected.append(Rejection(index: index, field: "$", reason: DecodeFailure.Reason.malformedJSON.rawValue, detail: "not valid JSON"))
+                    continue
+                }
                 batch.rejected.append(Rejection(
                     index: index, field: "$", reason: DecodeFailure.Reason.wrongType.rawValue,
-                    detail: "expected a JSON object, got \(ProduceParser.kind(object))"))
+                    detail: "expected a JSON object, got \(ProduceParser.kind(other))"))
                 continue
             }
             let envelope = JSONLinesRunner.parseLine(value, topic: topic, offset: 0)
@@ -72,7 +74,7 @@ public struct IngestBatch: Sendable {
                 batch.rejected.append(Rejection(index: index, field: failure.field, reason: failure.reason.rawValue, detail: failure.detail))
                 continue
             }
-            batch.records.append(ProducerRecord(topic: topic, key: stream.entityKey(fields).map { Array($0.utf8) }, value: value))
+            batch.records.append(ProducerRecord(topic: topic, key: stream.entityKey(of: value[...]).map { Array($0.utf8) }, value: value))
         }
         return batch
     }
@@ -90,9 +92,7 @@ public struct IngestBatch: Sendable {
             if let failure = validator.failure(of: inner, stream: stream, headers: envelope.headers) {
                 return .failure(Rejection(index: 0, field: "value" + (failure.field == "$" ? "" : "." + failure.field), reason: failure.reason.rawValue, detail: failure.detail))
             }
-            if key == nil, let fields = (try? JSONSerialization.jsonObject(with: Data(inner))) as? [String: Any] {
-                key = stream.entityKey(fields).map { Array($0.utf8) }
-            }
+            if key == nil { key = stream.entityKey(of: inner[...]).map { Array($0.utf8) } }
         } else if key == nil {
             return .failure(Rejection(index: 0, field: "key", reason: DecodeFailure.Reason.missingField.rawValue, detail: "a tombstone (\"value\": null) needs a key"))
         }
@@ -110,7 +110,7 @@ public struct IngestBatch: Sendable {
             guard !elements.isEmpty else { throw .empty }
             return elements.map(\.1)
         }
-        if body[first] == UInt8(ascii: "{"), (try? JSONSerialization.jsonObject(with: Data(body), options: [])) is [String: Any] {
+        if body[first] == UInt8(ascii: "{"), TopLevelFields.isOneValue(body, from: first) {
             return [trimmed(body[first...])]
         }
         var values: [[UInt8]] = []
