@@ -139,6 +139,17 @@ import Workers
         #expect(SessionCookie.value(Array("a-token-of-16-chars".utf8)) != "a-token-of-16-chars", "the cookie is not the token")
     }
 
+    @Test func requestParametersAreReadStrictly() throws {
+        #expect(try RequestParameters.decode("a=1&b=x+y%2Bz&c=%C3%A9&d&e=") == ["a": "1", "b": "x y+z", "c": "é", "d": "", "e": ""])
+        for (text, name) in [("stage=%FF", "stage"), ("stage=%", "stage"), ("stage=%4", "stage"), ("a=1&a=2", "a"), ("%FF=1", "a parameter name")] {
+            #expect(throws: BadParameter.self, "\(text)") { try RequestParameters.decode(text) }
+            do { _ = try RequestParameters.decode(text) } catch { #expect(error.name == name, "\(text): \(error)") }
+        }
+        #expect(try RequestParameters.path("%2B5+", name: "p") == "+5+")
+        #expect(try RequestParameters.time("1970-01-01T00:00:00Z", name: "t") == 0)
+        #expect(throws: BadParameter.self) { try RequestParameters.time("1969-12-31T23:59:59Z", name: "t") }
+    }
+
     /// 50 stages of 4 partitions each, every one with a 5-minute history: the overview renders
     /// in well under 200 ms (a debug build; best of 5).
     @Test func fiftyStagesOfFourPartitionsRenderUnder200Milliseconds() throws {
