@@ -26,6 +26,9 @@ public struct ConsoleSettings: Sendable {
     public var auditTopic = "pipeline.console.redrives"
     /// A worker silent for this long is shown dead.
     public var workerSilence: Duration = .seconds(30)
+    /// Names (besides localhost, the loopback addresses and the address listened on) that
+    /// requests may carry in `Host`: the console's names behind a proxy or in DNS.
+    public var allowedHosts: [String] = []
 
     public init() {}
 
@@ -39,9 +42,11 @@ public struct ConsoleSettings: Sendable {
 /// thin over `Operations` (the code `pipelinectl lag` and `dlq` use).
 ///
 /// Every answer carries a strict Content-Security-Policy (scripts and styles from the console
-/// itself only, no inline code, no frames, no other origins), `nosniff`, `no-referrer` and
-/// `no-store`. Every number a request carries is checked against its range (``NumberBounds``)
-/// before any arithmetic: 400.
+/// itself only, no inline code, no frames, no other origins), `nosniff`, `Referrer-Policy:
+/// same-origin` and `no-store`. Every request passes ``Guarded`` first: its `Host` must be one of the console's
+/// names (DNS rebinding), a state change must come from the console's own pages (Origin,
+/// Sec-Fetch-Site) and carry the form's CSRF token, and, with a token, the token. Every number a
+/// request carries is checked against its range (``NumberBounds``) before any arithmetic: 400.
 public final class ConsoleService: Service, Sendable {
     public let settings: ConsoleSettings
     let state: ConsoleState
@@ -85,7 +90,10 @@ public final class ConsoleService: Service, Sendable {
     static let securityHeaders: HTTPFields = [
         .contentSecurityPolicy: "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'",
         HTTPField.Name("X-Content-Type-Options")!: "nosniff",
-        HTTPField.Name("Referrer-Policy")!: "no-referrer",
+        // Not no-referrer: under it a browser sends `Origin: null` with the console's own form
+        // posts (Fetch, "serializing a request origin"), and Guarded refuses a null Origin.
+        // same-origin still sends nothing to another site.
+        HTTPField.Name("Referrer-Policy")!: "same-origin",
         HTTPField.Name("X-Frame-Options")!: "DENY",
         .cacheControl: "no-store",
     ]
@@ -124,7 +132,7 @@ public final class ConsoleService: Service, Sendable {
             do { try await redriveLog.ensure() } catch { logger.warning("cannot create the redrive log \(settings.auditTopic): \(error)") }
         }
         let responder = router.buildResponder()
-        let guarded = Guarded(inner: responder, token: settings.token.map { Array($0.utf8) })
+        let guarded = Guarded(inner: responder, token: settings.token.map { Array($0.utf8) }, hosts: HostPolicy(listening: settings.host, allowed: settings.allowedHosts))
         let app = Application(
             responder: guarded,
             configuration: ApplicationConfiguration(address: .hostname(settings.host, port: settings.port), serverName: nil),

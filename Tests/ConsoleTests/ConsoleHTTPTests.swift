@@ -31,7 +31,7 @@ struct ConsoleUnderTest {
 
     /// Runs `body` against a console started for it, then stops the console.
     static func with(
-        token: String? = nil, _ body: (ConsoleUnderTest) async throws -> Void
+        token: String? = nil, allowedHosts: [String] = [], _ body: (ConsoleUnderTest) async throws -> Void
     ) async throws {
         let mock = try KafkaMockCluster(brokers: 1)
         for (topic, partitions) in [("prices.raw", 2), ("prices.ticks", 1), ("pipeline.dead-letters", 1), ("pipeline.console.redrives", 1)] {
@@ -52,6 +52,7 @@ struct ConsoleUnderTest {
         var settings = ConsoleSettings()
         settings.port = 0
         settings.token = token
+        settings.allowedHosts = allowedHosts
         var logger = Logger(label: "console-under-test")
         logger.logLevel = .warning
         let service = try ConsoleService(settings: settings, state: ConsoleState(topology: topology), kafka: kafka, logger: logger)
@@ -242,6 +243,89 @@ struct ConsoleUnderTest {
             // A space as `+` (how a browser sends a GET form) is a space.
             let plus = try await console.request(.get, "/dead-letters?field=trade+price")
             #expect(plus.status == 200 && plus.body.contains("0 of 0 dead letters match"), "\(plus.status) \(plus.body.prefix(600))")
+        }
+    }
+
+    static let routes: [(HTTPRequest.Method, String)] = [
+        (.get, "/"), (.get, "/stages/prices-decode"), (.get, "/dead-letters"), (.get, "/dead-letters/0/0"), (.get, "/api/stages"),
+        (.get, "/redrives"), (.get, "/find"), (.get, "/workers"), (.get, "/stages/prices-decode/reset"), (.get, "/static/console.css"),
+        (.get, "/static/console.js"), (.get, "/login"), (.get, "/healthz"), (.get, "/favicon.ico"), (.get, "/no-such-page"),
+        (.post, "/stages/prices-decode/reset"), (.post, "/dead-letters/redrive/preview"), (.post, "/dead-letters/redrive"), (.post, "/login"),
+    ]
+
+    /// DNS rebinding: a page of another name that resolves to 127.0.0.1 reaches the console
+    /// with that name in Host. Only the console's own names pass, on every route.
+    @Test func onlyTheConsolesOwnNamesPassInHost() async throws {
+        try await Console.with(allowedHosts: ["console.example.org", "10.9.8.7"]) { console in
+            let p = console.port
+            for host in ["127.0.0.1:\(p)", "127.0.0.1", "localhost:\(p)", "LocalHost", "localhost.", "127.8.9.10:\(p)", "[::1]:\(p)", "[::1]",
+                         "console.example.org", "Console.Example.ORG:443", "10.9.8.7:\(p)"] {
+                let answer = try await console.request(.get, "/healthz", host: .name(host))
+                #expect(answer.status == 200, "Host: \(host) → \(answer.status) \(answer.body)")
+            }
+            for host in ["evil.example", "evil.example:\(p)", "127.0.0.1.evil.example", "localhost.evil.example:\(p)", "console.example.org.evil.example",
+                         "evilconsole.example.org", "10.0.0.1", "0.0.0.0:\(p)", "[::2]:\(p)", "127.0.0.1:\(p)@evil.example", "127.1", "0x7f.0.0.1", ""] {
+                for (method, path) in Self.routes {
+                    let answer = try await console.request(method, path, host: .name(host), form: method == .post ? "csrf=\(console.csrf)" : nil)
+                    #expect([421, 400].contains(answer.status), "Host: \(host) \(method) \(path) → \(answer.status)")
+                    #expect(answer.body.contains("--allowed-host"), "Host: \(host) \(method) \(path): says how to allow a name: \(answer.body.prefix(300))")
+                }
+            }
+            let missing = try await console.request(.get, "/healthz", host: .none)
+            #expect([421, 400].contains(missing.status), "no Host → \(missing.status)")
+        }
+    }
+
+    /// A state-changing request from another site is refused even with a valid form token and
+    /// the token: Origin must be the console's own (or, without Origin, Sec-Fetch-Site
+    /// same-origin or none).
+    @Test(arguments: [nil, "console-token-0123456789"])
+    func crossSiteStateChangesAreRefused(token: String?) async throws {
+        try await Console.with(token: token) { console in
+            var auth: HTTPFields = [:]
+            if let token { auth[.authorization] = "Bearer \(token)" }
+            func post(_ path: String, _ headers: [(String, String)], form: String) async throws -> Console.Answer {
+                var fields = auth
+                for (name, value) in headers { fields[HTTPField.Name(name)!] = value }
+                return try await console.request(.post, path, headers: fields, form: form)
+            }
+            let forms = [
+                ("/dead-letters/redrive/preview", "csrf=\(console.csrf)"),
+                ("/dead-letters/redrive", "csrf=\(console.csrf)&expected=0"),
+                ("/stages/prices-decode/reset", "csrf=\(console.csrf)&topic=prices.raw&to=earliest"),
+                ("/login", "token=wrong"),
+            ]
+            let crossSite: [[(String, String)]] = [
+                [("Origin", "https://evil.example")], [("Origin", "null")], [("Origin", "http://evil.example:\(console.port)")],
+                [("Origin", "http://localhost:\(console.port)")], [("Origin", "http://127.0.0.1:\(console.port).evil.example")],
+                [("Origin", "http://127.0.0.1:\(console.port + 1)")], [("Origin", "https://evil.example"), ("Sec-Fetch-Site", "same-origin")],
+                [("Sec-Fetch-Site", "cross-site")], [("Sec-Fetch-Site", "same-site")], [("Origin", "null"), ("Sec-Fetch-Site", "cross-site")],
+                [("Origin", "null"), ("Sec-Fetch-Site", "none")],
+            ]
+            for (path, form) in forms {
+                for headers in crossSite {
+                    let answer = try await post(path, headers, form: form)
+                    #expect(answer.status == 403, "\(path) \(headers) → \(answer.status)")
+                    #expect(answer.body.contains("cross-site"), "\(path) \(headers): \(answer.body.prefix(300))")
+                }
+            }
+            // The console's own pages post with their own Origin, or Sec-Fetch-Site same-origin;
+            // a client that is not a browser sends neither.
+            let sameSite: [[(String, String)]] = [
+                [("Origin", "http://\(console.own)")], [("Sec-Fetch-Site", "same-origin")], [("Sec-Fetch-Site", "none")], [],
+                [("Origin", "null"), ("Sec-Fetch-Site", "same-origin")],
+            ]
+            for headers in sameSite {
+                let preview = try await post("/dead-letters/redrive/preview", headers, form: "csrf=\(console.csrf)")
+                #expect(preview.status == 200 && preview.body.contains("Redrive preview"), "\(headers) → \(preview.status)")
+                let login = try await post("/login", headers, form: "token=wrong")
+                #expect(login.status == (token == nil ? 404 : 401), "\(headers) → \(login.status)")
+            }
+            // Same-origin posts carry the page's own Origin: the referrer policy is not no-referrer.
+            #expect(try await console.request(.get, "/healthz").headers[HTTPField.Name("Referrer-Policy")!] == "same-origin")
+            // Reads are not state changes: a GET from another site is answered (the CSP and
+            // the browser's same-origin policy keep its answer from that site).
+            #expect(try await console.request(.get, "/healthz", headers: [HTTPField.Name("Sec-Fetch-Site")!: "cross-site"]).status == 200)
         }
     }
 }
