@@ -230,7 +230,15 @@ let package = Package(
             ]),
         .testTarget(
             name: "ConsoleTests",
-            dependencies: ["Console", "Operations", "Pipeline", "Kafka", "Workers"]),
+            dependencies: [
+                "Console", "Operations", "Pipeline", "Kafka", "Workers",
+                // The console over HTTP in tests: its own server on port 0, a client that sets any Host.
+                .product(name: "HummingbirdTesting", package: "hummingbird"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Logging", package: "swift-log"),
+            ]),
         .testTarget(
             name: "ProducersTests",
             dependencies: ["Producers", "Operations", "Kafka", "SafeFetch", "Workers", "WorkersTesting"]),

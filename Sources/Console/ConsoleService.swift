@@ -26,6 +26,9 @@ public struct ConsoleSettings: Sendable {
     public var auditTopic = "pipeline.console.redrives"
     /// A worker silent for this long is shown dead.
     public var workerSilence: Duration = .seconds(30)
+    /// Names (besides localhost, the loopback addresses and the address listened on) that
+    /// requests may carry in `Host`: the console's names behind a proxy or in DNS.
+    public var allowedHosts: [String] = []
 
     public init() {}
 
@@ -39,8 +42,11 @@ public struct ConsoleSettings: Sendable {
 /// thin over `Operations` (the code `pipelinectl lag` and `dlq` use).
 ///
 /// Every answer carries a strict Content-Security-Policy (scripts and styles from the console
-/// itself only, no inline code, no frames, no other origins), `nosniff`, `no-referrer` and
-/// `no-store`.
+/// itself only, no inline code, no frames, no other origins), `nosniff`, `Referrer-Policy:
+/// same-origin` and `no-store`. Every request passes ``Guarded`` first: its `Host` must be one of the console's
+/// names (DNS rebinding), a state change must come from the console's own pages (Origin,
+/// Sec-Fetch-Site) and carry the form's CSRF token, and, with a token, the token. Every number a
+/// request carries is checked against its range (``NumberBounds``) before any arithmetic: 400.
 public final class ConsoleService: Service, Sendable {
     public let settings: ConsoleSettings
     let state: ConsoleState
@@ -55,6 +61,9 @@ public final class ConsoleService: Service, Sendable {
     let csrf: String
     let kafka: KafkaConfiguration
     let logger: Logger
+    /// The port of each start of the server (port 0 picks a free one).
+    public let listening: AsyncStream<Int>
+    private let listened: AsyncStream<Int>.Continuation
     private let cache = Mutex<(at: ContinuousClock.Instant, entries: [DeadLetterEntry], redrives: [RedriveRecord])?>(nil)
 
     public init(settings: ConsoleSettings, state: ConsoleState, kafka: KafkaConfiguration, logger: Logger) throws {
@@ -75,12 +84,16 @@ public final class ConsoleService: Service, Sendable {
         csrf = (0..<4).map { _ in String(UInt64.random(in: .min ... .max), radix: 16) }.joined()
         self.kafka = kafka
         self.logger = logger
+        (listening, listened) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1))
     }
 
     static let securityHeaders: HTTPFields = [
         .contentSecurityPolicy: "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'",
         HTTPField.Name("X-Content-Type-Options")!: "nosniff",
-        HTTPField.Name("Referrer-Policy")!: "no-referrer",
+        // Not no-referrer: under it a browser sends `Origin: null` with the console's own form
+        // posts (Fetch, "serializing a request origin"), and Guarded refuses a null Origin.
+        // same-origin still sends nothing to another site.
+        HTTPField.Name("Referrer-Policy")!: "same-origin",
         HTTPField.Name("X-Frame-Options")!: "DENY",
         .cacheControl: "no-store",
     ]
@@ -89,17 +102,18 @@ public final class ConsoleService: Service, Sendable {
         let router = Router()
         router.get("/") { _, _ in self.html(self.pages.overview(now: Self.now())) }
         router.get("/stages/:name") { request, context in
-            self.stagePage(context.parameters.get("name") ?? "", tier: Int(Self.query(request)["tier"] ?? "") ?? 0)
+            let tier = try Self.query(request)["tier"].map { try RequestParameters.number($0, name: "tier", 0...Int64(LagHistory.tiers.count - 1), what: "a tier") }
+            return self.stagePage(context.parameters.get("name") ?? "", tier: Int(tier ?? 0))
         }
-        router.get("/dead-letters") { request, _ in await self.deadLettersPage(Self.query(request)) }
+        router.get("/dead-letters") { request, _ in await self.deadLettersPage(try Self.query(request)) }
         router.get("/dead-letters/:partition/:offset") { _, context in
-            await self.deadLetterPage(context.parameters.get("partition") ?? "", context.parameters.get("offset") ?? "")
+            try await self.deadLetterPage(context.parameters.get("partition") ?? "", context.parameters.get("offset") ?? "")
         }
         router.get("/api/stages") { _, _ in self.stagesJSON() }
         router.get("/redrives") { _, _ in await self.redrivesPage() }
-        router.get("/find") { request, _ in await self.findPage(Self.query(request)) }
+        router.get("/find") { request, _ in await self.findPage(try Self.query(request)) }
         router.get("/workers") { _, _ in self.html(self.pages.workers(self.state.roster, silence: self.settings.workerSilence, now: Self.now())) }
-        router.get("/stages/:name/reset") { request, context in await self.resetPage(context.parameters.get("name") ?? "", Self.query(request), execute: false) }
+        router.get("/stages/:name/reset") { request, context in await self.resetPage(context.parameters.get("name") ?? "", try Self.query(request), execute: false) }
         router.post("/stages/:name/reset") { request, context in
             let form = try await Self.form(request)
             guard !self.settings.readOnly, ConstantTime.equal(Array((form["csrf"] ?? "").utf8), Array(self.csrf.utf8)) else { return self.refused() }
@@ -118,12 +132,13 @@ public final class ConsoleService: Service, Sendable {
             do { try await redriveLog.ensure() } catch { logger.warning("cannot create the redrive log \(settings.auditTopic): \(error)") }
         }
         let responder = router.buildResponder()
-        let guarded = Guarded(inner: responder, token: settings.token.map { Array($0.utf8) })
+        let guarded = Guarded(inner: responder, token: settings.token.map { Array($0.utf8) }, hosts: HostPolicy(listening: settings.host, allowed: settings.allowedHosts))
         let app = Application(
             responder: guarded,
             configuration: ApplicationConfiguration(address: .hostname(settings.host, port: settings.port), serverName: nil),
             onServerRunning: { [self] channel in
                 let port = channel.localAddress?.port ?? settings.port
+                listened.yield(port)
                 logger.info("console listening on http://\(settings.host):\(port)/", metadata: ["port": "\(port)"])
             },
             logger: logger)
@@ -135,14 +150,13 @@ public final class ConsoleService: Service, Sendable {
 
     static func now() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
 
-    static func query(_ request: Request) -> [String: String] {
-        var out: [String: String] = [:]
-        for item in URLComponents(string: request.uri.description)?.queryItems ?? [] { out[item.name] = item.value ?? "" }
-        return out
+    /// The query's parameters; one that cannot be read is refused with its name (a dropped
+    /// filter would select everything).
+    static func query(_ request: Request) throws(BadParameter) -> [String: String] {
+        try RequestParameters.decode(request.uri.query ?? "")
     }
 
-    func stagePage(_ name: String, tier requested: Int) -> Response {
-        let tier = min(max(requested, 0), LagHistory.tiers.count - 1)
+    func stagePage(_ name: String, tier: Int) -> Response {
         guard let page = pages.stage(name, tier: tier, now: Self.now()) else {
             return html(HTML.page(title: "Not found", nav: "", body: "<h1>No stage \(HTML.text(name))</h1><p><a href=\"/\">stages</a></p>"), status: 404)
         }
@@ -206,6 +220,7 @@ public final class ConsoleService: Service, Sendable {
         guard !settings.readOnly, let producer = producers?.current() else { return refused() }
         let form = try await Self.form(request)
         guard ConstantTime.equal(Array((form["csrf"] ?? "").utf8), Array(csrf.utf8)) else { return refused() }
+        let expected = try execute ? form["expected"].map { try RequestParameters.number($0, name: "expected", 0...Int64.max, what: "a count") } : nil
         let selection = DeadLetterSelection(query: form)
         let (entries, redrives, error) = await entries(fresh: true)
         if let error { return html(notFound("cannot read the dead letters: \(error)"), status: 503) }
@@ -213,7 +228,7 @@ public final class ConsoleService: Service, Sendable {
         let alreadyRedriven = entries.filter(selection.matches).count - selected.count
         let plan = RedrivePlan(selected, maxRedrives: settings.maxRedrives)
         guard execute else { return html(pages.redrivePreview(selection, plan: plan, alreadyRedriven: alreadyRedriven, csrf: csrf, note: nil)) }
-        guard let expected = form["expected"].flatMap(Int.init), expected == plan.sends.count else {
+        guard let expected, expected == Int64(plan.sends.count) else {
             let note = "The selection changed since the preview (\(form["expected"] ?? "?") records then, \(plan.sends.count) now): nothing was sent. Check this preview."
             return html(pages.redrivePreview(selection, plan: plan, alreadyRedriven: alreadyRedriven, csrf: csrf, note: note), status: 409)
         }
@@ -226,6 +241,14 @@ public final class ConsoleService: Service, Sendable {
         cache.withLock { $0 = nil }
         logger.notice("redrive", metadata: ["selection": "\(selection.flags)", "sent": "\(outcome.sent)", "failed": "\(outcome.failed.count)"])
         return html(pages.redriveDone(record))
+    }
+
+    /// 400 for a parameter a route cannot take, with the reason.
+    static func badRequest(_ error: BadParameter) -> Response {
+        var fields = securityHeaders
+        fields[.contentType] = "text/html; charset=utf-8"
+        let page = HTML.page(title: "Bad request", nav: "", body: "<h1>Bad request</h1><p class=\"error\">\(HTML.text(error.description))</p><p><a href=\"/\">stages</a></p>")
+        return Response(status: .badRequest, headers: fields, body: ResponseBody(byteBuffer: ByteBuffer(string: page)))
     }
 
     func refused() -> Response {
@@ -243,21 +266,17 @@ public final class ConsoleService: Service, Sendable {
         let topic = values["topic"] ?? stage.inputs.first ?? ""
         let value = (values["value"] ?? "").trimmingCharacters(in: .whitespaces)
         let target: OffsetResetTarget
-        switch to {
-        case "earliest": target = .earliest
-        case "latest": target = .latest
-        case "datetime":
-            guard let ms = Int64(value) ?? ISO8601DateFormatter().date(from: value).map({ Int64($0.timeIntervalSince1970 * 1000) }) else {
-                return html(pages.reset(stage: stage, request: values, prepared: nil, error: "'\(value)' is not a time (ISO-8601 such as 2026-11-25T10:00:00Z, or epoch ms)", csrf: csrf, done: false), status: 400)
+        do throws(BadParameter) {
+            switch to {
+            case "earliest": target = .earliest
+            case "latest": target = .latest
+            case "datetime": target = .time(try RequestParameters.time(value, name: "value"))
+            case "shift": target = .shift(try RequestParameters.number(value, name: "value", NumberBounds.shift, what: "a shift (records)"))
+            case "offset": target = .offset(try RequestParameters.number(value, name: "value", NumberBounds.offset, what: "an offset"))
+            default: throw BadParameter(name: "to", reason: "no target '\(to)'")
             }
-            target = .time(ms)
-        case "shift", "offset":
-            guard let n = Int64(value), to == "shift" || n >= 0 else {
-                return html(pages.reset(stage: stage, request: values, prepared: nil, error: "'\(value)' is not \(to == "shift" ? "a number of records" : "an offset")", csrf: csrf, done: false), status: 400)
-            }
-            target = to == "shift" ? .shift(n) : .offset(n)
-        default:
-            return html(pages.reset(stage: stage, request: values, prepared: nil, error: "no target '\(to)'", csrf: csrf, done: false), status: 400)
+        } catch {
+            return html(pages.reset(stage: stage, request: values, prepared: nil, error: error.reason, csrf: csrf, done: false), status: 400)
         }
         guard stage.inputs.contains(topic) else {
             return html(pages.reset(stage: stage, request: values, prepared: nil, error: "\(topic) is not an input of \(name)", csrf: csrf, done: false), status: 400)
@@ -279,19 +298,18 @@ public final class ConsoleService: Service, Sendable {
         }
     }
 
-    /// An `application/x-www-form-urlencoded` body (at most 16 KiB).
+    /// An `application/x-www-form-urlencoded` body (at most 16 KiB), read as strictly as a query.
     static func form(_ request: Request) async throws -> [String: String] {
-        let body = String(buffer: try await request.body.collect(upTo: 16 << 10))
-        var out: [String: String] = [:]
-        for pair in body.split(separator: "&") {
-            let parts = pair.split(separator: "=", maxSplits: 1).map { String($0).replacingOccurrences(of: "+", with: " ").removingPercentEncoding ?? "" }
-            if parts.count == 2 { out[parts[0]] = parts[1] } else if parts.count == 1 { out[parts[0]] = "" }
+        let body = try await request.body.collect(upTo: 16 << 10)
+        guard let text = String(validating: body.readableBytesView, as: UTF8.self) else {
+            throw BadParameter(name: "the form", reason: "the body is not UTF-8")
         }
-        return out
+        return try RequestParameters.decode(text)
     }
 
-    func deadLetterPage(_ partition: String, _ offset: String) async -> Response {
-        guard let p = Int32(partition), let o = Int64(offset) else { return html(notFound("no dead letter \(partition)/\(offset)"), status: 404) }
+    func deadLetterPage(_ partition: String, _ offset: String) async throws -> Response {
+        let p = Int32(try RequestParameters.number(try RequestParameters.path(partition, name: "partition"), name: "partition", NumberBounds.partition, what: "a partition"))
+        let o = try RequestParameters.number(try RequestParameters.path(offset, name: "offset"), name: "offset", NumberBounds.offset, what: "an offset")
         for topic in deadLetterTopics {
             if let entry = try? await deadLetterReader.entry(partition: p, offset: o, topic: topic) { return html(pages.deadLetter(entry)) }
         }
@@ -362,41 +380,6 @@ public final class ConsoleService: Service, Sendable {
         var fields = securityHeaders
         fields[.contentType] = "text/plain; charset=utf-8"
         return Response(status: HTTPResponse.Status(code: status), headers: fields, body: ResponseBody(byteBuffer: ByteBuffer(string: text)))
-    }
-}
-
-/// When the console has a token, every request but `/login`, the static files and `/healthz`
-/// must carry it (`Authorization: Bearer TOKEN`, or the cookie `/login` sets); a page request
-/// without it is sent to `/login`, anything else gets 401.
-struct Guarded<Inner: HTTPResponder>: HTTPResponder where Inner.Context == BasicRequestContext {
-    typealias Context = BasicRequestContext
-    let inner: Inner
-    let token: [UInt8]?
-
-
-    func respond(to request: Request, context: Context) async throws -> Response {
-        guard let token else { return try await inner.respond(to: request, context: context) }
-        let path = request.uri.path
-        if path == "/login" || path == "/healthz" || path == "/favicon.ico" || path.hasPrefix("/static/") { return try await inner.respond(to: request, context: context) }
-        if let authorization = request.headers[.authorization], authorization.hasPrefix("Bearer "),
-            ConstantTime.equal(Array(authorization.dropFirst("Bearer ".count).utf8), token)
-        {
-            return try await inner.respond(to: request, context: context)
-        }
-        let expected = Array(SessionCookie.value(token).utf8)
-        for cookie in (request.headers[.cookie] ?? "").split(separator: ";") {
-            let parts = cookie.trimmingCharacters(in: .whitespaces).split(separator: "=", maxSplits: 1).map(String.init)
-            if parts.count == 2, parts[0] == SessionCookie.name, ConstantTime.equal(Array(parts[1].utf8), expected) {
-                return try await inner.respond(to: request, context: context)
-            }
-        }
-        var fields = ConsoleService.securityHeaders
-        if request.method == .get, !path.hasPrefix("/api/") {
-            fields[.location] = "/login"
-            return Response(status: .seeOther, headers: fields)
-        }
-        fields[.wwwAuthenticate] = #"Bearer realm="console""#
-        return Response(status: .unauthorized, headers: fields)
     }
 }
 

@@ -101,7 +101,7 @@ public struct DeadLetterReader: Sendable {
                     // places the start; the read goes to the end the fetches report.
                     let marks = try await admin.watermarks(tp)
                     guard marks.high > marks.low else { continue }
-                    start.append(TopicPartitionOffset(tp.topic, tp.partition, offset: max(marks.low, marks.high - maxPerPartition)))
+                    start.append(TopicPartitionOffset(tp.topic, tp.partition, offset: max(marks.low, NumberBounds.saturatingSubtract(marks.high, maxPerPartition))))
                 }
             }
         } catch {
@@ -121,11 +121,20 @@ public struct DeadLetterReader: Sendable {
 
     /// The record at `offset` of `partition` of the first dead-letter topic that has it.
     public func entry(partition: Int32, offset: Int64, topic: String) async throws -> DeadLetterEntry? {
+        // A partition the topic does not have would only time out.
+        let admin = try KafkaAdmin(configuration: kafka, timeout: .seconds(10))
+        let partitions: [TopicPartition]
+        do { partitions = try await admin.partitions(of: topic) } catch {
+            await admin.close()
+            throw error
+        }
+        await admin.close()
+        let tp = TopicPartition(topic, partition)
+        guard partitions.contains(tp) else { return nil }
         var found: DeadLetterEntry?
         var reader = TopicReader(kafka: kafka)
         reader.idleTimeout = .seconds(10)
-        let tp = TopicPartition(topic, partition)
-        try await reader.read(from: [TopicPartitionOffset(topic, partition, offset: offset)], until: [tp: offset + 1]) { batch in
+        try await reader.read(from: [TopicPartitionOffset(topic, partition, offset: offset)], until: [tp: NumberBounds.saturatingAdd(offset, 1)]) { batch in
             found = batch.first { $0.offset == offset }.flatMap(DeadLetterEntry.init)
             return found == nil
         }

@@ -22,16 +22,17 @@ public enum MessageQuery: Sendable, Hashable {
             guard parts.count == 2, !parts[0].isEmpty else { throw MessageQueryError(reason: "'\(value)' is not NAME=VALUE") }
             self = .header(name: parts[0], value: parts[1])
         case "offset":
-            let parts = value.split(separator: ":").map(String.init)
-            guard parts.count == 2, let p = Int32(parts[0]), let o = Int64(parts[1]), p >= 0, o >= 0 else {
-                throw MessageQueryError(reason: "'\(value)' is not PARTITION:OFFSET (e.g. 2:1500)")
+            let parts = value.split(separator: ":", omittingEmptySubsequences: false).map(String.init)
+            guard parts.count == 2 else { throw MessageQueryError(reason: "'\(value)' is not PARTITION:OFFSET (e.g. 2:1500)") }
+            do {
+                let p = try NumberBounds.parse(parts[0], NumberBounds.partition, what: "a partition")
+                let o = try NumberBounds.parse(parts[1], NumberBounds.offset, what: "an offset")
+                self = .offset(partition: Int32(p), offset: o)
+            } catch {
+                throw MessageQueryError(reason: "'\(value)' is not PARTITION:OFFSET (e.g. 2:1500): \(error)")
             }
-            self = .offset(partition: p, offset: o)
         case "time":
-            guard let ms = Int64(value) ?? ISO8601DateFormatter().date(from: value).map({ Int64($0.timeIntervalSince1970 * 1000) }) else {
-                throw MessageQueryError(reason: "'\(value)' is not a time (ISO-8601 such as 2026-11-25T10:00:00Z, or epoch ms)")
-            }
-            self = .time(ms)
+            do { self = .time(try RequestParameters.time(value, name: "value")) } catch { throw MessageQueryError(reason: error.reason) }
         default:
             throw MessageQueryError(reason: "no search by '\(by)'; by key, header, offset or time")
         }
@@ -109,12 +110,13 @@ public struct MessageFinder: Sendable {
         switch query {
         case .offset(let p, let o):
             guard partitions.contains(TopicPartition(topic, p)) else { return [] }
+            // A query's offset is at most NumberBounds.offset's end, so the next one exists.
             start = [TopicPartitionOffset(topic, p, offset: o)]
-            stop = [TopicPartition(topic, p): o + 1]
+            stop = [TopicPartition(topic, p): NumberBounds.saturatingAdd(o, 1)]
         case .time(let ms):
             for o in try await admin.offsetsForTimes(partitions, timestamp: ms) where o.offset >= 0 {
                 start.append(o)
-                stop[o.topicPartition] = o.offset + 1
+                stop[o.topicPartition] = NumberBounds.saturatingAdd(o.offset, 1)
             }
         case .key, .header:
             for tp in partitions {
@@ -122,7 +124,7 @@ public struct MessageFinder: Sendable {
                 guard marks.high > marks.low else { continue }
                 // ListOffsets' high mark only places the start (too low on tansu for
                 // multi-record batches); the scan goes to the end the fetches report.
-                start.append(TopicPartitionOffset(topic, tp.partition, offset: max(marks.low, marks.high - scanPerPartition)))
+                start.append(TopicPartitionOffset(topic, tp.partition, offset: max(marks.low, NumberBounds.saturatingSubtract(marks.high, scanPerPartition))))
             }
         }
         var found: [ConsumerRecord] = []

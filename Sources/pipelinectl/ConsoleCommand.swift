@@ -34,6 +34,11 @@ struct ConsoleCommand: AsyncParsableCommand {
             `Authorization: Bearer TOKEN` or sign in once at /login (an HttpOnly, SameSite=Strict
             cookie). Every page is sent with a strict Content-Security-Policy.
 
+            Only requests whose Host is localhost, a loopback address, the --listen address or a
+            name given with --allowed-host are answered (421 otherwise: DNS rebinding). A form
+            post must carry the page's CSRF token and come from the console's own pages (Origin,
+            or Sec-Fetch-Site same-origin), or it is refused with 403.
+
             The verdicts are also metrics on --metrics-address, so alerts and the page agree:
             pipeline_consumer_status{group,topic} (0 OK, 1 WARN, 2 STALL, 3 STOP, 4 REWIND, 5 ERR)
             and pipeline_group_lag_seconds{group,topic}.
@@ -41,12 +46,17 @@ struct ConsoleCommand: AsyncParsableCommand {
             Examples:
               pipelinectl console --topology topology.yaml --bootstrap-server kafka:9092
               PIPELINE_CONSOLE_TOKEN=… pipelinectl console --listen 0.0.0.0:8090
+              pipelinectl console --allowed-host console.example.org        # behind a proxy on this host
             """)
 
     @Option(help: "The topology file.") var topology = "topology.yaml"
     @Option(help: "Where to listen (host:port; port 0 picks a free one, logged at start).") var listen = "127.0.0.1:8090"
     @Option(help: "The token file (one line) required when --listen is not a loopback address. Default: $PIPELINE_CONSOLE_TOKEN.")
     var tokenFile: String?
+    @Option(name: .customLong("allowed-host"), help: ArgumentHelp(
+        "A name or address the console is reached by, besides localhost, the loopback addresses and --listen's (repeatable).",
+        valueName: "name"))
+    var allowedHosts: [String] = []
     @Option(help: "Time between lag samples of every stage (default: 5s).", transform: Ingest.Upbit.duration("--sample-interval"))
     var sampleInterval: Duration = .seconds(5)
     @Option(help: "The newest dead letters read per partition of each dead-letter topic.") var deadLettersPerPartition = 10_000
@@ -85,6 +95,9 @@ struct ConsoleCommand: AsyncParsableCommand {
         if try token() == nil, !ConsoleSettings.isLoopback(host) {
             throw ValidationError("--listen \(listen) is not a loopback address: give a token with --token-file or PIPELINE_CONSOLE_TOKEN (never a flag), or listen on 127.0.0.1")
         }
+        for name in allowedHosts where HostPolicy.normalize(name) == nil {
+            throw ValidationError("--allowed-host: '\(name)' is not a host name or an IP address (no scheme, port or path), e.g. console.example.org")
+        }
         if deadLettersPerPartition <= 0 { throw ValidationError("--dead-letters-per-partition must be positive") }
         if maxRedrives <= 0 { throw ValidationError("--max-redrives must be at least 1, got \(maxRedrives)") }
     }
@@ -100,6 +113,7 @@ struct ConsoleCommand: AsyncParsableCommand {
         var settings = ConsoleSettings()
         (settings.host, settings.port) = try listenAddress()
         settings.token = try token()
+        settings.allowedHosts = allowedHosts
         settings.deadLettersPerPartition = Int64(deadLettersPerPartition)
         settings.readOnly = readOnly
         settings.maxRedrives = maxRedrives

@@ -46,6 +46,8 @@ struct DLQ: AsyncParsableCommand {
             _ = try parseTime(since, flag: "--since")
             _ = try parseTime(until, flag: "--until")
             if offset != nil, partitions.count != 1 { throw ValidationError("--offset needs exactly one --partition") }
+            try checkRange(offset, NumberBounds.offset, flag: "--offset", what: "an offset")
+            for p in partitions { try checkRange(Int64(p), NumberBounds.partition, flag: "--partition", what: "a partition") }
             _ = try fromOffsets()
         }
 
@@ -64,11 +66,14 @@ struct DLQ: AsyncParsableCommand {
             guard let from else { return [:] }
             var out: [Int32: Int64] = [:]
             for part in from.split(separator: ",") {
-                let pieces = part.split(separator: ":")
-                guard pieces.count == 2, let p = Int32(pieces[0]), let o = Int64(pieces[1]), p >= 0, o >= 0 else {
-                    throw ValidationError("--from: '\(part)' is not PARTITION:OFFSET (e.g. --from 0:12,1:7)")
+                let pieces = part.split(separator: ":", omittingEmptySubsequences: false).map(String.init)
+                guard pieces.count == 2 else { throw ValidationError("--from: '\(part)' is not PARTITION:OFFSET (e.g. --from 0:12,1:7)") }
+                do {
+                    let p = try NumberBounds.parse(pieces[0], NumberBounds.partition, what: "a partition")
+                    out[Int32(p)] = try NumberBounds.parse(pieces[1], NumberBounds.offset, what: "an offset")
+                } catch {
+                    throw ValidationError("--from: '\(part)' is not PARTITION:OFFSET (e.g. --from 0:12,1:7): \(error.description)")
                 }
-                out[p] = o
             }
             return out
         }
@@ -113,7 +118,8 @@ struct DLQ: AsyncParsableCommand {
             let start = chosen.map { TopicPartitionOffset($0.topic, $0.partition, offset: offset ?? from[$0.partition] ?? TopicPartitionOffset.beginning) }
             var next: [Int32: Int64] = [:]
             for s in start where s.offset >= 0 { next[s.partition] = s.offset }
-            let stop = offset.map { o in Dictionary(uniqueKeysWithValues: chosen.map { ($0, o + 1) }) } ?? [:]
+            // --offset is at most NumberBounds.offset's end (validate()), so the next one exists.
+            let stop = offset.map { o in Dictionary(uniqueKeysWithValues: chosen.map { ($0, NumberBounds.saturatingAdd(o, 1)) }) } ?? [:]
             let selection = try selection()
             var entries: [DeadLetterEntry] = []
             var foreign = 0
@@ -128,7 +134,7 @@ struct DLQ: AsyncParsableCommand {
                     if selection.matches(e) { entries.append(e) }
                 }
                 read += batch.count
-                for r in batch { next[r.partition] = max(next[r.partition] ?? 0, r.offset + 1) }
+                for r in batch { next[r.partition] = max(next[r.partition] ?? 0, NumberBounds.saturatingAdd(r.offset, 1)) }
                 progress.update(read)
                 return true
             }

@@ -107,7 +107,9 @@ struct Groups: AsyncParsableCommand {
                 throw ValidationError("give exactly one of --to-earliest, --to-latest, --to-datetime, --shift-by, --to-offset (got \(given))")
             }
             _ = try parseTime(toDatetime, flag: "--to-datetime")
-            if let toOffset, toOffset < 0 { throw ValidationError("--to-offset must not be negative, got \(toOffset)") }
+            try checkRange(shiftBy, NumberBounds.shift, flag: "--shift-by", what: "a shift")
+            try checkRange(toOffset, NumberBounds.offset, flag: "--to-offset", what: "an offset")
+            for p in partitions { try checkRange(Int64(p), NumberBounds.partition, flag: "--partition", what: "a partition") }
         }
 
         func target() throws -> OffsetResetTarget {

@@ -79,6 +79,13 @@ func parseTime(_ text: String?, flag: String, now: Int64 = nowMillis()) throws -
     do { return try TimeSpec.parse(text, now: now) } catch { throw ValidationError("\(flag): \(error.description)") }
 }
 
+/// A number flag out of its range (``NumberBounds``), as a validation error naming the flag:
+/// "--shift-by: '9223372036854775807' is not a shift from … to …".
+func checkRange(_ value: Int64?, _ range: ClosedRange<Int64>, flag: String, what: String) throws {
+    guard let value else { return }
+    do { _ = try NumberBounds.check(value, range, what: what) } catch { throw ValidationError("\(flag): \(error.description)") }
+}
+
 /// Prints one value as pretty JSON (stable key order).
 func printJSON<T: Encodable>(_ value: T) throws {
     let encoder = JSONEncoder()

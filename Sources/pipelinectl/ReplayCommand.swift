@@ -45,7 +45,8 @@ struct Replay: AsyncParsableCommand {
     @OptionGroup var connection: RequiredConnection
 
     func validate() throws {
-        if let fromOffset, fromOffset < 0 { throw ValidationError("--from-offset must not be negative, got \(fromOffset)") }
+        try checkRange(fromOffset, NumberBounds.offset, flag: "--from-offset", what: "an offset")
+        try checkRange(toOffset, NumberBounds.offset, flag: "--to-offset", what: "an offset")
         if let fromOffset, let toOffset, toOffset <= fromOffset {
             throw ValidationError("--to-offset (\(toOffset)) must be greater than --from-offset (\(fromOffset))")
         }
@@ -57,9 +58,9 @@ struct Replay: AsyncParsableCommand {
         if toTopic != nil, output != nil { throw ValidationError("--to-topic and --output: give one destination") }
         if toTopic == nil, execute { throw ValidationError("--execute applies to --to-topic; files and stdout are always written") }
         if toTopic == topic { throw ValidationError("--to-topic: replaying \(topic) into itself would read its own writes; choose another topic") }
-        if let rate, rate <= 0 { throw ValidationError("--rate must be positive, got \(rate)") }
+        if let rate, !(rate.isFinite && rate >= 0.001) { throw ValidationError("--rate must be a number of records per second from 0.001 up, got \(rate)") }
         if rate != nil, originalPacing { throw ValidationError("--rate and --original-pacing: choose one") }
-        if partitions.contains(where: { $0 < 0 }) { throw ValidationError("--partition must not be negative") }
+        for p in partitions { try checkRange(Int64(p), NumberBounds.partition, flag: "--partition", what: "a partition") }
     }
 
     func filter() throws -> ReplayFilter {

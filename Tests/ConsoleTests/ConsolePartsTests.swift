@@ -160,6 +160,34 @@ import Workers
         #expect(SessionCookie.value(Array("a-token-of-16-chars".utf8)) != "a-token-of-16-chars", "the cookie is not the token")
     }
 
+    @Test func hostsAreTheConsolesOwnNamesOnly() {
+        let policy = HostPolicy(listening: "10.1.2.3", allowed: ["Console.Example.org.", "fd00::5", "[fd00::6]"])
+        for host in ["localhost", "localhost:8090", "127.0.0.1", "127.255.0.1:1", "[::1]", "[0:0:0:0:0:0:0:1]:8090", "10.1.2.3:8090",
+                     "console.example.org", "CONSOLE.example.org.:80", "[fd00::5]:8090", "[fd00:0::6]"] {
+            #expect(policy.allows(authority: host), "\(host)")
+        }
+        for host in [nil, "", ":8090", "10.1.2.4", "example.org", "console.example.org.evil", "evil.console.example.org", "[fd00::7]", "fd00::5",
+                     "localhost:http", "localhost:123456", "127.1", "2130706433", "0177.0.0.1", "[::ffff:10.1.2.3]x", "user@localhost"] {
+            #expect(!policy.allows(authority: host), "\(host ?? "no Host")")
+        }
+        // Listening on every address names none: 0.0.0.0 and :: are not taken as names.
+        #expect(!HostPolicy(listening: "0.0.0.0", allowed: []).allows(authority: "0.0.0.0:8090"))
+        #expect(!HostPolicy(listening: "::", allowed: []).allows(authority: "[::]:8090"))
+        #expect(HostPolicy(listening: "::1", allowed: []).allows(authority: "[::1]:8090"))
+        #expect(HostPolicy.normalize("a_b") == nil && HostPolicy.normalize("[example.org]") == nil && HostPolicy.normalize("[10.0.0.1]") == nil)
+    }
+
+    @Test func requestParametersAreReadStrictly() throws {
+        #expect(try RequestParameters.decode("a=1&b=x+y%2Bz&c=%C3%A9&d&e=") == ["a": "1", "b": "x y+z", "c": "é", "d": "", "e": ""])
+        for (text, name) in [("stage=%FF", "stage"), ("stage=%", "stage"), ("stage=%4", "stage"), ("a=1&a=2", "a"), ("%FF=1", "a parameter name")] {
+            #expect(throws: BadParameter.self, "\(text)") { try RequestParameters.decode(text) }
+            do { _ = try RequestParameters.decode(text) } catch { #expect(error.name == name, "\(text): \(error)") }
+        }
+        #expect(try RequestParameters.path("%2B5+", name: "p") == "+5+")
+        #expect(try RequestParameters.time("1970-01-01T00:00:00Z", name: "t") == 0)
+        #expect(throws: BadParameter.self) { try RequestParameters.time("1969-12-31T23:59:59Z", name: "t") }
+    }
+
     /// 50 stages of 4 partitions each, every one with a 5-minute history: the overview renders
     /// in well under 200 ms (a debug build; best of 5).
     @Test func fiftyStagesOfFourPartitionsRenderUnder200Milliseconds() throws {

@@ -182,6 +182,22 @@ import Workers
         #expect(TimeSpec.duration("15") == nil)
     }
 
+    /// Digits beyond Int64, durations past it, and times before 1970 or after 9999 are not
+    /// times: refused, never an overflow trap nor a negative time (the broker's -1 latest, -2 earliest).
+    @Test func timesAndDurationsOutOfRangeAreRefused() throws {
+        let now: Int64 = 1_714_953_600_000
+        for text in ["99999999999999999999", "9223372036854775808", "-9223372036854775808", "-1000000000", "-2", "253402300800000",
+                     "9223372036854775807", "99999999999999999999ms", "9223372036854775807s", "106751991167301d", "1000000000000000w",
+                     "9223372036854775807ms1ms", "1969-12-31T23:59:59Z", "60000d"] {
+            #expect(throws: TimeSpec.Invalid.self, "\(text)") { try TimeSpec.parse(text, now: now) }
+        }
+        #expect(TimeSpec.duration("99999999999999999999s") == nil)
+        #expect(TimeSpec.duration("9223372036854775807ms") == Int64.max)
+        #expect(TimeSpec.duration("9223372036854775807ms1ms") == nil)
+        #expect(try TimeSpec.parse("253402300799999", now: 0) == 253_402_300_799_999)
+        #expect(try TimeSpec.parse("0000000000", now: 0) == 0)
+    }
+
     @Test func pacing() {
         var original = Pacer(.original)
         #expect(original.delay(before: record(0, 0, ts: 1000)) == .zero)
@@ -189,6 +205,12 @@ import Workers
         #expect(original.delay(before: record(0, 2, ts: 1200)) == .zero, "out of order: no wait")
         var fixed = Pacer(.perSecond(4))
         #expect(fixed.delay(before: record(0, 0, ts: 0)) == .milliseconds(250))
+        // A rate so low that its wait is beyond Int64 nanoseconds waits as long as it can, without trapping.
+        var slow = Pacer(.perSecond(1e-300))
+        #expect(slow.delay(before: record(0, 0, ts: 0)) == .nanoseconds(Int64.max))
+        var fromTheFarPast = Pacer(.original)
+        _ = fromTheFarPast.delay(before: record(0, 0, ts: Int64.min))
+        #expect(fromTheFarPast.delay(before: record(0, 1, ts: Int64.max)) == .milliseconds(Int64.max), "a gap beyond Int64 is held at its end")
     }
 
     @Test func recordJSONIsAnEnvelopeRunReadsBack() {
@@ -269,5 +291,20 @@ import Workers
         #expect(plan(.offset(60)) == [60, 50])
         #expect(plan(.time(0), times: [tp0: 70, tp1: -1]) == [70, 50], "no record that late: the log end")
         #expect(OffsetReset.plan(target: .earliest, partitions: [tp0], committed: [:], watermarks: marks)[0].current == nil)
+    }
+
+    /// A committed offset and watermarks from the broker near Int64's end, shifted by anything:
+    /// the sum is held at the end (then clamped to the log end), not an overflow trap.
+    @Test func aShiftPastInt64IsClampedNotATrap() {
+        let far = TopicPartition("t", 0)
+        let marks = [far: Watermarks(low: Int64.max - 100, high: Int64.max - 1)]
+        for shift in [Int64.max, NumberBounds.shift.upperBound, 1] {
+            let plan = OffsetReset.plan(target: .shift(shift), partitions: [far], committed: [far: Int64.max - 2], watermarks: marks)
+            #expect(plan.map(\.target) == [Int64.max - 1], "\(shift)")
+        }
+        let back = OffsetReset.plan(target: .shift(Int64.min), partitions: [far], committed: [far: Int64.max - 2], watermarks: marks)
+        #expect(back.map(\.target) == [Int64.max - 100])
+        let none = OffsetReset.plan(target: .shift(Int64.max), partitions: [tp0], committed: [:], watermarks: [tp0: Watermarks(low: 5, high: 9)])
+        #expect(none.map(\.target) == [9], "from the low watermark when nothing is committed")
     }
 }

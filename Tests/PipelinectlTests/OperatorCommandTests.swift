@@ -105,6 +105,10 @@ import Operations
         #expect(message(["console", "--listen", "0.0.0.0:8090"] + b).contains("is not a loopback address: give a token with --token-file or PIPELINE_CONSOLE_TOKEN"))
         #expect(message(["console", "--listen", "nowhere"] + b).contains("--listen: 'nowhere' is not host:port"))
         #expect(message(["console"] + b).isEmpty, "valid")
+        for name in ["http://console.example.org", "console.example.org:8090", "a/b", "", "a b", "[console]"] {
+            #expect(message(["console", "--allowed-host", name] + b).contains("--allowed-host: '\(name)' is not a host name or an IP address"), "\(name)")
+        }
+        #expect(message(["console", "--allowed-host", "Console.Example.org", "--allowed-host", "10.1.2.3", "--allowed-host", "[::1]", "--allowed-host", "fd00::5"] + b).isEmpty)
     }
 
     @Test func bootstrapServerFromTheEnvironmentOrNamedWhenMissing() throws {

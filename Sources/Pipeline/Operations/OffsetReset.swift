@@ -47,7 +47,8 @@ public enum OffsetReset {
             case .earliest: raw = w.low
             case .latest: raw = w.high
             case .time: raw = timeOffsets[tp].flatMap { $0 >= 0 ? $0 : nil } ?? w.high
-            case .shift(let n): raw = (current ?? w.low) + n
+            // The committed offset and the watermarks come from the broker: held at Int64's ends, never a trap.
+            case .shift(let n): raw = NumberBounds.saturatingAdd(current ?? w.low, n)
             case .offset(let o): raw = o
             }
             return OffsetResetPlan(topic: tp.topic, partition: tp.partition, current: current, target: min(max(raw, w.low), w.high))

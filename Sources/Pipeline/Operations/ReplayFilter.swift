@@ -7,25 +7,45 @@ import Kafka
 public enum TimeSpec {
     public struct Invalid: Error, CustomStringConvertible {
         public var text: String
+        /// A time, but before 1970 or after 9999 (``NumberBounds/epochMillis``).
+        public var outOfRange = false
         public var description: String {
-            "'\(text)' is not a time: give epoch milliseconds (1714953600000), an ISO-8601 date-time (2024-05-06T00:00:00Z) or a duration before now (30s, 15m, 2h, 7d)"
+            outOfRange
+                ? "'\(text)' is not a time from 1970-01-01 to 9999-12-31 (epoch ms \(NumberBounds.epochMillis.lowerBound) to \(NumberBounds.epochMillis.upperBound))"
+                : "'\(text)' is not a time: give epoch milliseconds (1714953600000), an ISO-8601 date-time (2024-05-06T00:00:00Z) or a duration before now (30s, 15m, 2h, 7d)"
         }
     }
 
-    /// Epoch ms.
+    /// Epoch ms, from 1970 to 9999 (a negative time would reach the broker as ListOffsets'
+    /// latest or earliest).
     public static func parse(_ text: String, now: Int64) throws(Invalid) -> Int64 {
         let t = text.trimmingCharacters(in: .whitespaces)
-        if let ms = Int64(t), t.count >= 10 { return ms }
-        if let d = duration(t) { return now - d }
+        let ms: Int64
+        if let n = Int64(t), t.count >= 10 {
+            ms = n
+        } else if let d = duration(t) {
+            ms = now.subtractingReportingOverflow(d).overflow ? Int64.min : now - d
+        } else if let date = iso(t) {
+            guard let n = NumberBounds.epochMillis(date) else { throw Invalid(text: text, outOfRange: true) }
+            ms = n
+        } else {
+            throw Invalid(text: text)
+        }
+        guard NumberBounds.epochMillis.contains(ms) else { throw Invalid(text: text, outOfRange: true) }
+        return ms
+    }
+
+    private static func iso(_ t: String) -> Date? {
         let iso = ISO8601DateFormatter()
         for options: ISO8601DateFormatter.Options in [[.withInternetDateTime, .withFractionalSeconds], [.withInternetDateTime], [.withFullDate]] {
             iso.formatOptions = options
-            if let date = iso.date(from: t) { return Int64((date.timeIntervalSince1970 * 1000).rounded()) }
+            if let date = iso.date(from: t) { return date }
         }
-        throw Invalid(text: text)
+        return nil
     }
 
-    /// A duration such as `2h`, `1h30m`, `500ms`, in milliseconds.
+    /// A duration such as `2h`, `1h30m`, `500ms`, in milliseconds; nil when it is not one or
+    /// does not fit in Int64 milliseconds.
     public static func duration(_ text: String) -> Int64? {
         var total: Int64 = 0
         var number: Int64?
@@ -34,7 +54,10 @@ public enum TimeSpec {
         while i < text.endIndex {
             let c = text[i]
             if let d = c.wholeNumberValue, c.isASCII {
-                number = (number ?? 0) * 10 + Int64(d)
+                let (tens, o1) = (number ?? 0).multipliedReportingOverflow(by: 10)
+                let (next, o2) = tens.addingReportingOverflow(Int64(d))
+                guard !o1, !o2 else { return nil }
+                number = next
                 i = text.index(after: i)
                 continue
             }
@@ -53,7 +76,10 @@ public enum TimeSpec {
                 }
                 i = text.index(after: i)
             }
-            total += n * unit
+            let (part, o1) = n.multipliedReportingOverflow(by: unit)
+            let (sum, o2) = total.addingReportingOverflow(part)
+            guard !o1, !o2 else { return nil }
+            total = sum
             number = nil
             sawUnit = true
         }
@@ -135,11 +161,16 @@ public struct Pacer: Sendable {
         case .unlimited:
             return .zero
         case .perSecond(let rate):
-            return .nanoseconds(Int64(1e9 / rate))
+            // A rate so low that the wait does not fit in Int64 nanoseconds waits as long as one can.
+            let nanoseconds = (1e9 / rate).rounded(.down)
+            guard nanoseconds.isFinite, nanoseconds < 0x1p63 else { return nanoseconds > 0 ? .nanoseconds(Int64.max) : .zero }
+            return .nanoseconds(Int64(max(0, nanoseconds)))
         case .original:
             defer { lastTimestamp = record.timestamp ?? lastTimestamp }
             guard let last = lastTimestamp, let ts = record.timestamp, ts > last else { return .zero }
-            return .milliseconds(ts - last)
+            // Timestamps come from the records: their gap may not fit in Int64.
+            let (gap, overflow) = ts.subtractingReportingOverflow(last)
+            return .milliseconds(overflow ? Int64.max : gap)
         }
     }
 }

@@ -88,7 +88,10 @@ public struct TopicReader: Sendable {
                         continue
                     }
                     keep.append(r)
-                    if let end = stop[r.topicPartition], r.offset + 1 >= end { remaining.remove(r.topicPartition) }
+                    // (Offsets come from the broker: the next one is computed without trapping.)
+                    if let end = stop[r.topicPartition], r.offset.addingReportingOverflow(1).overflow || r.offset + 1 >= end {
+                        remaining.remove(r.topicPartition)
+                    }
                 }
                 if !keep.isEmpty, try await !body(keep) { return }
             case .endOfPartition(let end):

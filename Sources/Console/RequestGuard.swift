@@ -1,0 +1,191 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import NIOCore
+import Operations
+
+/// Which names a request may carry in `Host`, against DNS rebinding: a page of another site
+/// whose name is made to resolve to this machine reaches the console with that name in `Host`
+/// (and, to the browser, as that site's own origin, so it could read the answers). Allowed:
+/// `localhost`, the loopback addresses (127.0.0.0/8, ::1), the address the console listens on
+/// (unless it is 0.0.0.0 or ::) and the names given with `--allowed-host`. The port is not
+/// compared: a rebinding page controls the name, not the port.
+public struct HostPolicy: Sendable, Hashable {
+    /// Lowercased names and IP literals (IPv6 without brackets).
+    public let names: Set<String>
+    /// The addresses among them, as bytes (so `::1` and `0:0::1` are one address).
+    let addresses: Set<[UInt8]>
+
+    public init(listening host: String, allowed: [String]) {
+        var names: Set<String> = ["localhost"]
+        var addresses: Set<[UInt8]> = [IPLiteral.loopbackV6]
+        for (i, name) in ([host] + allowed).enumerated() {
+            guard let n = Self.normalize(name) else { continue }
+            let address = IPLiteral.parse(n)
+            // 0.0.0.0 and :: are every address, not a name anyone reaches the console by.
+            if i == 0, let address, address.allSatisfy({ $0 == 0 }) { continue }
+            names.insert(n)
+            if let address { addresses.insert(address) }
+        }
+        self.names = names
+        self.addresses = addresses
+    }
+
+    /// A name as `--allowed-host` takes it and `Host` carries it: lowercased, without a final
+    /// dot or IPv6 brackets; nil when it is not a host name or an IP address (a port, a scheme,
+    /// a path, a user, spaces or nothing).
+    public static func normalize(_ name: String) -> String? {
+        var n = name.lowercased()
+        if n.hasPrefix("["), n.hasSuffix("]") {
+            n = String(n.dropFirst().dropLast())
+            return IPLiteral.parse(n) == nil || !n.contains(":") ? nil : n
+        }
+        if IPLiteral.parse(n) != nil { return n }
+        if n.hasSuffix(".") { n.removeLast() }
+        let letters = Set("abcdefghijklmnopqrstuvwxyz0123456789-.")
+        guard !n.isEmpty, n.allSatisfy(letters.contains), !n.hasPrefix("."), !n.contains("..") else { return nil }
+        return n
+    }
+
+    /// The host of a `Host` value (`name`, `name:port`, `[v6]`, `[v6]:port`), normalized; nil
+    /// when it is none of those.
+    public static func host(ofAuthority authority: String) -> String? {
+        var host = Substring(authority)
+        if host.hasPrefix("[") {
+            guard let close = host.firstIndex(of: "]") else { return nil }
+            let rest = host[host.index(after: close)...]
+            guard rest.isEmpty || isPort(rest) else { return nil }
+            host = host[...close]
+        } else if let colon = host.lastIndex(of: ":") {
+            guard isPort(host[colon...]) else { return nil }
+            host = host[..<colon]
+        }
+        return normalize(String(host))
+    }
+
+    /// `:` and one to five digits.
+    private static func isPort(_ s: Substring) -> Bool {
+        s.first == ":" && (2...6).contains(s.count) && s.dropFirst().allSatisfy { $0.isASCII && $0.isNumber }
+    }
+
+    /// Whether `authority` (the request's Host) names this console.
+    public func allows(authority: String?) -> Bool {
+        guard let authority, let host = Self.host(ofAuthority: authority) else { return false }
+        if names.contains(host) { return true }
+        guard let address = IPLiteral.parse(host) else { return false }
+        return addresses.contains(address) || (address.count == 4 && address[0] == 127)
+    }
+}
+
+/// IPv4 dotted quads (four decimal numbers, as inet_pton reads them: not `127.1`, not hex) and
+/// IPv6 literals, as bytes.
+enum IPLiteral {
+    static let loopbackV6: [UInt8] = Array(repeating: 0, count: 15) + [1]
+
+    static func parse(_ text: String) -> [UInt8]? {
+        if text.contains(":") {
+            var a = in6_addr()
+            guard inet_pton(AF_INET6, text, &a) == 1 else { return nil }
+            return withUnsafeBytes(of: &a) { Array($0) }
+        }
+        var a = in_addr()
+        guard inet_pton(AF_INET, text, &a) == 1 else { return nil }
+        return withUnsafeBytes(of: &a) { Array($0) }
+    }
+}
+
+/// Whether a state-changing request (anything but GET and HEAD) comes from the console's own
+/// pages. `Origin`, when a browser sends it, must be the request's own: `http://` or
+/// `https://` and the request's `Host`. `Origin: null` (a sandboxed frame, a `data:` page, a
+/// cross-site redirect, or a page under `Referrer-Policy: no-referrer`) names no site: it passes
+/// only with `Sec-Fetch-Site: same-origin`, which the browser sets and no page can. Without
+/// `Origin`, `Sec-Fetch-Site` must be `same-origin` or `none` (typed or bookmarked). A client
+/// that sends neither is not a browser on another site; the CSRF token is checked as well.
+enum SameOrigin {
+    static let secFetchSite = HTTPField.Name("Sec-Fetch-Site")!
+
+    /// Why the request is refused, or nil.
+    static func problem(_ request: HTTPRequest) -> String? {
+        let site = request.headerFields[secFetchSite]
+        if let origin = request.headerFields[.origin] {
+            if origin == "null" {
+                return site == "same-origin" ? nil : "its Origin is null and its Sec-Fetch-Site \(site.map { "'\($0)'" } ?? "missing"), not same-origin"
+            }
+            let own = request.authority.map { $0.lowercased() }
+            let o = origin.lowercased()
+            guard let own, o == "http://\(own)" || o == "https://\(own)" else {
+                return "its Origin '\(origin)' is not this console's own (\(own.map { "http://\($0)" } ?? "no Host"))"
+            }
+            return nil
+        }
+        if let site, site != "same-origin", site != "none" {
+            return "its Sec-Fetch-Site is '\(site)', not same-origin"
+        }
+        return nil
+    }
+}
+
+/// Every request passes here before the routes, in this order:
+/// 1. `Host` must be one of the console's names (``HostPolicy``), or 421;
+/// 2. a state change (anything but GET and HEAD) must come from the console's own pages
+///    (``SameOrigin``), or 403;
+/// 3. with a token, every request but `/login`, the static files, `/healthz` and the icon must
+///    carry it (`Authorization: Bearer TOKEN`, or the cookie `/login` sets): a page request
+///    without it is sent to `/login`, anything else gets 401.
+/// A parameter a route cannot take (``BadParameter``) is answered 400 with the reason.
+struct Guarded<Inner: HTTPResponder>: HTTPResponder where Inner.Context == BasicRequestContext {
+    typealias Context = BasicRequestContext
+    let inner: Inner
+    let token: [UInt8]?
+    let hosts: HostPolicy
+
+    func respond(to request: Request, context: Context) async throws -> Response {
+        guard hosts.allows(authority: request.head.authority) else {
+            let host = request.head.authority.map { "'\($0)'" } ?? "missing"
+            return ConsoleService.plain(421, """
+                Refused: the Host \(host) is not a name of this console. A page of another site can reach a console \
+                on this machine under a name of its own (DNS rebinding), so only localhost, the loopback addresses, the \
+                address the console listens on and the names given with --allowed-host are answered. If this is how you \
+                reach the console, start it with --allowed-host NAME.
+
+                """)
+        }
+        if request.method != .get, request.method != .head, let problem = SameOrigin.problem(request.head) {
+            return ConsoleService.plain(403, """
+                Refused: a cross-site request (\(problem)). The console takes state changes only from its own pages: \
+                open it at its own address and submit the form there.
+
+                """)
+        }
+        do {
+            guard let token else { return try await inner.respond(to: request, context: context) }
+            return try await authorized(request, context: context, token: token)
+        } catch let error as BadParameter {
+            return ConsoleService.badRequest(error)
+        }
+    }
+
+    private func authorized(_ request: Request, context: Context, token: [UInt8]) async throws -> Response {
+        let path = request.uri.path
+        if path == "/login" || path == "/healthz" || path == "/favicon.ico" || path.hasPrefix("/static/") { return try await inner.respond(to: request, context: context) }
+        if let authorization = request.headers[.authorization], authorization.hasPrefix("Bearer "),
+            ConstantTime.equal(Array(authorization.dropFirst("Bearer ".count).utf8), token)
+        {
+            return try await inner.respond(to: request, context: context)
+        }
+        let expected = Array(SessionCookie.value(token).utf8)
+        for cookie in (request.headers[.cookie] ?? "").split(separator: ";") {
+            let parts = cookie.trimmingCharacters(in: .whitespaces).split(separator: "=", maxSplits: 1).map(String.init)
+            if parts.count == 2, parts[0] == SessionCookie.name, ConstantTime.equal(Array(parts[1].utf8), expected) {
+                return try await inner.respond(to: request, context: context)
+            }
+        }
+        var fields = ConsoleService.securityHeaders
+        if request.method == .get, !path.hasPrefix("/api/") {
+            fields[.location] = "/login"
+            return Response(status: .seeOther, headers: fields)
+        }
+        fields[.wwwAuthenticate] = #"Bearer realm="console""#
+        return Response(status: .unauthorized, headers: fields)
+    }
+}
