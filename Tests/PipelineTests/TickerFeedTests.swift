@@ -12,7 +12,7 @@ import WorkersTesting
 
 /// The WebSocket feed against a local NIO WebSocket server on a free port: subscription, text,
 /// binary and fragmented messages, ping/pong both ways, drops, close frames, backoff, stop.
-@Suite(.timeLimit(.minutes(1))) struct TickerFeedTests {
+@Suite(.timeLimit(.minutes(3))) struct TickerFeedTests {
     static let codes = ["KRW-BTC", "KRW-ETH", "KRW-XRP"]
     static let subscription = UpbitTicker.subscription(ticket: "ticket-1", codes: codes)
 

@@ -54,7 +54,9 @@ struct LocalStoreTests {
         await #expect(throws: BlobStoreError.timedOut(path: dir.path + "/" + LocalDirectoryBlobStore.key(contentHash: hash, format: .jpeg), after: .milliseconds(300))) {
             try await store.put([1], contentHash: hash, format: .jpeg)
         }
-        #expect(clock.now - start < .seconds(5), "the put returned after \(clock.now - start)")
+        // Without the limit the put never returns (the write is blocked until the test ends);
+        // the bound is loose because a loaded machine delays the timer (5.6 s seen in a full run).
+        #expect(clock.now - start < .seconds(30), "the put returned after \(clock.now - start)")
     }
 
     @Test("an unwritable root is reported with the path")
