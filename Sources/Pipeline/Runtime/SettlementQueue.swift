@@ -254,6 +254,9 @@ private struct Settler: Sendable {
                 let failure = reports[i].error!
                 guard !isOwedRecord(i), failure.cannotSucceed || attempt >= context.retry.attempts else {
                     again.append(i, of: records)
+                    // An output sent again says so: it may land after later outputs of its key
+                    // that were already in flight (issue 30, 6a: not yet kept in order).
+                    if sources[i] != SettlementQueue.Delivery.checkpoint { again.appendHeader(OutputRecord.retriedHeader, text: String(attempt)) }
                     againSources.append(sources[i])
                     retried += 1
                     continue

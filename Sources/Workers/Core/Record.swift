@@ -124,6 +124,10 @@ public struct OutputRecord: Sendable, Hashable {
 
     /// The header that carries ``dedupeKey`` on a produced record.
     public static let dedupeKeyHeader = "dedupe-key"
+    /// Set on an output the runtime sent again after a failed delivery (its value: the attempts
+    /// that failed before). Such an output can land after later outputs of its key that were
+    /// already in flight.
+    public static let retriedHeader = "delivery.retried"
 
     /// Key as UTF-8 text (tests, CLI).
     public var keyString: String? { key.map { String(decoding: $0, as: UTF8.self) } }

@@ -176,6 +176,10 @@ public struct ChaosReport: Sendable, CustomStringConvertible {
     /// the candle topic) before the check; they arrive late, so first occurrences among them are
     /// not held to minute order.
     public var redriven = 0
+    /// First occurrences out of minute order that a retry by the runtime explains (the retried
+    /// candle landed after later ones already in flight): the known defect of issue 30 (6a),
+    /// reported, not failed.
+    public var lateAfterRetry: [String] = []
 
     public init() {}
 
@@ -221,7 +225,7 @@ public struct ChaosReport: Sendable, CustomStringConvertible {
         func list<T>(_ items: [T]) -> String { items.isEmpty ? "0" : "\(items.count) \(items.prefix(3).map { "\($0)" })" }
         var lines = [
             "inputs: \(inputsAcknowledged) acknowledged, lost by the broker \(list(inputsLostByBroker)), held twice \(inputsDuplicatedByBroker)",
-            "candles: expected \(expected), lost \(list(lost)), wrong \(list(wrong)), unexpected \(list(unexpected)), duplicates \(duplicates)\(exactlyOnce ? " (must be 0)" : ""), out of order \(list(outOfOrder))"
+            "candles: expected \(expected), lost \(list(lost)), wrong \(list(wrong)), unexpected \(list(unexpected)), duplicates \(duplicates)\(exactlyOnce ? " (must be 0)" : ""), out of order \(list(outOfOrder)), late after a retry \(list(lateAfterRetry)) (known defect)"
                 + (exactlyOnce ? "" : ", offsets missing from the topic \(list(outputOffsetsMissing))"),
             "dead letters: redriven outputs \(redriven), garbage \(garbage), garbage not dead-lettered \(list(garbageNotDeadLettered)), good input dead-lettered \(list(goodDeadLettered))"
                 + (exactlyOnce ? "" : ", offsets missing from the topic \(list(deadLetterOffsetsMissing))"),
@@ -274,7 +278,13 @@ public enum ChaosChecker {
             // First occurrences of a market's candles come in minute order within an output
             // partition (a redriven one comes whenever the operator sent it).
             let slot = "\(r.partition)/\(candle.market)"
-            if r.header(DeadLetterHeader.redriven) == nil {
+            if r.header(DeadLetterHeader.redriven) != nil {
+                // Redriven by the operator: it comes whenever it was sent.
+            } else if r.header(OutputRecord.retriedHeader) != nil {
+                // Sent again by the runtime after a failed delivery: later candles already in
+                // flight may have landed first (a known defect: issue 30, 6a). Counted, not failed.
+                if let last = lastMinute[slot], last >= candle.minute { report.lateAfterRetry.append(key) }
+            } else {
                 if let last = lastMinute[slot], last >= candle.minute { report.outOfOrder.append(key) }
                 lastMinute[slot] = candle.minute
             }
