@@ -22,7 +22,9 @@ import Testing
         // A session far longer than any starvation of the test machine's cooperative pool (two
         // cores running parallel suites held tasks for seconds): only the gate's own logic can
         // make it unsure here. The clock task ticks every 500 ms; the loop spans three ticks.
-        let gate = MembershipGate(sessionTimeout: .seconds(60), heartbeat: .milliseconds(10))
+        // (10 minutes: a fresh-clone CI run once held the clock task for over 60 s while every
+        // suite started at once on two cores.)
+        let gate = MembershipGate(sessionTimeout: .seconds(600), heartbeat: .milliseconds(10))
         let clock = Task { await gate.run() }
         for _ in 0..<4 {
             #expect(gate.unsure(now: .now) == nil)

@@ -1,4 +1,5 @@
 import Foundation
+import Kafka
 import Testing
 @testable import Pipeline
 
@@ -19,7 +20,7 @@ import Testing
 
     /// A slot whose holder ended is free again: the lock goes with the process (here, with the
     /// file descriptor a child process held).
-    @Test func aSlotIsFreeAgainOnceItsHolderEnded() throws {
+    @Test func aSlotIsFreeAgainOnceItsHolderEnded() async throws {
         let group = "txn-test-\(UInt64.random(in: 0..<UInt64.max))"
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("pipelinectl-txn-\(group)-1.lock").path
         // Another process holds slot 1 while it runs.
@@ -31,12 +32,13 @@ import Testing
         holder.standardOutput = output
         try holder.run()
         defer { if holder.isRunning { holder.terminate() } }
-        // It says so once it has the lock.
-        let said = String(decoding: output.fileHandleForReading.availableData, as: UTF8.self)
+        // It says so once it has the lock (read off the cooperative pool: the read blocks).
+        let reader = output.fileHandleForReading
+        let said = String(decoding: await BlockingExecutor.run { reader.availableData }, as: UTF8.self)
         #expect(said.hasPrefix("locked"))
         #expect(TransactionalSlot.take(group: group) == 2, "slot 1 is held by the other process")
         try input.fileHandleForWriting.write(contentsOf: Array("done\n".utf8))
-        holder.waitUntilExit()
+        await BlockingExecutor.run { holder.waitUntilExit() }
         #expect(TransactionalSlot.take(group: group) == 1, "its holder ended: a restarted worker gets it back")
     }
 }

@@ -17,7 +17,7 @@ public enum TopLevelFields {
             var first = true
             var seen: [Int: Seen] = [:]
             while let key = try s.nextKey(&first) {
-                guard let rank = names.firstIndex(of: try s.string(key)), seen[rank] == nil else {
+                guard let rank = Self.rank(of: key, in: names, scanner: s), seen[rank] == nil else {
                     try s.skipValue()
                     continue
                 }
@@ -49,6 +49,17 @@ public enum TopLevelFields {
             return .some(nil)
         }
         return outcome ?? nil
+    }
+
+    /// Which of `names` the key is (its bytes compared in place: no `String` per key).
+    private static func rank(of key: JSONSpan, in names: [String], scanner s: JSONScanner) -> Int? {
+        if key.escaped { return (try? s.string(key)).flatMap { names.firstIndex(of: $0) } }
+        let length = key.end - key.start
+        return s.withSpanStart(key) { start, _ in
+            names.firstIndex { name in
+                name.utf8.count == length && name.utf8.enumerated().allSatisfy { start.load(fromByteOffset: $0.offset, as: UInt8.self) == $0.element }
+            }
+        }
     }
 
     /// Whether `bytes[from...]` is exactly one JSON value, then only whitespace.
