@@ -46,7 +46,9 @@ struct LocalStoreTests {
         let dir = try TempDirectory()
         var store = LocalDirectoryBlobStore(root: dir.path, timeout: .milliseconds(300))
         let release = DispatchSemaphore(value: 0)
-        store.blockingWrite = { _, _, _, _ in release.wait() }  // blocks its thread until released
+        // Blocks its thread well past the limit (released by the test, or after 3 s at most: a
+        // Dispatch thread held longer starves the other suites running in parallel).
+        store.blockingWrite = { _, _, _, _ in _ = release.wait(timeout: .now() + 3) }
         defer { release.signal() }
         let hash = ContentHash.sha256Hex([1])
         let clock = ContinuousClock()

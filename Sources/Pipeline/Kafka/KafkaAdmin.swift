@@ -83,6 +83,12 @@ public final class KafkaAdmin: Sendable {
     public static func ensureTopic(_ spec: TopicSpec, configuration: KafkaConfiguration) async throws(KafkaError) {
         let admin = try KafkaAdmin(configuration: configuration, timeout: .seconds(10))
         do {
+            // A topic that exists needs no CreateTopics (which a client without the right to
+            // create may not send, and librdkafka's mock cluster never answers: a 10 s wait).
+            if try await admin.topicExists(spec.name) {
+                await admin.close()
+                return
+            }
             try await admin.createTopic(spec, ignoreExisting: true)
         } catch {
             await admin.close()
@@ -107,6 +113,13 @@ public final class KafkaAdmin: Sendable {
                 }
                 .sorted { $0.name < $1.name }
         }
+    }
+
+    /// Whether the cluster has this topic (from the metadata of every topic: asking for the one
+    /// topic could make a broker that creates topics on demand create it).
+    public func topicExists(_ name: String) async throws(KafkaError) -> Bool {
+        let client = self.client
+        return try await run { (_, ms) throws(KafkaError) in try client.metadata(topic: nil, timeoutMilliseconds: ms).contains { $0.name == name } }
     }
 
     /// One topic's description; throws when it does not exist.
