@@ -7,12 +7,13 @@ import Testing
 /// Every operator flag that takes a number, fed whole numbers at and beyond every edge: a value
 /// out of its range (or no number at all) is refused before the command runs, with a message
 /// that names the flag; a value in range is taken.
-@Suite struct NumberFlagTests {
+// Serialized, and with the edges that tell ranges apart only: each refusal renders the command's
+// usage, and 20 flags × 33 values in parallel held both cores of a test run for 40 s (every
+// timing-sensitive suite running beside it suffered).
+@Suite(.serialized) struct NumberFlagTests {
     static let extremes = [
-        "9223372036854775807", "-9223372036854775808", "9223372036854775806", "9223372036854775808", "-9223372036854775809",
-        "18446744073709551616", "99999999999999999999999999999999999999", "-1", "-2", "0", "1", "5", "2147483647", "2147483648",
-        "1000000000000000", "1000000000000001", "-1000000000000000", "-1000000000000001", "1714953600000", "253402300799999",
-        "253402300800000", "-1000000000", "abc", "", "+5", "1e3", "0x10", "5.0", "NaN", "inf", "1e-300", "١٢", "12abc",
+        "9223372036854775807", "-9223372036854775808", "9223372036854775808", "99999999999999999999999999999999999999", "-1", "0",
+        "1", "2147483648", "1000000000000000", "1000000000000001", "1714953600000", "253402300800000", "abc", "", "5.0", "1e3",
     ]
 
     /// The message the command line gives for `args`, "" when they parse.
