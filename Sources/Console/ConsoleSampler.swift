@@ -70,31 +70,14 @@ public final class ConsoleState: HealthReporting {
     }
 
     /// A stage whose workers report counts its live reporting workers; others keep the
-    /// group's member count (nil when the broker does not list members). Records waiting while
-    /// none of its workers is alive are at least WARN at once ("keeping up" says nothing when
-    /// nobody is there to keep up), and STOP once the last report is older than
-    /// ``noWorkerStopAfter``: the group's own state may still look active (tansu lists no
-    /// members of an active group, and a killed member stays one until its session ends).
-    static func withWorkers(_ row: StageRow, _ roster: WorkerRoster, now: Int64 = Int64(Date().timeIntervalSince1970 * 1000)) -> StageRow {
-        let reports = roster.rows.filter { $0.status.stage == row.stage }
-        guard !reports.isEmpty else { return row }
+    /// group's member count (nil when the broker does not list members).
+    private static func withWorkers(_ row: StageRow, _ roster: WorkerRoster) -> StageRow {
+        guard roster.rows.contains(where: { $0.status.stage == row.stage }) else { return row }
         var row = row
         row.members = roster.alive(stage: row.stage)
         row.outRate = roster.outRate(stage: row.stage)
-        if row.members == 0, row.lagRecords > 0 {
-            let last = reports.map(\.status.reportedAt).max() ?? now
-            let silent = max(0, now - last)
-            let verdict: PartitionLagStatus = silent >= noWorkerStopAfter ? .stop : .warn
-            if (PartitionLagStatus(rawValue: row.status) ?? .ok) < verdict {
-                row.status = verdict.rawValue
-                row.reason = "no live worker (the last report \(LagVerdict.duration(silent)) ago): \(LagVerdict.grouped(row.lagRecords)) records waiting in all"
-            }
-        }
         return row
     }
-
-    /// How long a stage with records waiting may have no live worker before it is STOP (ms).
-    static let noWorkerStopAfter: Int64 = 60_000
 
     /// Every stage, worst first (then by lag in seconds, then by name).
     public func rows() -> [StageRow] {
@@ -278,8 +261,7 @@ public final class ConsoleSampler: Service, Sendable {
             status: worst?.status.rawValue ?? "",
             reason: worst.map { w in
                 let text = LagVerdict.reason(w, window: windows[w.topicPartition]?.samples ?? [], hasMembers: hasMembers)
-                // Several partitions: the reason is the worst one's, and says which.
-                return lag.partitions.count > 1 ? "\(w.topic)[\(w.partition)]: \(text)" : text
+                return lag.partitions.count > 1 && w.status != .ok ? "\(w.topic)[\(w.partition)]: \(text)" : text
             } ?? "no commits yet: the group has consumed nothing",
             partitionRows: rows, sampledAt: now, error: nil)
     }
