@@ -76,7 +76,13 @@ public final class IngestHTTPService: Service, Sendable {
         self.logger = logger
         self.limiter = RateLimiter(perSecond: settings.requestsPerSecond)
         self.idempotency = IdempotencyWindow(capacity: settings.idempotencyCapacity, window: settings.idempotencyWindow)
-        self.shared = settings.idempotencyTopic.flatMap { [idempotency] in try? SharedIdempotency(topic: $0, window: idempotency, logger: logger) }
+        do {
+            shared = try settings.idempotencyTopic.map { [idempotency] in try SharedIdempotency(topic: $0, window: idempotency, logger: logger) }
+        } catch {
+            // Served all the same: keys are then known to this process only, and it says so.
+            logger.warning("the shared Idempotency-Keys cannot be used; keys are remembered by this process only", metadata: ["error": "\(error)"])
+            shared = nil
+        }
     }
 
     public func run() async throws {
