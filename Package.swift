@@ -77,20 +77,16 @@ let package = Package(
             ]
         ),
 
-        // Sources/Pipeline holds three targets, so that the compiler keeps the directions:
-        // Kafka/ is the client (only Kafka/RDKafka* files import CKafka; it knows nothing of the
-        // runtime); Pipeline (Runtime/, Topology/, Observability/) hosts stages on Kafka;
-        // Operations (Operations/, LocalBroker/) is what the operator commands compute and the
-        // local broker (it may use the runtime's topology and observability, never the reverse).
-        // A worker built on `Pipeline` links neither the WebSocket ingest nor TLS.
+        // The Kafka client: only its RDKafka* files import CKafka; it knows nothing of the runtime.
         .target(
             name: "Kafka",
             dependencies: [
                 "CKafka",
                 .product(name: "Logging", package: "swift-log"),
-            ],
-            path: "Sources/Pipeline/Kafka"
+            ]
         ),
+        // The runtime that hosts a stage on Kafka (Runtime/, Topology/, Observability/).
+        // A worker built on `Pipeline` links neither the WebSocket ingest nor TLS.
         .target(
             name: "Pipeline",
             dependencies: [
@@ -104,29 +100,23 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
-            ],
-            path: "Sources/Pipeline",
-            sources: ["Runtime", "Topology", "Observability"]
+            ]
         ),
+        // What the operator commands compute (lag, redrive, offset reset, replay, the chaos
+        // verifier) and the local broker; it may use the runtime's topology and observability,
+        // never the reverse.
         .target(
             name: "Operations",
             dependencies: [
                 "Kafka",
-                "Pipeline",
                 "Workers",
                 .product(name: "Logging", package: "swift-log"),
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOPosix", package: "swift-nio"),
-                .product(name: "NIOHTTP1", package: "swift-nio"),
-                .product(name: "NIOWebSocket", package: "swift-nio"),
-                .product(name: "NIOSSL", package: "swift-nio-ssl"),
-            ],
-            path: "Sources/Pipeline",
-            sources: ["Operations", "LocalBroker"]
+            ]
         ),
 
         // Producers: services that bring upstream records into the input topics, with the
-        // workers' lifecycle, metrics and health (`pipelinectl ingest http`, `ingest poll`).
+        // workers' lifecycle, metrics and health (`pipelinectl ingest http`, `ingest poll`,
+        // `ingest ticker`: HTTP posts, polled list APIs, a WebSocket feed).
         .target(
             name: "Producers",
             dependencies: [
@@ -140,6 +130,10 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOWebSocket", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
@@ -208,16 +202,21 @@ let package = Package(
         .executableTarget(
             name: "thumbnail-bench", dependencies: ["SafeFetch", "Thumbnails"], path: "Benchmarks/ThumbnailBench", exclude: ["bench_worker.py"]),
 
-        // Tests. PipelineTests need no broker (configuration, errors, librdkafka's mock cluster);
+        // Tests, one target per module: all but IntegrationTests need no broker (they use
+        // values, librdkafka's in-process mock cluster and local HTTP servers);
         // IntegrationTests start the local tansu broker.
+        .testTarget(
+            name: "KafkaTests",
+            dependencies: ["Kafka", "PipelineTesting"]),
         .testTarget(
             name: "PipelineTests",
             dependencies: [
                 "Kafka", "Pipeline", "Operations", "PipelineTesting", "Workers", "WorkersTesting",
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOWebSocket", package: "swift-nio"),
                 .product(name: "MetricsTestKit", package: "swift-metrics"),
             ]),
+        .testTarget(
+            name: "OperationsTests",
+            dependencies: ["Kafka", "Pipeline", "Operations", "PipelineTesting", "Workers"]),
         .testTarget(
             name: "IntegrationTests",
             dependencies: [
@@ -241,7 +240,11 @@ let package = Package(
             ]),
         .testTarget(
             name: "ProducersTests",
-            dependencies: ["Producers", "Operations", "Kafka", "SafeFetch", "Workers", "WorkersTesting"]),
+            dependencies: [
+                "Producers", "Pipeline", "Operations", "Kafka", "PipelineTesting", "SafeFetch", "Workers", "WorkersTesting",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOWebSocket", package: "swift-nio"),
+            ]),
         .testTarget(
             name: "WorkersTests",
             dependencies: ["Workers", "WorkersTesting", .product(name: "PropertyBased", package: "swift-property-based")]

@@ -5,6 +5,7 @@ import Testing
 @testable import Pipeline
 @testable import Kafka
 @testable import Operations
+@testable import Producers
 
 /// `pipelinectl ingest upbit` as a process: from a local WebSocket server (port 0) that drops the
 /// connection mid-stream, into a topic on the real local broker.

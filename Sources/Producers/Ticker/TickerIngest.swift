@@ -3,6 +3,7 @@ import Logging
 import Workers
 import Kafka
 import Pipeline
+import Operations
 
 /// Upbit's ticker WebSocket (`wss://api.upbit.com/websocket/v1`): what to send on connect.
 public enum UpbitTicker {

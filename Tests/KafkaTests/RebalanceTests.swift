@@ -1,6 +1,5 @@
 import Foundation
 import Testing
-@testable import Pipeline
 import PipelineTesting
 @testable import Kafka
 

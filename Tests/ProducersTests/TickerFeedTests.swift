@@ -9,6 +9,7 @@ import WorkersTesting
 @testable import Pipeline
 @testable import Kafka
 @testable import Operations
+@testable import Producers
 
 /// The WebSocket feed against a local NIO WebSocket server on a free port: subscription, text,
 /// binary and fragmented messages, ping/pong both ways, drops, close frames, backoff, stop.

@@ -1,6 +1,5 @@
 import Foundation
 import Logging
-import Kafka
 
 /// Reads partitions from given offsets up to their end as of the read, without joining or
 /// committing for any group (manual assignment, auto-commit off, nothing stored).

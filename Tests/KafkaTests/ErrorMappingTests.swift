@@ -1,5 +1,4 @@
 import Testing
-@testable import Pipeline
 @testable import Kafka
 
 /// librdkafka codes (rdkafka.h): local errors are negative.
