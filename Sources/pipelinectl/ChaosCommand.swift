@@ -154,9 +154,9 @@ struct Chaos: AsyncParsableCommand {
         }
         switch profile {
         case .ci:
-            // Tansu wedges a group when a member dies or joins while a rebalance is under way (see
-            // the README): on it the CI profile restarts the broker and pauses workers; kills and
-            // joins run on the mock cluster.
+            // Tansu wedges a group when a member dies or joins while a rebalance is under way
+            // (docs/guarantees.md, "Checking the guarantees"): on it the CI profile restarts the
+            // broker and pauses workers; kills and joins run on the mock cluster.
             // One mock seed runs with low retries: outputs-down makes deliveries fail past their
             // attempts, and the run redrives their dead letters before it checks.
             return make(.mock, seeds: seed.isEmpty ? [11, 12] : seed, faults: [.kill, .pause, .joinLeave, .outputsDown], window: .seconds(25), ticks: 10_000)

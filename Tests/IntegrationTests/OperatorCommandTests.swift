@@ -194,7 +194,7 @@ import Workers
             #expect(lag.partitions[0].lagSeconds == 80)
             #expect(lag.partitions[1].lagSeconds == 0)
             #expect(lag.partitions[1].status == .ok)
-            // What tansu answers to ListOffsets(latest) (recorded for the README): at most the truth.
+            // What tansu answers to ListOffsets(latest) (recorded in docs/operating.md): at most the truth.
             print("tansu ListOffsets(latest) for lagged[0] with 25 records: \(listOffsets)")
             #expect(listOffsets <= 25)
 
