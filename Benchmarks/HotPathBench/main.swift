@@ -44,12 +44,12 @@ let inputs: [ConsumerRecord] = (0..<count).map { i in
     return ConsumerRecord(topic: "bench.raw", partition: 0, offset: Int64(i), key: Array(market.utf8), value: Array(value.utf8), timestamp: t)
 }
 
-var options = StageCatalog.Options()
+var options = TransformCatalog.Options()
 options.alerts = markets.prefix(8).enumerated().map { i, m in
-    WatchlistAlertStage.Subscription(subscriber: "user-\(i)", market: m, threshold: i % 2 == 0 ? 0.01 : -0.01)
+    WatchlistAlertTransform.Subscription(subscriber: "user-\(i)", market: m, threshold: i % 2 == 0 ? 0.01 : -0.01)
 }
-var runner: StageRunner
-do { runner = try StageCatalog(options: options).runner(for: stageNames) } catch {
+var runner: TransformRunner
+do { runner = try TransformCatalog(options: options).runner(for: stageNames) } catch {
     FileHandle.standardError.write(Data("\(error)\n".utf8))
     exit(2)
 }
@@ -73,7 +73,7 @@ var produced = 0
 /// What the loop does for one partition's batch (StageLoop.process, minus its bookkeeping).
 @inline(__always)
 @MainActor func runBatch(_ records: ArraySlice<ConsumerRecord>) {
-    var out = StageOutput(reservingCapacity: records.count, bytesPerRecord: outputBytesPerInput)
+    var out = TransformOutput(reservingCapacity: records.count, bytesPerRecord: outputBytesPerInput)
     var sources: [Int32] = []
     var batchInputs: [InputRecord] = []
     var deadLetters: [ProducerRecord] = []
@@ -83,10 +83,10 @@ var produced = 0
         let input = RecordMapping.input(record, now: base)
         let index = Int32(batchInputs.count)
         let failed = out.failures.count
-        runner.process(input, context: StageContext(now: input.timestamp), into: &out)
+        runner.process(input, context: TransformContext(now: input.timestamp), into: &out)
         while sources.count < out.count { sources.append(index) }
         if out.failures.count > failed {
-            deadLetters += RecordMapping.deadLetters(out.failures[failed...], of: input, stage: stageName, topic: "bench.dead-letters")
+            deadLetters += RecordMapping.deadLetters(out.failures[failed...], of: input, stage: stageName, transform: stageName, topic: "bench.dead-letters")
         }
         batchInputs.append(input)
     }

@@ -32,18 +32,18 @@ public enum PriceTicks {
     /// What a single uninterrupted run computes: `stages` over each partition's inputs in offset
     /// order, as output value by dedupe key.
     public static func reference(
-        inputs: [(record: ProducerRecord, report: DeliveryReport)], stages: [String], options: StageCatalog.Options = .init()
+        inputs: [(record: ProducerRecord, report: DeliveryReport)], stages: [String], options: TransformCatalog.Options = .init()
     ) throws -> [String: [UInt8]] {
         var byPartition: [Int32: [(Int64, ProducerRecord)]] = [:]
         for (record, report) in inputs { byPartition[report.partition, default: []].append((report.offset, record)) }
         var out: [String: [UInt8]] = [:]
         for (partition, records) in byPartition {
-            var runner = try StageCatalog(options: options).runner(for: stages)
+            var runner = try TransformCatalog(options: options).runner(for: stages)
             for (offset, r) in records.sorted(by: { $0.0 < $1.0 }) {
                 let input = InputRecord(
                     key: r.key, value: r.value, headers: [], timestamp: r.timestamp ?? 0,
                     origin: RecordOrigin(topic: r.topic, partition: partition, offset: offset))
-                for o in runner.process(input, context: StageContext(now: input.timestamp)).records { out[o.dedupeKey] = o.value }
+                for o in runner.process(input, context: TransformContext(now: input.timestamp)).records { out[o.dedupeKey] = o.value }
             }
         }
         return out

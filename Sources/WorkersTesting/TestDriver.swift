@@ -1,18 +1,18 @@
 import Workers
 
-/// Runs a stage (or chain) the way the runtime would, without a broker: assigns records to
+/// Runs a transform (or chain) the way the runtime would, without a broker: assigns records to
 /// partitions and offsets, keeps the state between records, can redeliver records (as
 /// at-least-once delivery does), and collects outputs and dead letters. Use it in your own tests:
 ///
 /// ```swift
-/// var driver = TestDriver(PriceDecodeStage().then(CandleStage()), partitions: 3)
+/// var driver = TestDriver(PriceDecodeTransform().then(CandleTransform()), partitions: 3)
 /// driver.send(key: "KRW-BTC", value: #"{"code":"KRW-BTC",...}"#, timestamp: 1_700_000_000_000)
 /// driver.redeliver(from: 0)                       // everything again
 /// #expect(driver.outputs(named: "prices.candles.1m").count == 1)
 /// ```
 ///
-/// Each call uses the record's timestamp as ``StageContext/now``.
-public struct TestDriver<S: Stage> {
+/// Each call uses the record's timestamp as ``TransformContext/now``.
+public struct TestDriver<S: Transform> {
     public let stage: S
     public private(set) var state: S.State
     /// Every output produced so far, in order.
@@ -38,7 +38,7 @@ public struct TestDriver<S: Stage> {
     @discardableResult
     public mutating func send(
         key: [UInt8]?, value: [UInt8]?, headers: [RecordHeader] = [], timestamp: Int64, partition: Int32? = nil
-    ) -> StageOutput {
+    ) -> TransformOutput {
         let p = partition ?? key.map { k in Int32(truncatingIfNeeded: fnv1a(k) % UInt64(partitions)) } ?? 0
         let offset = nextOffset[p, default: 0]
         nextOffset[p] = offset + 1
@@ -52,7 +52,7 @@ public struct TestDriver<S: Stage> {
     @discardableResult
     public mutating func send(
         key: String? = nil, value: String?, headers: [String: String] = [:], timestamp: Int64, partition: Int32? = nil
-    ) -> StageOutput {
+    ) -> TransformOutput {
         send(
             key: key.map { Array($0.utf8) }, value: value.map { Array($0.utf8) },
             headers: headers.keys.sorted().map { RecordHeader($0, headers[$0] ?? "") }, timestamp: timestamp,
@@ -61,9 +61,9 @@ public struct TestDriver<S: Stage> {
 
     /// Delivers an exact record again (or for the first time).
     @discardableResult
-    public mutating func deliver(_ record: InputRecord) -> StageOutput {
+    public mutating func deliver(_ record: InputRecord) -> TransformOutput {
         delivered.append(record)
-        let out = stage.process(record, state: &state, context: StageContext(now: record.timestamp))
+        let out = stage.process(record, state: &state, context: TransformContext(now: record.timestamp))
         collect(out, input: record)
         return out
     }
@@ -71,19 +71,19 @@ public struct TestDriver<S: Stage> {
     /// Redelivers the records first delivered at positions `from...` (as after a consumer restart
     /// from an older committed offset); returns what the redelivery produced.
     @discardableResult
-    public mutating func redeliver(from index: Int) -> StageOutput {
+    public mutating func redeliver(from index: Int) -> TransformOutput {
         var firstDeliveries: [InputRecord] = []
         var seen = Set<RecordOrigin>()
         for r in delivered where seen.insert(r.origin).inserted { firstDeliveries.append(r) }
-        var combined = StageOutput()
+        var combined = TransformOutput()
         for r in firstDeliveries.dropFirst(max(0, index)) { combined.append(contentsOf: deliver(r)) }
         return combined
     }
 
     /// Lets time pass without a record.
     @discardableResult
-    public mutating func advance(to now: Int64) -> StageOutput {
-        let out = stage.advance(state: &state, context: StageContext(now: now))
+    public mutating func advance(to now: Int64) -> TransformOutput {
+        let out = stage.advance(state: &state, context: TransformContext(now: now))
         collect(out, input: .advance(at: now))
         return out
     }
@@ -94,8 +94,8 @@ public struct TestDriver<S: Stage> {
     /// Replaces the state (e.g. with one decoded from a checkpoint).
     public mutating func restore(_ state: S.State) { self.state = state }
 
-    private mutating func collect(_ out: StageOutput, input: InputRecord) {
+    private mutating func collect(_ out: TransformOutput, input: InputRecord) {
         outputs.append(contentsOf: out.records)
-        deadLetters.append(contentsOf: out.failures.map { DeadLetter(stage: stage.name, input: input, failure: $0) })
+        deadLetters.append(contentsOf: out.failures.map { DeadLetter(stage: stage.name, transform: stage.name, input: input, failure: $0) })
     }
 }

@@ -18,7 +18,7 @@ struct DLQ: AsyncParsableCommand {
 
             Examples:
               pipelinectl dlq list --reason missing-field
-              pipelinectl dlq show --stage hangouts.decode --json
+              pipelinectl dlq show --stage hangouts-decode --json
               pipelinectl dlq redrive --reason delivery-failed            # dry run
               pipelinectl dlq redrive --reason delivery-failed --execute
             """,
@@ -56,7 +56,7 @@ struct DLQ: AsyncParsableCommand {
             var line = "no dead letters in \(topic) match"
             let unknown = Set(stages).subtracting(seen)
             if !unknown.isEmpty, !seen.isEmpty {
-                line += "; no dead letter has stage \(unknown.sorted().joined(separator: ", ")) (stages present: \(seen.sorted().joined(separator: ", ")); the stage is the chain's, e.g. prices.decode)"
+                line += "; no dead letter has stage \(unknown.sorted().joined(separator: ", ")) (stages present: \(seen.sorted().joined(separator: ", ")); a stage is a topology name, e.g. prices-decode)"
             }
             return line
         }
@@ -198,7 +198,7 @@ struct DLQ: AsyncParsableCommand {
 
                 Examples:
                   pipelinectl dlq list
-                  pipelinectl dlq list --stage prices.decode --since 1h --json
+                  pipelinectl dlq list --stage prices-decode --since 1h --json
                 """)
         @OptionGroup var selection: Selection
         @Flag(help: "One JSON object with the rows and counts.") var json = false
@@ -278,7 +278,7 @@ struct DLQ: AsyncParsableCommand {
                 letters are not redriven twice.
 
                 Examples:
-                  pipelinectl dlq redrive --stage products.decode                 # what would go where
+                  pipelinectl dlq redrive --stage products-decode                 # what would go where
                   pipelinectl dlq redrive --reason delivery-failed --since 2h --execute
                   pipelinectl dlq redrive --from 0:12,1:7,2:0,3:3 --execute        # after an earlier run
                 """)

@@ -461,7 +461,7 @@ final class DevSession {
         if !silent.isEmpty { say("no output from: \(silent.joined(separator: ", "))") }
         if let last = lastNotification.get() { say("last notification: \(last)") }
         for stage in stages where stage.rendersThumbnails {
-            guard let root = ThumbnailStage.storeRoot(stage.options.thumbnails) else { continue }
+            guard let root = ThumbnailTransform.storeRoot(stage.options.thumbnails) else { continue }
             let files = FileManager.default.enumerator(atPath: root)?.compactMap { $0 as? String }.filter { $0.contains(".") } ?? []
             say("thumbnails: \(files.count) files in \(root)")
         }

@@ -2,35 +2,37 @@ import ArgumentParser
 import Foundation
 import Workers
 
-/// `pipelinectl run`: runs worker stages over a JSON-lines file or standard input and prints
+/// `pipelinectl run`: runs transforms over a JSON-lines file or standard input and prints
 /// outputs and decode failures as JSON lines. No broker. The work is done by
-/// `Workers.JSONLinesRunner` and `Workers.StageCatalog`; this only parses flags and does I/O.
+/// `Workers.JSONLinesRunner` and `Workers.TransformCatalog`; this only parses flags and does I/O.
 struct Run: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "run",
-        abstract: "Run worker stages over JSON lines, without a broker.",
+        abstract: "Run transforms over JSON lines, without a broker.",
         discussion: """
-            Stages, chained in order with commas (--stage prices.decode,prices.candles):
-              \(StageCatalog.names.joined(separator: ", "))
+            Transforms, chained in order with commas (--transform prices.decode,prices.candles):
+              \(TransformCatalog.names.joined(separator: ", "))
 
             Input: one record per line, either an envelope (only "value" is required)
               {"topic":"t","partition":0,"offset":7,"key":"k",
                "value":<JSON|"text"|null>,"headers":{"h":"v"},"timestamp":1700000000000}
             or a bare upstream JSON message, used as the value. A record's timestamp is
-            the stages' "now"; a line without one reuses the previous record's.
+            the transforms' "now"; a line without one reuses the previous record's.
 
             Output: one line per produced record or dead letter
               {"type":"output","output":..,"key":..,"value":..,
                "headers":{..},"dedupe_key":..}
               {"type":"dead-letter","key":..,"value":<the input, unchanged>,
-               "headers":{..,"dead-letter.stage":..,"dead-letter.reason":..,
-               "dead-letter.field":..,"dead-letter.detail":..,"dead-letter.origin.topic":..,..}}
-            (a dead letter is exactly the record the worker sends to the dead-letter topic)
+               "headers":{..,"dead-letter.stage":..,"dead-letter.transform":..,
+               "dead-letter.reason":..,"dead-letter.field":..,"dead-letter.detail":..,
+               "dead-letter.origin.topic":..,..}}
+            (a dead letter is exactly the record the worker sends to the dead-letter topic;
+            its stage is the chain's name here, there is no topology)
             """
     )
 
-    @Option(name: .long, help: "Comma-separated stage names, run as one chain in this order.")
-    var stage: String
+    @Option(name: .long, help: "Comma-separated transform names, run as one chain in this order.")
+    var transform: String
 
     @Option(name: .long, help: "JSON-lines input file (default: standard input).")
     var input: String?
@@ -73,9 +75,9 @@ struct Run: ParsableCommand {
         guard feedTop > 0 else { throw ValidationError("--feed-top must be positive, got \(feedTop)") }
     }
 
-    /// The chain named by `--stage`, configured from the flags; a `ValidationError` names what is wrong.
-    func makeRunner() throws -> StageRunner {
-        var options = StageCatalog.Options()
+    /// The chain named by `--transform`, configured from the flags; a `ValidationError` names what is wrong.
+    func makeRunner() throws -> TransformRunner {
+        var options = TransformCatalog.Options()
         options.utcOffsetSeconds = utcOffsetHours * 3600
         options.candleLatenessMillis = candleLatenessMs
         options.feedTopN = feedTop
@@ -95,12 +97,12 @@ struct Run: ParsableCommand {
             }
             return .init(subscriber: String(parts[0]), market: String(parts[1]), threshold: threshold)
         }
-        let names = stage.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
+        let names = transform.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
         guard !names.isEmpty, !names.contains(where: \.isEmpty) else {
-            throw ValidationError("--stage needs one or more stage names separated by commas, got '\(stage)'")
+            throw ValidationError("--transform needs one or more transform names separated by commas, got '\(transform)'")
         }
         do {
-            return try StageCatalog(options: options).runner(for: names)
+            return try TransformCatalog(options: options).runner(for: names)
         } catch {
             throw ValidationError(error.description)
         }

@@ -133,10 +133,10 @@ struct Worker: AsyncParsableCommand {
         settings.transactionalID = transactionalId
         settings.transactionTimeout = transactionTimeout
         // A stage that does I/O is built here, where its module is linked.
-        var concurrent: (stage: any ConcurrentStage, pool: RenderPool)?
+        var concurrent: (stage: any ConcurrentTransform, pool: RenderPool)?
         if definition.rendersThumbnails {
             do {
-                let made = try ThumbnailStage.make(options: definition.options.thumbnails, logger: logger)
+                let made = try ThumbnailTransform.make(options: definition.options.thumbnails, logger: logger)
                 concurrent = (made.stage, made.pool)
             } catch {
                 throw ValidationError("\(self.topology): stages.\(definition.name).options.\(error)")
@@ -165,7 +165,7 @@ struct Worker: AsyncParsableCommand {
 extension Topology.Stage {
     /// Whether this stage is the thumbnail worker (its I/O stage is built here, where the
     /// Thumbnails module is linked).
-    var rendersThumbnails: Bool { chain == [ThumbnailStage.stageName] }
+    var rendersThumbnails: Bool { chain == [ThumbnailTransform.transformName] }
 }
 
 /// SIGTERM and SIGINT for a worker, handled from the first moment of its run: the first one

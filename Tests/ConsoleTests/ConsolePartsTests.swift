@@ -62,7 +62,7 @@ import Workers
 
     func entry(stage: String, reason: DecodeFailure.Reason, field: String, origin: String, offset: Int64, time: Int64) -> DeadLetterEntry {
         let input = InputRecord(value: Array("x".utf8), timestamp: time, origin: RecordOrigin(topic: origin, partition: 0, offset: offset))
-        let letter = DeadLetter(stage: stage, input: input, failure: DecodeFailure(field: field, reason: reason, detail: "d"))
+        let letter = DeadLetter(stage: stage, transform: nil, input: input, failure: DecodeFailure(field: field, reason: reason, detail: "d"))
         let record = ConsumerRecord(topic: "pipeline.dead-letters", partition: 1, offset: offset, key: letter.key, value: letter.value,
                                     headers: letter.recordHeaders.map { KafkaHeader(key: $0.name, value: $0.value) }, timestamp: time)
         return DeadLetterEntry(record)!

@@ -146,7 +146,7 @@ import Testing
                 }
                 let destinations = try await browser.run("return Array.from(document.querySelectorAll('table.destinations tbody tr')).map(r => r.textContent)") as? [String] ?? []
                 #expect(!destinations.isEmpty && destinations.allSatisfy { $0.hasPrefix("prices.raw") }, "\(destinations)")
-                #expect((try await browser.run("return document.body.textContent") as? String ?? "").contains("pipelinectl dlq redrive --stage 'prices.decode' --reason 'wrong-type' --max-redrives 3 --execute"))
+                #expect((try await browser.run("return document.body.textContent") as? String ?? "").contains("pipelinectl dlq redrive --stage 'prices-decode' --reason 'wrong-type' --max-redrives 3 --execute"))
                 try await browser.screenshot(to: Self.screenshots + "/redrive-preview.png")
                 let before = try await OperatorCommandTests.readAll("prices.raw", bootstrap: bootstrap).filter { $0.headers.contains { $0.key == "dead-letter.redriven" } }
                 #expect(before.isEmpty, "a preview sends nothing")

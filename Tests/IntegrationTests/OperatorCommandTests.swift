@@ -103,7 +103,7 @@ import Workers
     static func deadLetter(stage: String, reason: DecodeFailure.Reason, origin: String, offset: Int64) -> ProducerRecord {
         let input = InputRecord(key: Array("key-\(offset)".utf8), value: Array("{\"n\":\(offset)}".utf8), headers: [RecordHeader("trace", "t\(offset)")],
                                 timestamp: Self.t0 + offset, origin: RecordOrigin(topic: origin, partition: 0, offset: offset))
-        let letter = DeadLetter(stage: stage, input: input, failure: DecodeFailure(field: "x", reason: reason, detail: "d"))
+        let letter = DeadLetter(stage: stage, transform: nil, input: input, failure: DecodeFailure(field: "x", reason: reason, detail: "d"))
         return ProducerRecord(topic: "dead", key: letter.key, value: letter.value,
                               headers: letter.recordHeaders.map { KafkaHeader(key: $0.name, value: $0.value) }, timestamp: letter.timestamp)
     }

@@ -231,7 +231,7 @@ import Workers
         if let redriven { headers.append(RecordHeader(DeadLetterHeader.redriven, String(redriven))) }
         let input = InputRecord(key: Array("KRW-BTC".utf8), value: Array("{bad".utf8), headers: headers, timestamp: 1234,
                                 origin: RecordOrigin(topic: origin, partition: 1, offset: offset))
-        let letter = DeadLetter(stage: stage, input: input, failure: DecodeFailure(field: "price", reason: reason, detail: "d"))
+        let letter = DeadLetter(stage: stage, transform: nil, input: input, failure: DecodeFailure(field: "price", reason: reason, detail: "d"))
         return ConsumerRecord(topic: "pipeline.dead-letters", partition: 0, offset: 0, key: letter.key, value: letter.value,
                               headers: letter.recordHeaders.map { KafkaHeader(key: $0.name, value: $0.value) }, timestamp: 1234)
     }

@@ -37,7 +37,7 @@ import Workers
 
     @Test func stageOutputsCarryTheirHeadersAndTheDedupeKeyLast() {
         let input = InputRecord(key: Array("m".utf8), value: Array("{}".utf8), timestamp: 42, origin: RecordOrigin(topic: "in", partition: 0, offset: 9))
-        var out = StageOutput(
+        var out = TransformOutput(
             records: [
                 OutputRecord(output: "x", key: Array("m".utf8), value: Array("1".utf8), headers: [RecordHeader("user-id", "u")], dedupeKey: "d:1"),
                 OutputRecord(output: "y", key: nil, value: nil, dedupeKey: ""),
@@ -47,7 +47,7 @@ import Workers
         let failures = out.failures
         RecordMapping.append(
             &out, sources: [7, 7], timestamp: { $0 == 7 ? input.timestamp : -1 }, topic: { "topic.\($0)" }, to: &batch)
-        for d in RecordMapping.deadLetters(failures, of: input, stage: "s", topic: "dlq") { batch.append(d) }
+        for d in RecordMapping.deadLetters(failures, of: input, stage: "s", transform: "t", topic: "dlq") { batch.append(d) }
         #expect(batch.records[0] == ProducerRecord(
             topic: "topic.x", key: Array("m".utf8), value: Array("1".utf8),
             headers: [KafkaHeader(key: "user-id", string: "u"), KafkaHeader(key: "dedupe-key", string: "d:1")], timestamp: 42))
@@ -62,7 +62,7 @@ import Workers
     /// The runtime's batch takes the stage's buffer as it is; a batch that already holds records
     /// gets a copy after them, every span moved by where it starts.
     @Test func stageOutputsAfterOtherRecordsKeepTheirBytes() {
-        var out = StageOutput(records: [
+        var out = TransformOutput(records: [
             OutputRecord(output: "x", key: Array("m".utf8), value: Array("1".utf8), headers: [RecordHeader("user-id", "u")], dedupeKey: "d:1"),
             OutputRecord(output: "y", key: nil, value: Array("2".utf8), dedupeKey: "d:2"),
         ])

@@ -96,11 +96,11 @@ import Workers
     @Test func aCheckpointIsNeverDurableBeforeTheOutputsItCovers() async throws {
         let (mock, inputs) = try await Self.cluster(onBroker2: ["prices.candles"], inputs: 3_000)
         // The input after which the first candle is due: a checkpoint covering it covers that candle.
-        var runner = try StageCatalog().runner(for: ["prices.candles"])
+        var runner = try TransformCatalog().runner(for: ["prices.candles"])
         var firstCandle: Int64?
         for (i, (record, _)) in inputs.enumerated() where firstCandle == nil {
             let input = InputRecord(key: record.key, value: record.value, timestamp: record.timestamp ?? 0, origin: RecordOrigin(topic: "prices.raw", partition: 0, offset: Int64(i)))
-            if !runner.process(input, context: StageContext(now: input.timestamp)).records.isEmpty { firstCandle = Int64(i) }
+            if !runner.process(input, context: TransformContext(now: input.timestamp)).records.isEmpty { firstCandle = Int64(i) }
         }
         let first = try #require(firstCandle)
         mock.setBrokerDown(2)
@@ -338,10 +338,10 @@ import Workers
         first.requestStop()
         try await running.value
         // An older checkpoint lands last: the state after inputs 0..<500.
-        var runner = try StageCatalog().runner(for: ["prices.candles"])
+        var runner = try TransformCatalog().runner(for: ["prices.candles"])
         for (i, (record, _)) in inputs.prefix(500).enumerated() {
             let input = InputRecord(key: record.key, value: record.value, timestamp: record.timestamp ?? 0, origin: RecordOrigin(topic: "prices.raw", partition: 0, offset: Int64(i)))
-            _ = runner.process(input, context: StageContext(now: input.timestamp))
+            _ = runner.process(input, context: TransformContext(now: input.timestamp))
         }
         let changelog = Changelog(topic: "prices.changelog", partitions: 1, stage: "candles")
         let older = try changelog.record(state: runner.state, offsets: [TopicPartitionOffset("prices.raw", 0, offset: 500)], for: TopicPartition("prices.raw", 0))
@@ -370,10 +370,10 @@ import Workers
         let (mock, inputs) = try await Self.cluster(onBroker2: [], inputs: 1_000)
         let changelog = Changelog(topic: "prices.changelog", partitions: 1, stage: "candles")
         func checkpoint(after count: Int) throws -> ProducerRecord {
-            var runner = try StageCatalog().runner(for: ["prices.candles"])
+            var runner = try TransformCatalog().runner(for: ["prices.candles"])
             for (i, (record, _)) in inputs.prefix(count).enumerated() {
                 let input = InputRecord(key: record.key, value: record.value, timestamp: record.timestamp ?? 0, origin: RecordOrigin(topic: "prices.raw", partition: 0, offset: Int64(i)))
-                _ = runner.process(input, context: StageContext(now: input.timestamp))
+                _ = runner.process(input, context: TransformContext(now: input.timestamp))
             }
             return try changelog.record(state: runner.state, offsets: [TopicPartitionOffset("prices.raw", 0, offset: Int64(count))], for: TopicPartition("prices.raw", 0))
         }
@@ -495,11 +495,11 @@ import Workers
     }
 
     /// A stand-in for the thumbnail worker: an I/O stage that relays each record after a yield.
-    struct RelayIO: ConcurrentStage {
+    struct RelayIO: ConcurrentTransform {
         var name: String { "thumbnails.render" }
-        func process(_ record: InputRecord) async -> StageOutput {
+        func process(_ record: InputRecord) async -> TransformOutput {
             await Task.yield()
-            return StageOutput(records: [OutputRecord(output: "out", key: record.key, value: record.value.map(Array.init), dedupeKey: "relay:\(record.origin.offset)")])
+            return TransformOutput(records: [OutputRecord(output: "out", key: record.key, value: record.value.map(Array.init), dedupeKey: "relay:\(record.origin.offset)")])
         }
     }
 
@@ -541,11 +541,11 @@ import Workers
     }
 
     /// An I/O stage whose record `k3` never finishes (a source that trickles forever).
-    struct HangingIO: ConcurrentStage {
+    struct HangingIO: ConcurrentTransform {
         var name: String { "thumbnails.render" }
-        func process(_ record: InputRecord) async -> StageOutput {
+        func process(_ record: InputRecord) async -> TransformOutput {
             if record.key == Array("k3".utf8) { try? await Task.sleep(for: .seconds(3_600)) }
-            return StageOutput(records: [OutputRecord(output: "out", key: record.key, value: record.value.map(Array.init), dedupeKey: "relay:\(record.origin.offset)")])
+            return TransformOutput(records: [OutputRecord(output: "out", key: record.key, value: record.value.map(Array.init), dedupeKey: "relay:\(record.origin.offset)")])
         }
     }
 

@@ -75,7 +75,7 @@ import Operations
             await producer.close()
 
             let definition = try topology.stage(named: "thumbnails")
-            let (stage, pool) = try ThumbnailStage.make(options: definition.options.thumbnails)
+            let (stage, pool) = try ThumbnailTransform.make(options: definition.options.thumbnails)
             defer { pool.shutdown() }
             var settings = WorkerSettings(bootstrapServers: servers)
             settings.sessionTimeout = .milliseconds(2000)

@@ -33,7 +33,7 @@ final class ExactlyOnce: DeliveryGuarantee {
     /// What an abort needs of a lane: how it looked when the transaction first touched it, and
     /// where its inputs began per partition (the rewind target).
     struct Undo: Sendable {
-        var runner: StageRunner?
+        var runner: TransformRunner?
         var next: [TopicPartition: Int64]
         var dirty: Bool
         var restoredOffsets: [TopicPartitionOffset]

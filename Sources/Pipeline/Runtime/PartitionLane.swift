@@ -18,7 +18,7 @@ final class PartitionLane {
     /// The lane's input partitions.
     let partitions: [TopicPartition]
     /// The ordered stage's copy for this lane; nil for a concurrent stage.
-    var runner: StageRunner?
+    var runner: TransformRunner?
     /// Per input partition: the offset after the last input folded into the state (or whose
     /// outputs were submitted).
     var next: [TopicPartition: Int64] = [:]
@@ -43,7 +43,7 @@ final class PartitionLane {
     private var lastByKey: [[UInt8]: (sequence: Int, task: Task<SettlementQueue.Delivery, Never>)] = [:]
     private var enqueued = 0
 
-    init(id: TopicPartition, partitions: [TopicPartition], runner: StageRunner?, settlement: SettlementQueue, lagGauges: [TopicPartition: (records: Gauge, seconds: Gauge)]) {
+    init(id: TopicPartition, partitions: [TopicPartition], runner: TransformRunner?, settlement: SettlementQueue, lagGauges: [TopicPartition: (records: Gauge, seconds: Gauge)]) {
         self.id = id
         self.partitions = partitions
         self.runner = runner

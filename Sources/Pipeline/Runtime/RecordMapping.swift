@@ -20,7 +20,7 @@ package enum RecordMapping {
     /// the buffer, and the batch's next write would copy all of it.) `topic` maps an output
     /// name to its topic; it is asked once per name.
     package static func append(
-        _ out: inout StageOutput, sources: [Int32], timestamp: (Int32) -> Int64, topic: (String) -> String,
+        _ out: inout TransformOutput, sources: [Int32], timestamp: (Int32) -> Int64, topic: (String) -> String,
         to batch: inout ProducerBatch
     ) {
         precondition(sources.count == out.count, "one source per output")
@@ -28,7 +28,7 @@ package enum RecordMapping {
         let topics = out.outputNames.map { batch.topicIndex(topic($0)) }
         let base = batch.adopt(out.takeBytes())
         let dedupeName = batch.write(OutputRecord.dedupeKeyHeader)
-        @inline(__always) func moved(_ span: StageOutput.Span) -> ProducerBatch.Span {
+        @inline(__always) func moved(_ span: TransformOutput.Span) -> ProducerBatch.Span {
             span.isNone ? .none : ProducerBatch.Span(start: base + span.start, count: span.count)
         }
         for i in entries.indices {
@@ -43,9 +43,9 @@ package enum RecordMapping {
 
     /// The dead letters of `failures`, all of `input`, as records to produce.
     package static func deadLetters(
-        _ failures: some Collection<DecodeFailure>, of input: InputRecord, stage: String, topic: String
+        _ failures: some Collection<DecodeFailure>, of input: InputRecord, stage: String, transform: String, topic: String
     ) -> [ProducerRecord] {
-        failures.map { deadLetter(DeadLetter(stage: stage, input: input, failure: $0), topic: topic) }
+        failures.map { deadLetter(DeadLetter(stage: stage, transform: transform, input: input, failure: $0), topic: topic) }
     }
 
     /// A dead letter as a record: the original key, value and timestamp, its headers plus `dead-letter.*`.

@@ -60,7 +60,9 @@ final class SettlementQueue: Sendable {
 
     /// What the settlement task needs, for every lane alike.
     struct Context: Sendable {
+        /// The stage (topology name) and the transform or chain it runs, for dead letters.
         let stageName: String
+        let transformName: String
         let deadLetterTopic: String
         let retry: Topology.RetryPolicy
         let consumer: KafkaConsumer
@@ -271,7 +273,7 @@ private struct Settler: Sendable {
                     ? delivery.inputs[Int(sources[i])].origin
                     : RecordOrigin(topic: partitions.first?.topic ?? "", partition: partitions.first?.partition ?? -1, offset: -1)
                 let letter = DeadLetter(
-                    stage: context.stageName,
+                    stage: context.stageName, transform: context.transformName,
                     undelivered: InputRecord(
                         key: output.key, value: output.value,
                         headers: output.headers.map { RecordHeader(name: $0.key, value: $0.value ?? []) },
@@ -287,7 +289,7 @@ private struct Settler: Sendable {
             }
             for (s, failure) in deadInputs.sorted(by: { $0.key < $1.key }) {
                 let letter = DeadLetter(
-                    stage: context.stageName, input: delivery.inputs[Int(s)],
+                    stage: context.stageName, transform: context.transformName, input: delivery.inputs[Int(s)],
                     failure: DecodeFailure(field: "$", reason: .deliveryFailed, detail: "\(failure)"),
                     errorCode: failure.rdKafkaCode.map(String.init) ?? failure.code.rawValue, attempts: attempt,
                     firstFailure: firstFailure)

@@ -14,8 +14,8 @@ enum LoopInput: Sendable {
 /// What the loop runs: an ordered stage (a chain from the catalogue, one copy per lane, with its
 /// changelog when it keeps state), or a concurrent I/O stage.
 enum StageWork: Sendable {
-    case ordered(template: StageRunner, changelog: Changelog?)
-    case concurrent(any ConcurrentStage, gate: AsyncGate)
+    case ordered(template: TransformRunner, changelog: Changelog?)
+    case concurrent(any ConcurrentTransform, gate: AsyncGate)
 }
 
 /// What the event loop needs of its worker, and nothing more: the stage's definition and
@@ -24,8 +24,8 @@ struct LoopContext: Sendable {
     let definition: Topology.Stage
     let settings: WorkerSettings
     let work: StageWork
-    /// Name in dead letters: the chain's or the concurrent stage's.
-    let stageName: String
+    /// The transform or chain this stage runs (`dead-letter.transform`).
+    let transformName: String
     let recorder: StageRecorder
     /// Whether this worker may still own its partitions after a long pause.
     let membership: MembershipGate
@@ -53,14 +53,14 @@ struct LoopContext: Sendable {
                     ])
             }
         }
-        return RecordMapping.deadLetters(failures, of: input, stage: stageName, topic: definition.deadLetterTopic)
+        return RecordMapping.deadLetters(failures, of: input, stage: definition.name, transform: transformName, topic: definition.deadLetterTopic)
     }
 
     /// Outputs (`sources[i]`: output `i`'s input, stamped `timestamp(sources[i])`) and dead
     /// letters (tagged ``SettlementQueue/Delivery/noInput``) as one batch to produce, with the
     /// sources of its records.
     func outgoing(
-        _ out: inout StageOutput, sources: [Int32], timestamp: (Int32) -> Int64, deadLetters: [ProducerRecord]
+        _ out: inout TransformOutput, sources: [Int32], timestamp: (Int32) -> Int64, deadLetters: [ProducerRecord]
     ) -> (records: ProducerBatch, sources: [Int32]) {
         var batch = ProducerBatch(reservingCapacity: out.count + deadLetters.count, bytesPerRecord: 0)
         RecordMapping.append(&out, sources: sources, timestamp: timestamp, topic: definition.topic(forOutput:), to: &batch)
@@ -73,7 +73,7 @@ struct LoopContext: Sendable {
     }
 
     /// One input's (or an `advance`'s) outputs and dead letters as one batch, with the input's timestamp.
-    func outgoing(_ out: inout StageOutput, of input: InputRecord, source: Int32) -> (records: ProducerBatch, sources: [Int32]) {
+    func outgoing(_ out: inout TransformOutput, of input: InputRecord, source: Int32) -> (records: ProducerBatch, sources: [Int32]) {
         let deadLetters = deadLetters(out.failures, of: input)
         let sources = [Int32](repeating: source, count: out.count)
         return outgoing(&out, sources: sources, timestamp: { _ in input.timestamp }, deadLetters: deadLetters)
@@ -214,7 +214,7 @@ final class StageLoop {
 
     private func makeLane(_ id: TopicPartition) -> PartitionLane {
         let members = definition.joinsInputs ? definition.inputs.map { TopicPartition($0, id.partition) } : [id]
-        var runner: StageRunner?
+        var runner: TransformRunner?
         if case .ordered(let template, _) = context.work { runner = template }
         return PartitionLane(
             id: id, partitions: members, runner: runner, settlement: SettlementQueue(partitions: members, context: settlement),
@@ -330,7 +330,7 @@ final class StageLoop {
         let now = Self.wallClock()
         let started = ContinuousClock.now
         // One output buffer for the whole stretch: the stage writes into it, the producer's batch takes it over.
-        var out = StageOutput(reservingCapacity: records.count, bytesPerRecord: outputBytesPerInput)
+        var out = TransformOutput(reservingCapacity: records.count, bytesPerRecord: outputBytesPerInput)
         var sources: [Int32] = []
         var inputs: [InputRecord] = []
         var deadLetters: [ProducerRecord] = []
@@ -341,9 +341,9 @@ final class StageLoop {
             let input = RecordMapping.input(record, now: now)
             let index = Int32(inputs.count)
             let failed = out.failures.count
-            lane.runner!.process(input, context: StageContext(now: input.timestamp), into: &out)
+            lane.runner!.process(input, context: TransformContext(now: input.timestamp), into: &out)
             // A stage only appends: earlier inputs' outputs are not its to remove (a programming error).
-            precondition(out.count >= sources.count, "stage \(context.stageName) removed outputs of earlier inputs from its StageOutput")
+            precondition(out.count >= sources.count, "transform \(context.transformName) removed outputs of earlier inputs from its TransformOutput")
             while sources.count < out.count { sources.append(index) }
             if out.failures.count > failed { deadLetters += context.deadLetters(out.failures[failed...], of: input) }
             inputs.append(input)
@@ -369,7 +369,7 @@ final class StageLoop {
     /// runs the stage and submits the outputs once every earlier record of the same key has
     /// submitted its own. The lane settles the tasks in offset order, so an offset becomes
     /// durable only when it and every earlier input of the partition are done.
-    private func startConcurrent(_ records: ArraySlice<ConsumerRecord>, lane: PartitionLane, stage: any ConcurrentStage, gate: AsyncGate) throws {
+    private func startConcurrent(_ records: ArraySlice<ConsumerRecord>, lane: PartitionLane, stage: any ConcurrentTransform, gate: AsyncGate) throws {
         guard let first = records.first else { return }
         try guarantee.willChange(lane, first: [first.topicPartition: first.offset])
         let now = Self.wallClock()
@@ -383,13 +383,13 @@ final class StageLoop {
             let task = Task<SettlementQueue.Delivery, Never> {
                 await gate.acquire()
                 let began = ContinuousClock.now
-                var out: StageOutput
+                var out: TransformOutput
                 if let budget {
                     // The record's outputs must reach the open transaction before the broker
                     // aborts it: past the budget the record is dead-lettered instead (its work
                     // goes on in the background and is dropped).
                     out = await Deadline.race(budget) { await stage.process(input) }
-                        ?? StageOutput(failures: [DecodeFailure(field: "$", reason: .timedOut, detail: "not done within \(budget) (exactly once: half the transaction timeout)")])
+                        ?? TransformOutput(failures: [DecodeFailure(field: "$", reason: .timedOut, detail: "not done within \(budget) (exactly once: half the transaction timeout)")])
                 } else {
                     out = await stage.process(input)
                 }
@@ -445,7 +445,7 @@ final class StageLoop {
         for lane in lanes.values {
             try guarantee.willChange(lane, first: [:])
             lane.settleRestoredOffsets()
-            guard var out = lane.runner?.advance(context: StageContext(now: now)) else { continue }
+            guard var out = lane.runner?.advance(context: TransformContext(now: now)) else { continue }
             if out.count > 0 || !out.failures.isEmpty {
                 let (outgoing, sources) = context.outgoing(&out, of: .advance(at: now), source: SettlementQueue.Delivery.noInput)
                 if changelog != nil { lane.dirty = true }

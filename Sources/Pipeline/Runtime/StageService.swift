@@ -39,8 +39,8 @@ public final class StageService: Service, Sendable {
     public let health: WorkerHealth
     let recorder: StageRecorder
     let work: StageWork
-    /// Name in dead letters: the chain's or the concurrent stage's.
-    let stageName: String
+    /// The transform or chain this stage runs (`dead-letter.transform`).
+    let transformName: String
     let settings: WorkerSettings
     let logger: Logger
     private let stopSignal = Mutex<(requested: Bool, forwarder: Task<Void, Never>?)>((false, nil))
@@ -49,7 +49,7 @@ public final class StageService: Service, Sendable {
     ///   `thumbnails.render`); the host that links its module builds it from the stage's options.
     public init(
         definition: Topology.Stage, topology: Topology, settings: WorkerSettings, health: WorkerHealth = WorkerHealth(),
-        logger: Logger = Logger(label: "stage"), concurrent: (any ConcurrentStage)? = nil
+        logger: Logger = Logger(label: "stage"), concurrent: (any ConcurrentTransform)? = nil
     ) throws {
         self.definition = definition
         self.settings = settings
@@ -64,15 +64,15 @@ public final class StageService: Service, Sendable {
                     message: "expected [\(concurrent.name)] for this worker, found \(definition.chain)")
             }
             work = .concurrent(concurrent, gate: AsyncGate(limit: definition.concurrency))
-            stageName = concurrent.name
+            transformName = concurrent.name
         } else {
-            if let name = definition.chain.first(where: StageCatalog.concurrentNames.contains) {
+            if let name = definition.chain.first(where: TransformCatalog.concurrentNames.contains) {
                 throw TopologyError(
                     source: topology.source, line: nil, path: "stages.\(definition.name).chain",
                     message: "\(name) does I/O and runs alone in its stage, built by `pipelinectl worker` (chain: [\(name)])")
             }
-            let template = try StageCatalog(options: definition.options).runner(for: definition.chain)
-            stageName = template.name
+            let template = try TransformCatalog(options: definition.options).runner(for: definition.chain)
+            transformName = template.name
             var changelog: Changelog?
             if template.hasState {
                 guard let name = definition.changelog, let topic = topology.topic(named: name) else {
@@ -160,7 +160,7 @@ public final class StageService: Service, Sendable {
             clock.cancel()
         }
         let context = LoopContext(
-            definition: definition, settings: settings, work: work, stageName: stageName, recorder: recorder, membership: membership, health: health,
+            definition: definition, settings: settings, work: work, transformName: transformName, recorder: recorder, membership: membership, health: health,
             logLimiter: logLimiter, logger: logger, requestStop: { [weak self] in self?.requestStop() })
         let guarantee: any DeliveryGuarantee = exactlyOnce
             ? ExactlyOnce(
@@ -171,7 +171,7 @@ public final class StageService: Service, Sendable {
                 logLimiter: logLimiter, logger: logger)
         let backpressure = Backpressure(maxRecords: definition.maxInFlightRecords, maxBytes: definition.maxInFlightBytes)
         let settlement = SettlementQueue.Context(
-            stageName: stageName, deadLetterTopic: definition.deadLetterTopic, retry: definition.retry, consumer: consumer, producer: producer,
+            stageName: definition.name, transformName: transformName, deadLetterTopic: definition.deadLetterTopic, retry: definition.retry, consumer: consumer, producer: producer,
             backpressure: backpressure, guarantee: guarantee, recorder: recorder, membership: membership, logLimiter: logLimiter, logger: logger,
             fail: { [logger] error in
                 // Also while stopping, when the loop no longer reads its input.

@@ -63,7 +63,7 @@ public struct Topology: Sendable {
         /// Records a concurrent stage (`thumbnails.render`) works on at once, per worker (its
         /// fetches in flight; rendering is bounded by its own threads). Ordered stages ignore it.
         public var concurrency: Int
-        public var options: StageCatalog.Options
+        public var options: TransformCatalog.Options
 
         public func topic(forOutput output: String) -> String { outputs[output] ?? output }
 
@@ -216,11 +216,11 @@ private struct TopologyReader {
     }
 
     /// A stage's `options:`: each key goes to the chain's stage that declares it
-    /// (``StageCatalog/options(forStage:)``), which reads its value.
-    func stageOptions(_ node: Node, _ path: String, chain: [String], into options: inout StageCatalog.Options) throws(TopologyError) {
-        var declared: [StageOption] = []
+    /// (``TransformCatalog/options(forStage:)``), which reads its value.
+    func stageOptions(_ node: Node, _ path: String, chain: [String], into options: inout TransformCatalog.Options) throws(TopologyError) {
+        var declared: [TransformOption] = []
         for stage in chain {
-            for option in StageCatalog.options(forStage: stage) where !declared.contains(where: { $0.key == option.key }) { declared.append(option) }
+            for option in TransformCatalog.options(forStage: stage) where !declared.contains(where: { $0.key == option.key }) { declared.append(option) }
         }
         guard let mapping = node.mapping else { throw fail(node, path, "expected a mapping of options (key: value lines)") }
         for (k, v) in mapping {
@@ -280,7 +280,7 @@ private struct TopologyReader {
         var retry = Topology.RetryPolicy()
         var advance = Duration.seconds(1), checkpoint = Duration.seconds(1), commit = Duration.milliseconds(100)
         var maxRecords = 10_000, maxBytes = 64 << 20, concurrency = 16
-        var options = StageCatalog.Options()
+        var options = TransformCatalog.Options()
         var optionsNode: Node?
         func topicName(_ value: Node, _ p: String) throws(TopologyError) -> String {
             let t = try string(value, p)
@@ -293,11 +293,11 @@ private struct TopologyReader {
             case "name": name = try string(value, p)
             case "chain":
                 let names = try strings(value, p)
-                let known = StageCatalog.names + StageCatalog.concurrentNames
+                let known = TransformCatalog.names + TransformCatalog.concurrentNames
                 for (i, n) in names.enumerated() where !known.contains(n) {
                     throw fail(value.sequence?[i] ?? value, "\(p)[\(i)]", "unknown stage '\(n)'; known stages: \(known.joined(separator: ", "))")
                 }
-                if names.count > 1, let n = names.first(where: StageCatalog.concurrentNames.contains) {
+                if names.count > 1, let n = names.first(where: TransformCatalog.concurrentNames.contains) {
                     throw fail(value, p, "\(n) does I/O and runs alone in its stage: chain: [\(n)]")
                 }
                 chain = names

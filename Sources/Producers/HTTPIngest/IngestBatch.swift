@@ -144,8 +144,8 @@ public struct IngestValidator: Sendable {
     let hangouts: HangoutDecoder
     let challenges: ChallengeDecoder
 
-    /// The decoders as the stages build them by default (`StageCatalog`'s limits and offsets).
-    public init(options: StageCatalog.Options = StageCatalog.Options()) {
+    /// The decoders as the stages build them by default (`TransformCatalog`'s limits and offsets).
+    public init(options: TransformCatalog.Options = TransformCatalog.Options()) {
         prices = PriceTickDecoder(limits: options.limits)
         products = ProductDecoder(limits: options.limits, utcOffsetSeconds: options.utcOffsetSeconds)
         campaigns = CampaignDecoder(limits: options.limits, utcOffsetSeconds: options.utcOffsetSeconds)

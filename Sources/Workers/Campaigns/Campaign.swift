@@ -33,7 +33,7 @@ public struct Campaign: Sendable, Hashable, Codable {
     /// Epoch ms (upstream: Korean local time without a zone).
     public var startDate: Int64
     public var endDate: Int64
-    /// Upstream category; ``CampaignFeedStage/categories`` maps it to a tab.
+    /// Upstream category; ``CampaignFeedTransform/categories`` maps it to a tab.
     public var categoryId: Int64
     /// Empty: public campaign; non-empty: corporate.
     public var organizationIds: [Int64]

@@ -84,8 +84,8 @@ public struct ChallengeStandings: Sendable, Hashable, Codable {
     }
 }
 
-/// What the challenge stages know about every challenge: a value both ``ChallengeStandingsStage``
-/// and ``ChallengeNotificationStage`` keep in their state (each stage owns its copy).
+/// What the challenge transforms know about every challenge: a value both ``ChallengeStandingsTransform``
+/// and ``ChallengeNotificationTransform`` keep in their state (each transform owns its copy).
 ///
 /// Rules (the backend's day-7 midnight job, formats.md §5): the term is `term` days from the
 /// start date, in ``offsetSeconds`` local time (Korean time); only records dated within the term

@@ -1,14 +1,17 @@
 /// Header names on dead letters. A dead letter is the original record (key, value, headers and
 /// timestamp unchanged) plus these headers; its value is never rewritten.
 public enum DeadLetterHeader {
+    /// The stage (the topology's unit: `prices-candles`) whose worker dead-lettered the record.
     public static let stage = "dead-letter.stage"
+    /// The transform, or chain of transforms, that failed (`prices.decode,prices.candles`).
+    public static let transform = "dead-letter.transform"
     public static let reason = "dead-letter.reason"
     public static let field = "dead-letter.field"
     public static let detail = "dead-letter.detail"
     public static let originTopic = "dead-letter.origin.topic"
     public static let originPartition = "dead-letter.origin.partition"
     public static let originOffset = "dead-letter.origin.offset"
-    /// The error code when the record failed downstream of the stage (e.g. a delivery error).
+    /// The error code when the record failed downstream of the transform (e.g. a delivery error).
     public static let errorCode = "dead-letter.error-code"
     /// How many times the record was tried.
     public static let attempts = "dead-letter.attempts"
@@ -25,18 +28,21 @@ public enum DeadLetterHeader {
 
 /// A record that could not be used, as it goes to the dead-letter topic.
 ///
-/// Two kinds share the format. An input the stage could not use (or whose outputs cannot be
+/// Two kinds share the format. An input the transform could not use (or whose outputs cannot be
 /// made again from it) is the input itself; a redrive sends it back to its origin topic. An
 /// output that could not be delivered past its attempts is the output itself, with
 /// ``destination`` naming where it was going and ``origin`` the input that caused it; a redrive
-/// sends it to the destination, so an output a stateful stage can never make again (a candle
+/// sends it to the destination, so an output a stateful transform can never make again (a candle
 /// whose minute has closed) is not lost.
 ///
 /// The one dead-letter format: the Kafka runtime, ``TestDriver`` and `pipelinectl run` all
-/// build it with ``init(stage:input:failure:errorCode:attempts:firstFailure:)`` and turn it into
-/// a record with ``recordHeaders``, so a stage tested one way behaves the same on Kafka.
+/// build it with ``init(stage:transform:input:failure:errorCode:attempts:firstFailure:)`` and turn it into
+/// a record with ``recordHeaders``, so a transform tested one way behaves the same on Kafka.
 public struct DeadLetter: Sendable, Hashable {
+    /// The stage whose worker dead-lettered the record (what `dlq --stage` selects).
     public var stage: String
+    /// The transform or chain that failed; nil in dead letters written before it was recorded.
+    public var transform: String?
     public var origin: RecordOrigin
     public var failure: DecodeFailure
     /// The failed record, unchanged.
@@ -44,7 +50,7 @@ public struct DeadLetter: Sendable, Hashable {
     public var value: [UInt8]?
     public var headers: [RecordHeader]
     public var timestamp: Int64
-    /// Set when the record failed after the stage (a delivery error code), nil for bad input.
+    /// Set when the record failed after the transform (a delivery error code), nil for bad input.
     public var errorCode: String?
     public var attempts: Int
     public var firstFailure: Int64?
@@ -63,19 +69,20 @@ public struct DeadLetter: Sendable, Hashable {
     /// An output that could not be delivered: `output` is the record as it was produced (its
     /// key, value, headers and timestamp are kept unchanged), `input` the input it came from.
     public init(
-        stage: String, undelivered output: InputRecord, destination: Destination, input origin: RecordOrigin,
+        stage: String, transform: String?, undelivered output: InputRecord, destination: Destination, input origin: RecordOrigin,
         failure: DecodeFailure, errorCode: String?, attempts: Int, firstFailure: Int64?
     ) {
-        self.init(stage: stage, input: output, failure: failure, errorCode: errorCode, attempts: attempts, firstFailure: firstFailure)
+        self.init(stage: stage, transform: transform, input: output, failure: failure, errorCode: errorCode, attempts: attempts, firstFailure: firstFailure)
         self.origin = origin
         self.destination = destination
     }
 
     public init(
-        stage: String, input: InputRecord, failure: DecodeFailure, errorCode: String? = nil, attempts: Int = 1,
+        stage: String, transform: String?, input: InputRecord, failure: DecodeFailure, errorCode: String? = nil, attempts: Int = 1,
         firstFailure: Int64? = nil
     ) {
         self.stage = stage
+        self.transform = transform
         self.origin = input.origin
         self.failure = failure
         self.key = input.key
@@ -92,6 +99,7 @@ public struct DeadLetter: Sendable, Hashable {
     public var recordHeaders: [RecordHeader] {
         var out = headers.filter { !$0.name.hasPrefix("dead-letter.") || $0.name == DeadLetterHeader.redriven }
         out.append(RecordHeader(DeadLetterHeader.stage, stage))
+        if let transform { out.append(RecordHeader(DeadLetterHeader.transform, transform)) }
         out.append(RecordHeader(DeadLetterHeader.reason, failure.reason.rawValue))
         out.append(RecordHeader(DeadLetterHeader.field, failure.field))
         out.append(RecordHeader(DeadLetterHeader.detail, failure.detail))
@@ -118,6 +126,7 @@ public struct DeadLetter: Sendable, Hashable {
             let offset = headers.string(named: DeadLetterHeader.originOffset).flatMap({ Int64($0) })
         else { return nil }
         self.stage = stage
+        self.transform = headers.string(named: DeadLetterHeader.transform)
         self.origin = RecordOrigin(topic: topic, partition: partition, offset: offset)
         self.failure = DecodeFailure(
             field: headers.string(named: DeadLetterHeader.field) ?? "", reason: reason,

@@ -17,8 +17,8 @@ public struct DecodeFailure: Error, Sendable, Hashable, Codable, CustomStringCon
         case tooDeep = "too-deep"
         /// A tombstone (or empty value) where a payload is needed.
         case emptyValue = "empty-value"
-        /// The stage's outputs for this input could not be delivered within the retry budget
-        /// (set by the runtime, never by a stage; the error code is in the dead letter).
+        /// The transform's outputs for this input could not be delivered within the retry budget
+        /// (set by the runtime, never by a transform; the error code is in the dead letter).
         case deliveryFailed = "delivery-failed"
         /// A source (image) could not be fetched within the retry budget: timeouts, refused
         /// connections, 5xx answers.
@@ -38,7 +38,7 @@ public struct DecodeFailure: Error, Sendable, Hashable, Codable, CustomStringCon
         case renderFailed = "render-failed"
         /// The rendered result could not be stored.
         case storeFailed = "store-failed"
-        /// The stage did not finish the record within the time the runtime allows it (set by the
+        /// The transform did not finish the record within the time the runtime allows it (set by the
         /// runtime: exactly once, half the transaction timeout, so the transaction can commit).
         case timedOut = "timed-out"
     }

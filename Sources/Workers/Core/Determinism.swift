@@ -1,6 +1,6 @@
 extension InputRecord {
     /// A deterministic identity of this input: its upstream `dedupe-key` header when it has one
-    /// (records produced by a stage, or forwarded inside a ``Chain``), else `topic/partition/offset`.
+    /// (records produced by a transform, or forwarded inside a ``Chain``), else `topic/partition/offset`.
     /// Stages derive their outputs' dedupe keys from it, so a redelivered record yields the same keys.
     public var identity: String { .dedupeKey { $0.appendIdentity(of: self) } }
 
@@ -43,9 +43,9 @@ func stableHash(_ s: String) -> String {
     return String(repeating: "0", count: 16 - hex.count) + hex
 }
 
-/// Writes a dedupe key's pieces straight into a buffer: no intermediate strings, for stages that
+/// Writes a dedupe key's pieces straight into a buffer: no intermediate strings, for transforms that
 /// key every output (the per-record hot path: six `+=` and two integer conversions per key cost a
-/// stage at the ticker feed's rate several per cent). ``Swift/String/dedupeKey(_:)`` writes into
+/// transform at the ticker feed's rate several per cent). ``Swift/String/dedupeKey(_:)`` writes into
 /// a stack buffer and makes the string from it in one allocation; a key longer than the buffer
 /// runs the closure a second time, into the string's own storage.
 public struct DedupeKeyWriter {
@@ -142,7 +142,7 @@ extension String {
 }
 
 extension DedupeKeyWriter {
-    /// Appends the dedupe key `write` writes to `bytes` (a ``StageOutput``'s buffer). `write` may
+    /// Appends the dedupe key `write` writes to `bytes` (a ``TransformOutput``'s buffer). `write` may
     /// run twice (for a key longer than 256 bytes) and must write the same pieces both times.
     static func write(_ write: (inout DedupeKeyWriter) -> Void, to bytes: inout [UInt8]) {
         withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 256) { stack in

@@ -1,4 +1,4 @@
-/// Runs a stage or chain over JSON lines and renders its outputs and failures as JSON lines:
+/// Runs a transform or chain over JSON lines and renders its outputs and failures as JSON lines:
 /// the engine of `pipelinectl run`, usable (and tested) without the CLI.
 ///
 /// ## Input: one record per line
@@ -19,14 +19,14 @@
 /// {"type":"dead-letter","key":null,"value":{…the input…},"headers":{"dead-letter.stage":"prices.decode","dead-letter.reason":"wrong-type",…}}
 /// ```
 /// A value that is valid JSON is embedded as JSON, anything else as a string; a tombstone is `null`.
-/// Each record's `timestamp` is the stage's ``StageContext/now``.
+/// Each record's `timestamp` is the transform's ``TransformContext/now``.
 public struct JSONLinesRunner: Sendable {
-    public private(set) var runner: StageRunner
+    public private(set) var runner: TransformRunner
     public var defaultTopic: String
     private var recordNumber: Int64 = 0
     private var lastTimestamp: Int64 = 0
 
-    public init(runner: StageRunner, defaultTopic: String = "stdin") {
+    public init(runner: TransformRunner, defaultTopic: String = "stdin") {
         self.runner = runner
         self.defaultTopic = defaultTopic
     }
@@ -39,23 +39,23 @@ public struct JSONLinesRunner: Sendable {
         recordNumber += 1
         if record.timestamp == Int64.min { record.timestamp = lastTimestamp }
         lastTimestamp = record.timestamp
-        let out = runner.process(record, context: StageContext(now: record.timestamp))
+        let out = runner.process(record, context: TransformContext(now: record.timestamp))
         return render(out, input: record)
     }
 
     /// Lets time pass to `now` (closes batching windows); returns the output lines.
     public mutating func advance(to now: Int64) -> [String] {
-        render(runner.advance(context: StageContext(now: now)), input: .advance(at: now))
+        render(runner.advance(context: TransformContext(now: now)), input: .advance(at: now))
     }
 
-    private func render(_ out: StageOutput, input: InputRecord) -> [String] {
+    private func render(_ out: TransformOutput, input: InputRecord) -> [String] {
         var lines: [String] = []
         for r in out.records {
             lines.append(Self.line(type: "output", output: r.output, key: r.key, value: r.value, headers: r.headers, dedupeKey: r.dedupeKey))
         }
         for f in out.failures {
             // The same record the Kafka runtime sends to the dead-letter topic.
-            let dead = DeadLetter(stage: runner.name, input: input, failure: f)
+            let dead = DeadLetter(stage: runner.name, transform: runner.name, input: input, failure: f)
             lines.append(Self.line(type: "dead-letter", output: nil, key: dead.key, value: dead.value, headers: dead.recordHeaders, dedupeKey: nil))
         }
         return lines

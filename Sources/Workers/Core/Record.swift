@@ -1,8 +1,8 @@
-/// Where a record came from. The runtime fills it in; stages copy it through so a dead letter
+/// Where a record came from. The runtime fills it in; transforms copy it through so a dead letter
 /// can always name the exact input that failed.
 public struct RecordOrigin: Sendable, Hashable, Codable {
     /// Kafka topic the record was read from (or, inside a chain, the logical output name of
-    /// the previous stage).
+    /// the previous transform).
     public var topic: String
     public var partition: Int32
     public var offset: Int64
@@ -42,10 +42,10 @@ extension [RecordHeader] {
     }
 }
 
-/// A record as the runtime hands it to a stage.
+/// A record as the runtime hands it to a transform.
 public struct InputRecord: Sendable, Hashable {
     public var key: [UInt8]?
-    /// The payload; nil is a tombstone, a legal Kafka record that every stage must handle.
+    /// The payload; nil is a tombstone, a legal Kafka record that every transform must handle.
     /// A slice: the runtime hands out the values of a consumed batch as slices of one buffer
     /// (one allocation per batch, not one per record); `Array(value)` makes a copy to keep.
     @inlinable
@@ -92,13 +92,13 @@ public struct InputRecord: Sendable, Hashable {
 }
 
 extension InputRecord {
-    /// The record a failure of ``Stage/advance(state:context:)`` is attributed to: no input, origin `(advance)`.
+    /// The record a failure of ``Transform/advance(state:context:)`` is attributed to: no input, origin `(advance)`.
     public static func advance(at now: Int64) -> InputRecord {
         InputRecord(value: nil, timestamp: now, origin: RecordOrigin(topic: "(advance)", partition: -1, offset: -1))
     }
 }
 
-/// A record a stage wants produced.
+/// A record a transform wants produced.
 public struct OutputRecord: Sendable, Hashable {
     /// Logical output name (e.g. `prices.candles.1m`); the runtime maps it to a topic.
     public var output: String
@@ -135,8 +135,8 @@ public struct OutputRecord: Sendable, Hashable {
     public var valueString: String? { value.map { String(decoding: $0, as: UTF8.self) } }
 }
 
-/// What the runtime passes with each call: time comes in as a value, stages never read a clock.
-public struct StageContext: Sendable, Hashable {
+/// What the runtime passes with each call: time comes in as a value, transforms never read a clock.
+public struct TransformContext: Sendable, Hashable {
     /// "Now" in epoch milliseconds: the runtime's event time (for a record, usually its
     /// timestamp; for `advance`, the wall clock it sampled). Tests pass any value.
     public var now: Int64

@@ -180,7 +180,7 @@ public enum HangoutEvent: Sendable, Hashable, Codable {
     /// `PUT user/fcmToken`.
     case fcmToken(userId: String, token: String)
 
-    /// The record key the decode stage uses: the hangout id, or the user id for user events.
+    /// The record key the decode transform uses: the hangout id, or the user id for user events.
     public var key: String {
         switch self {
         case .hangout(let h): return h.id

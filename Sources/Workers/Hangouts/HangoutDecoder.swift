@@ -15,7 +15,7 @@
 /// at the top level (writes) or in `place{…}` (reads), categories as a list or one string,
 /// `Projects` for the API's `Projcets`. The meet time `yyyy-MM-dd HH:mm` has no zone and is read
 /// at ``utcOffsetSeconds`` (Korean time by default); ISO date-times with a zone are accepted
-/// too (the decode stage's own output).
+/// too (the decode transform's own output).
 ///
 /// Validation: id, title, plan, meet time, language, limit (≥ 1) and place (name and
 /// coordinates in range) are required; counts are not negative and the current count is not

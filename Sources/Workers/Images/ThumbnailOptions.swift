@@ -52,8 +52,8 @@ public struct ThumbnailOptions: Sendable, Hashable {
 
 extension ThumbnailOptions {
     /// The thumbnail worker's keys (`thumbnails.render`).
-    public static let stageOptions: [StageOption] = [
-        StageOption("thumbnail-sizes") { value, options throws(OptionError) in
+    public static let stageOptions: [TransformOption] = [
+        TransformOption("thumbnail-sizes") { value, options throws(OptionError) in
             guard case .list(let items, _) = value, !items.isEmpty else {
                 throw OptionError(value, "expected a list of {name, width, height, fit, format, quality}")
             }
@@ -83,15 +83,15 @@ extension ThumbnailOptions {
                 return size
             }
         },
-        StageOption("render-threads") { value, options throws(OptionError) in options.thumbnails.renderThreads = try value.int() },
-        StageOption("fetch-timeout") { value, options throws(OptionError) in options.thumbnails.fetchTimeoutMillis = try value.milliseconds() },
-        StageOption("fetch-attempts") { value, options throws(OptionError) in options.thumbnails.fetchAttempts = try value.int() },
-        StageOption("fetch-backoff") { value, options throws(OptionError) in options.thumbnails.fetchBackoffMillis = try value.milliseconds() },
-        StageOption("allow-networks") { value, options throws(OptionError) in options.thumbnails.allowNetworks = try value.strings() },
-        StageOption("max-image-bytes") { value, options throws(OptionError) in options.thumbnails.maxImageBytes = try value.int() },
-        StageOption("max-pixels") { value, options throws(OptionError) in options.thumbnails.maxPixels = try value.int() },
-        StageOption("store-directory") { value, options throws(OptionError) in options.thumbnails.storeDirectory = try value.string() },
-        StageOption("store-sync") { value, options throws(OptionError) in options.thumbnails.storeSync = try value.bool() },
-        StageOption("file-roots") { value, options throws(OptionError) in options.thumbnails.fileRoots = try value.strings() },
+        TransformOption("render-threads") { value, options throws(OptionError) in options.thumbnails.renderThreads = try value.int() },
+        TransformOption("fetch-timeout") { value, options throws(OptionError) in options.thumbnails.fetchTimeoutMillis = try value.milliseconds() },
+        TransformOption("fetch-attempts") { value, options throws(OptionError) in options.thumbnails.fetchAttempts = try value.int() },
+        TransformOption("fetch-backoff") { value, options throws(OptionError) in options.thumbnails.fetchBackoffMillis = try value.milliseconds() },
+        TransformOption("allow-networks") { value, options throws(OptionError) in options.thumbnails.allowNetworks = try value.strings() },
+        TransformOption("max-image-bytes") { value, options throws(OptionError) in options.thumbnails.maxImageBytes = try value.int() },
+        TransformOption("max-pixels") { value, options throws(OptionError) in options.thumbnails.maxPixels = try value.int() },
+        TransformOption("store-directory") { value, options throws(OptionError) in options.thumbnails.storeDirectory = try value.string() },
+        TransformOption("store-sync") { value, options throws(OptionError) in options.thumbnails.storeSync = try value.bool() },
+        TransformOption("file-roots") { value, options throws(OptionError) in options.thumbnails.fileRoots = try value.strings() },
     ]
 }

@@ -1,6 +1,6 @@
 /// One source image that needs thumbnails: what it belongs to and where it is.
 ///
-/// Request stages (`products.thumbnails`, `challenges.thumbnails`, `hangouts.thumbnails`) emit
+/// Request transforms (`products.thumbnails`, `challenges.thumbnails`, `hangouts.thumbnails`) emit
 /// one per image on `thumbnails.requests`, keyed by the owner (product id, `record-<id>`,
 /// `hangout-<id>`), so the requests of
 /// one owner stay in order on one partition. The thumbnail worker renders every size its
@@ -104,7 +104,7 @@ public struct ThumbnailRequest: Sendable, Hashable {
     }
 }
 
-/// What stages downstream of the thumbnail worker read from a `thumbnails.ready` event: whose
+/// What transforms downstream of the thumbnail worker read from a `thumbnails.ready` event: whose
 /// image it is and where each size is stored (`name` → `uri`).
 public struct ThumbnailReady: Sendable, Hashable {
     public var owner: String

@@ -1,4 +1,4 @@
-/// Appends compact JSON to a byte buffer. Used for stage outputs, notifications and dead letters;
+/// Appends compact JSON to a byte buffer. Used for transform outputs, notifications and dead letters;
 /// writes keys in the order given so outputs are byte-for-byte deterministic (golden tests,
 /// dedupe).
 public struct JSONWriter: Sendable {
@@ -18,7 +18,7 @@ public struct JSONWriter: Sendable {
 
     public init(capacity: Int = 256) { storage = Array(repeating: 0, count: max(capacity, 16)) }
 
-    /// A writer that appends to `bytes` (what ``StageOutput`` writes its values with: no
+    /// A writer that appends to `bytes` (what ``TransformOutput`` writes its values with: no
     /// buffer of the writer's own); ``finish()`` gives them back with the value after them.
     init(continuing bytes: consuming [UInt8]) {
         count = bytes.count
@@ -38,7 +38,7 @@ public struct JSONWriter: Sendable {
     ///
     /// Without that much slack, a large room (a whole tick) is written on the stack and appended:
     /// growing the buffer by zeros first would fill as many bytes as the bound, not as were
-    /// written, and a writer that continues a ``StageOutput`` starts with no slack for every value.
+    /// written, and a writer that continues a ``TransformOutput`` starts with no slack for every value.
     @inline(__always)
     mutating func withRoom(_ room: Int, _ body: (inout Cursor) -> Void) {
         if count &+ room > storage.count {

@@ -1,5 +1,5 @@
 /// A push notification, independent of the push service. Stages produce these; the render
-/// stage (``NotificationRenderStage``) turns each into an FCM and an APNs payload.
+/// transform (``NotificationRenderTransform``) turns each into an FCM and an APNs payload.
 public struct PushNotification: Sendable, Hashable, Codable {
     /// Who receives it.
     public enum Recipient: Sendable, Hashable, Codable {
@@ -66,7 +66,7 @@ public struct PushNotification: Sendable, Hashable, Codable {
 
     /// APNs payload (`aps` plus the data keys at top level). The collapse id is not part of the
     /// payload in APNs: it travels as the `apns-collapse-id` HTTP header, which
-    /// ``NotificationRenderStage`` puts on the output record's headers.
+    /// ``NotificationRenderTransform`` puts on the output record's headers.
     public func apnsJSON() -> [UInt8] {
         var w = JSONWriter()
         w.beginObject()
@@ -99,7 +99,7 @@ public struct PushNotification: Sendable, Hashable, Codable {
         w.endObject()
     }
 
-    /// The typed form as JSON (what producing stages emit on the `notifications` output):
+    /// The typed form as JSON (what producing transforms emit on the `notifications` output):
     /// `{"token"|"topic":..,"title":..,"body":..,"data":{..},"collapse_key":..,"dedupe_key":..}`.
     public func jsonBytes() -> [UInt8] {
         var w = JSONWriter()
@@ -118,7 +118,7 @@ public struct PushNotification: Sendable, Hashable, Codable {
         return w.bytes
     }
 
-    /// The record a producing stage emits for this notification.
+    /// The record a producing transform emits for this notification.
     public func outputRecord(output: String = "notifications") -> OutputRecord {
         let key: String
         switch recipient {
@@ -192,13 +192,13 @@ public struct NotificationDecoder: Sendable {
 
 /// `notifications.render`: typed notification in, one FCM record (`notifications.fcm`) and one
 /// APNs record (`notifications.apns`, with the `apns-collapse-id` header) out. Stateless.
-public struct NotificationRenderStage: Stage {
+public struct NotificationRenderTransform: Transform {
     public var decoder: NotificationDecoder
     public init(decoder: NotificationDecoder = NotificationDecoder()) { self.decoder = decoder }
 
     public var name: String { "notifications.render" }
 
-    public func process(_ record: InputRecord, state: inout NoState, context: StageContext, into out: inout StageOutput) {
+    public func process(_ record: InputRecord, state: inout NoState, context: TransformContext, into out: inout TransformOutput) {
         guard let value = record.value else { return }  // tombstone: nothing to send
         let n: PushNotification
         do { n = try decoder.decode(value) } catch { return out.fail(error) }

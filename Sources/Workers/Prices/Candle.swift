@@ -62,10 +62,10 @@ public struct Candle: Sendable, Hashable, Codable {
 /// it is published); after that it is dropped and counted in ``State/droppedLate``. Repeated
 /// ticks (same market, trade time, message time, price and volume) are counted once, so
 /// redelivery does not inflate volume. A minute with no trade has no candle.
-public struct CandleStage: Stage {
+public struct CandleTransform: Transform {
     public struct State: Codable, Sendable, Equatable {
-        /// Open candles by market, then minute start (changed only by ``CandleStage/add(_:to:)``
-        /// and ``CandleStage/closeReady(_:)``, which keep `nextCloseAt` right).
+        /// Open candles by market, then minute start (changed only by ``CandleTransform/add(_:to:)``
+        /// and ``CandleTransform/closeReady(_:)``, which keep `nextCloseAt` right).
         public internal(set) var open: [String: [Int64: OpenCandle]] = [:]
         /// Highest trade time seen.
         public var watermark: Int64 = .min
@@ -75,7 +75,7 @@ public struct CandleStage: Stage {
         public var droppedLate: Int = 0
         /// No open candle closes while the watermark is below this: the earliest close time of
         /// the open candles, `.max` for none, `.min` for not known (a state read from a
-        /// checkpoint), so that ``CandleStage/closeReady(_:)`` looks at every candle only when
+        /// checkpoint), so that ``CandleTransform/closeReady(_:)`` looks at every candle only when
         /// one may close, not on every tick. Derived from `open`: neither encoded nor compared.
         var nextCloseAt: Int64 = .min
 
@@ -133,7 +133,7 @@ public struct CandleStage: Stage {
     public var name: String { "prices.candles" }
     public var initialState: State { State() }
 
-    public func process(_ record: InputRecord, state: inout State, context: StageContext, into out: inout StageOutput) {
+    public func process(_ record: InputRecord, state: inout State, context: TransformContext, into out: inout TransformOutput) {
         guard let value = record.value else { return }
         let ticks: [PriceTick]
         do { ticks = try decoder.decode(value) } catch { return out.fail(error) }
@@ -202,9 +202,9 @@ public struct CandleStage: Stage {
     }
 }
 
-extension CandleStage {
+extension CandleTransform {
     /// `candle-lateness`: how long past its minute a candle waits for late ticks (default 10s).
     public static let options = [
-        StageOption("candle-lateness") { value, options throws(OptionError) in options.candleLatenessMillis = try value.milliseconds() }
+        TransformOption("candle-lateness") { value, options throws(OptionError) in options.candleLatenessMillis = try value.milliseconds() }
     ]
 }

@@ -70,8 +70,8 @@ public struct PriceTick: Sendable, Hashable, Codable {
         self.isTradingSuspended = isTradingSuspended
     }
 
-    /// The tick as a WebSocket DEFAULT ticker (the normalised form the decode stage produces; the
-    /// decoder reads it back unchanged, so stages can be chained over a topic).
+    /// The tick as a WebSocket DEFAULT ticker (the normalised form the decode transform produces; the
+    /// decoder reads it back unchanged, so transforms can be chained over a topic).
     public func jsonBytes() -> [UInt8] {
         var w = JSONWriter(capacity: 400)
         write(to: &w)

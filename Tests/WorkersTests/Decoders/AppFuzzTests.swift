@@ -79,12 +79,12 @@ import WorkersTesting
         var rng = SplitMix64(seed: 99)
         for name in ["hangouts.decode", "hangouts.notifications", "challenges.decode", "challenges.standings",
                      "challenges.notifications", "challenges.thumbnails"] {
-            let stage = try StageCatalog().stage(named: name)
+            let stage = try TransformCatalog().stage(named: name)
             try run(stage, &rng)
         }
     }
 
-    private func run<S: Stage>(_ stage: S, _ rng: inout SplitMix64) throws {
+    private func run<S: Transform>(_ stage: S, _ rng: inout SplitMix64) throws {
         var driver = TestDriver(stage, partitions: 2)
         for round in 0..<600 {
             var bytes = Array(Self.seeds[round % Self.seeds.count].utf8)

@@ -156,12 +156,12 @@ import Workers
 
     @Test func greatCircleDistances() {
         // Seomyeon to Haeundae Market: about 9.5 km; one degree of latitude: about 111.2 km (haversine, R = 6371.0088 km).
-        let d = HangoutNotificationStage.distanceMeters(lat1: 35.1577, lng1: 129.0593, lat2: 35.1631, lng2: 129.1635)
+        let d = HangoutNotificationTransform.distanceMeters(lat1: 35.1577, lng1: 129.0593, lat2: 35.1631, lng2: 129.1635)
         #expect(abs(d - 9_490) < 150, "\(d)")
-        let degree = HangoutNotificationStage.distanceMeters(lat1: 0, lng1: 0, lat2: 1, lng2: 0)
+        let degree = HangoutNotificationTransform.distanceMeters(lat1: 0, lng1: 0, lat2: 1, lng2: 0)
         #expect(abs(degree - 111_195) < 5, "\(degree)")
-        let antipode = HangoutNotificationStage.distanceMeters(lat1: 10, lng1: 20, lat2: -10, lng2: -160)
+        let antipode = HangoutNotificationTransform.distanceMeters(lat1: 10, lng1: 20, lat2: -10, lng2: -160)
         #expect(abs(antipode - 20_015_115) < 50, "\(antipode)")
-        #expect(HangoutNotificationStage.distanceMeters(lat1: 35, lng1: 129, lat2: 35, lng2: 129) == 0)
+        #expect(HangoutNotificationTransform.distanceMeters(lat1: 35, lng1: 129, lat2: 35, lng2: 129) == 0)
     }
 }

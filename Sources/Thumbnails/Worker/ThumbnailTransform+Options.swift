@@ -3,7 +3,7 @@ import Logging
 import Workers
 import SafeFetch
 
-extension ThumbnailStage {
+extension ThumbnailTransform {
     /// Builds the stage a topology describes (`options` of a `thumbnails.render` stage): sizes
     /// (default ``ThumbnailService/defaultSpecs``), render threads (default: the number of cores),
     /// fetch budget and allow-list, limits and the store directory (relative paths are resolved
@@ -12,7 +12,7 @@ extension ThumbnailStage {
     /// Throws a message naming the option that is wrong.
     public static func make(
         options: ThumbnailOptions, logger: Logger = Logger(label: "thumbnails")
-    ) throws -> (stage: ThumbnailStage, pool: RenderPool) {
+    ) throws -> (stage: ThumbnailTransform, pool: RenderPool) {
         let specs: [ThumbnailSpec] = try (options.sizes ?? []).map { size in
             guard let mode = ResizeMode(rawValue: size.fit) else { throw OptionError("thumbnail-sizes: fit '\(size.fit)' is not fit or cover") }
             guard let format = ThumbnailFormat(rawValue: size.format) else {
@@ -49,7 +49,7 @@ extension ThumbnailStage {
             let service = try ThumbnailService(
                 specs: specs.isEmpty ? ThumbnailService.defaultSpecs : specs, renderer: ThumbnailRenderer(limits: limits), pool: pool,
                 fetcher: SafeFetcher(configuration: fetch, logger: logger), store: LocalDirectoryBlobStore(root: root, syncWrites: options.storeSync ?? true), logger: logger)
-            return (ThumbnailStage(service: service), pool)
+            return (ThumbnailTransform(service: service), pool)
         } catch {
             pool.shutdown()
             throw OptionError("thumbnail-sizes: \(error)")

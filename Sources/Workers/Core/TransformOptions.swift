@@ -1,6 +1,6 @@
 /// A value of a stage's `options:` in the topology file, as the file wrote it: a scalar, a list or
 /// a mapping, each with its line (for errors). The topology reader makes these from YAML; each
-/// stage reads the keys it declares (``StageOption``), so adding a stage or an option touches
+/// transform reads the keys it declares (``TransformOption``), so adding a transform or an option touches
 /// the stage's file and the catalogue, never the topology reader.
 public indirect enum OptionValue: Sendable {
     case scalar(String, line: Int?)
@@ -112,18 +112,18 @@ public struct OptionError: Error, Sendable, Equatable {
     }
 }
 
-/// An option key a stage takes, and how its value goes into the catalogue's options.
-public struct StageOption: Sendable {
+/// An option key a transform takes, and how its value goes into the catalogue's options.
+public struct TransformOption: Sendable {
     public let key: String
-    public let apply: @Sendable (OptionValue, inout StageCatalog.Options) throws(OptionError) -> Void
+    public let apply: @Sendable (OptionValue, inout TransformCatalog.Options) throws(OptionError) -> Void
 
-    public init(_ key: String, _ apply: @escaping @Sendable (OptionValue, inout StageCatalog.Options) throws(OptionError) -> Void) {
+    public init(_ key: String, _ apply: @escaping @Sendable (OptionValue, inout TransformCatalog.Options) throws(OptionError) -> Void) {
         self.key = key
         self.apply = apply
     }
 
-    /// `utc-offset-hours`: the zone of the upstream's zone-less dates, for every stage that reads them.
-    public static let utcOffset = StageOption("utc-offset-hours") { value, options throws(OptionError) in
+    /// `utc-offset-hours`: the zone of the upstream's zone-less dates, for every transform that reads them.
+    public static let utcOffset = TransformOption("utc-offset-hours") { value, options throws(OptionError) in
         options.utcOffsetSeconds = try value.int(min: -12, max: 14) * 3600
     }
 }

@@ -25,7 +25,7 @@ import Workers
         let lines = try AppFixtures.sampleLines(app)
         var result = Run(lines: lines.count)
         for file in Set(lines.map(\.file)).sorted() {
-            var runner = JSONLinesRunner(runner: try StageCatalog().runner(for: stages), defaultTopic: file)
+            var runner = JSONLinesRunner(runner: try TransformCatalog().runner(for: stages), defaultTopic: file)
             var number = 0
             for (f, line) in lines where f == file {
                 number += 1

@@ -6,7 +6,7 @@
 /// `created` when `issued_at` equals `created_at`, else `updated`. Deletions are produced as
 /// tombstones with the header, so the output topic can be compacted. A page yields one event
 /// per product. Stateless.
-public struct ProductDecodeStage: Stage {
+public struct ProductDecodeTransform: Transform {
     public var decoder: ProductDecoder
     /// Header naming the event kind.
     public var eventHeader: String
@@ -18,7 +18,7 @@ public struct ProductDecodeStage: Stage {
 
     public var name: String { "products.decode" }
 
-    public func process(_ record: InputRecord, state: inout NoState, context: StageContext, into out: inout StageOutput) {
+    public func process(_ record: InputRecord, state: inout NoState, context: TransformContext, into out: inout TransformOutput) {
         do {
             let events = try ProductEvent.decode(record, decoder: decoder, eventHeader: eventHeader)
             let id = record.identity
@@ -35,7 +35,7 @@ public struct ProductDecodeStage: Stage {
 }
 
 extension ProductEvent {
-    /// Reads the product events of one record (see ``ProductDecodeStage`` for the rules).
+    /// Reads the product events of one record (see ``ProductDecodeTransform`` for the rules).
     public static func decode(
         _ record: InputRecord, decoder: ProductDecoder = ProductDecoder(), eventHeader: String = "event-type"
     ) throws(DecodeFailure) -> [ProductEvent] {
@@ -64,7 +64,7 @@ extension ProductEvent {
 /// (output `thumbnails.requests`, key: product id); a product without images asks for its
 /// `thumbnail`. Deletions produce nothing. Stateless; an unchanged image gets the same dedupe
 /// key on every update. The sizes are the thumbnail worker's.
-public struct ThumbnailRequestStage: Stage {
+public struct ThumbnailRequestTransform: Transform {
     public var decoder: ProductDecoder
 
     public init(decoder: ProductDecoder = ProductDecoder()) {
@@ -73,7 +73,7 @@ public struct ThumbnailRequestStage: Stage {
 
     public var name: String { "products.thumbnails" }
 
-    public func process(_ record: InputRecord, state: inout NoState, context: StageContext, into out: inout StageOutput) {
+    public func process(_ record: InputRecord, state: inout NoState, context: TransformContext, into out: inout TransformOutput) {
         let events: [ProductEvent]
         do { events = try ProductEvent.decode(record, decoder: decoder) } catch { return out.fail(error) }
         for case let product? in events.map(\.product) {
@@ -89,20 +89,20 @@ public struct ThumbnailRequestStage: Stage {
 
 /// `products.new-notifications`: a "new products" notification per category, at most one per
 /// ``interval``: the first new product opens a window; when a later record or
-/// ``Stage/advance(state:context:)`` reaches the window's end, one notification summarises the
+/// ``Transform/advance(state:context:)`` reaches the window's end, one notification summarises the
 /// burst (topic `new-products-<category>`). The category comes from the ``categoryHeader`` header
 /// (default category `all`). A product id is announced once (remembered for ``memoryMillis``),
 /// so redelivery and edits do not re-announce it.
 ///
 /// **With thumbnails**: given `thumbnails.ready` as a second input (records whose origin topic is
-/// ``thumbnailsTopic``), the stage remembers each product's list thumbnail (its first image, size
+/// ``thumbnailsTopic``), the transform remembers each product's list thumbnail (its first image, size
 /// ``thumbnailSize``) and the notification carries the one of the first product in the burst
 /// that has one. The window is the wait: a thumbnail ready before the window closes is in the
 /// notification, a later one is not (the notification never waits longer than ``intervalMillis``).
-/// The runtime joins the two topics per partition (a stateful stage with several inputs: they
+/// The runtime joins the two topics per partition (a stateful transform with several inputs: they
 /// must be co-partitioned, keyed by product id), so a product and its thumbnail meet in one state;
 /// products seen only in unkeyed list pages may miss theirs.
-public struct NewProductsNotificationStage: Stage {
+public struct NewProductsNotificationTransform: Transform {
     public struct Window: Codable, Sendable, Equatable {
         public var opensAt: Int64
         public var productIds: [Int64]
@@ -147,7 +147,7 @@ public struct NewProductsNotificationStage: Stage {
     public var name: String { "products.new-notifications" }
     public var initialState: State { State() }
 
-    public func process(_ record: InputRecord, state: inout State, context: StageContext, into out: inout StageOutput) {
+    public func process(_ record: InputRecord, state: inout State, context: TransformContext, into out: inout TransformOutput) {
         if record.origin.topic == thumbnailsTopic {
             guard let value = record.value else { return }
             let ready: ThumbnailReady
@@ -174,11 +174,11 @@ public struct NewProductsNotificationStage: Stage {
         }
     }
 
-    public func advance(state: inout State, context: StageContext, into out: inout StageOutput) {
+    public func advance(state: inout State, context: TransformContext, into out: inout TransformOutput) {
         flush(&state, now: context.now, into: &out)
     }
 
-    private func flush(_ state: inout State, now: Int64, into out: inout StageOutput) {
+    private func flush(_ state: inout State, now: Int64, into out: inout TransformOutput) {
         for category in state.windows.keys.sorted() {
             guard let w = state.windows[category], now >= w.opensAt.saturatingAdd(intervalMillis) else { continue }
             state.windows[category] = nil
@@ -198,18 +198,18 @@ public struct NewProductsNotificationStage: Stage {
     }
 }
 
-extension ProductDecodeStage {
-    public static let options = [StageOption.utcOffset]
+extension ProductDecodeTransform {
+    public static let options = [TransformOption.utcOffset]
 }
 
-extension ThumbnailRequestStage {
-    public static let options = [StageOption.utcOffset]
+extension ThumbnailRequestTransform {
+    public static let options = [TransformOption.utcOffset]
 }
 
-extension NewProductsNotificationStage {
+extension NewProductsNotificationTransform {
     /// `new-products-interval`: how long new products are gathered into one notification (default 5m).
     public static let options = [
-        StageOption.utcOffset,
-        StageOption("new-products-interval") { value, options throws(OptionError) in options.newProductsIntervalMillis = try value.milliseconds() },
+        TransformOption.utcOffset,
+        TransformOption("new-products-interval") { value, options throws(OptionError) in options.newProductsIntervalMillis = try value.milliseconds() },
     ]
 }

@@ -1,20 +1,20 @@
-/// What stages write their results into: output records and failures, in order.
+/// What transforms write their results into: output records and failures, in order.
 ///
-/// The runtime passes one `StageOutput` for a whole stretch of input (a consumed batch of one
-/// partition) to every ``Stage/process(_:state:context:into:)`` call, and produces from it once
+/// The runtime passes one `TransformOutput` for a whole stretch of input (a consumed batch of one
+/// partition) to every ``Transform/process(_:state:context:into:)`` call, and produces from it once
 /// the stretch is done. Records are written back to back into one byte buffer (keys, values,
 /// header names and values, dedupe keys) with a fixed-size entry each, so an output costs no
-/// allocation of its own: a stage writes a value with ``JSONWriter`` and its dedupe key with
+/// allocation of its own: a transform writes a value with ``JSONWriter`` and its dedupe key with
 /// ``DedupeKeyWriter`` straight into the buffer (``append(output:key:dedupeKey:value:)``), and the
 /// runtime hands the buffer to the producer without copying it. Before, each output was an
 /// ``OutputRecord`` in an array: its value array, its dedupe key string and the array itself
 /// were three allocations per output, and each was copied once more into the producer's batch.
 ///
 /// ``records`` reads the outputs back as ``OutputRecord`` values (tests, tools, the JSON-lines
-/// runner); ``append(_:)`` writes one. A stage that fails part way through an input undoes its
+/// runner); ``append(_:)`` writes one. A transform that fails part way through an input undoes its
 /// partial outputs with ``mark`` and ``discard(since:)``: the records of earlier inputs in the
 /// same buffer are not its to touch.
-public struct StageOutput: Sendable {
+public struct TransformOutput: Sendable {
     /// Where a piece of a record lies in ``bytes``; `start` -1 for "none" (a null key, a tombstone).
     package struct Span: Sendable, Equatable {
         package var start: Int
@@ -46,7 +46,7 @@ public struct StageOutput: Sendable {
     package private(set) var bytes: [UInt8] = []
     package private(set) var entries: [Entry] = []
     package private(set) var headers: [Header] = []
-    /// The logical output names of the records, each once, in order of first use (a stage has a few).
+    /// The logical output names of the records, each once, in order of first use (a transform has a few).
     package private(set) var outputNames: [String] = []
     /// Inputs that could not be used. The runtime sends each one to the dead-letter topic
     /// together with the origin of the input record it was processing.
@@ -66,7 +66,7 @@ public struct StageOutput: Sendable {
         self.failures = failures
     }
 
-    public static let empty = StageOutput()
+    public static let empty = TransformOutput()
 
     /// Number of records written.
     public var count: Int { entries.count }
@@ -124,7 +124,7 @@ public struct StageOutput: Sendable {
     }
 
     /// Appends another output's records and failures.
-    public mutating func append(contentsOf other: StageOutput) {
+    public mutating func append(contentsOf other: TransformOutput) {
         for i in other.entries.indices { append(other.record(at: i)) }
         failures.append(contentsOf: other.failures)
     }
@@ -160,7 +160,7 @@ public struct StageOutput: Sendable {
 
     public var mark: Mark { Mark(entries: entries.count, headers: headers.count, bytes: bytes.count, failures: failures.count) }
 
-    /// Removes what was written after `mark` (a stage that fails part way through an input).
+    /// Removes what was written after `mark` (a transform that fails part way through an input).
     public mutating func discard(since mark: Mark) {
         entries.removeSubrange(mark.entries...)
         headers.removeSubrange(mark.headers...)
@@ -197,8 +197,8 @@ public struct StageOutput: Sendable {
     }
 }
 
-extension StageOutput: Hashable {
-    public static func == (a: StageOutput, b: StageOutput) -> Bool {
+extension TransformOutput: Hashable {
+    public static func == (a: TransformOutput, b: TransformOutput) -> Bool {
         a.records == b.records && a.failures == b.failures
     }
 
@@ -208,6 +208,6 @@ extension StageOutput: Hashable {
     }
 }
 
-extension StageOutput: CustomStringConvertible {
-    public var description: String { "StageOutput(records: \(records), failures: \(failures))" }
+extension TransformOutput: CustomStringConvertible {
+    public var description: String { "TransformOutput(records: \(records), failures: \(failures))" }
 }

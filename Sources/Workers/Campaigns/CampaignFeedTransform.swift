@@ -34,9 +34,9 @@ public func feedOrder(_ a: Campaign, _ b: Campaign, now: Int64) -> Bool {
 /// user) when the record identifies the user (``UserSource``) and the campaign's `my` shows
 /// donated steps.
 ///
-/// "Ongoing" is judged at ``StageContext/now`` (the event time). Campaign updates are upserts
+/// "Ongoing" is judged at ``TransformContext/now`` (the event time). Campaign updates are upserts
 /// by id, newest record timestamp wins, so redelivery changes nothing and emits nothing.
-public struct CampaignFeedStage: Stage {
+public struct CampaignFeedTransform: Transform {
     /// Where the user of a "my campaigns" event comes from.
     public enum UserSource: Sendable, Hashable, Codable {
         case header(String)
@@ -67,7 +67,7 @@ public struct CampaignFeedStage: Stage {
     ]
 
     public init(
-        topN: Int = 60, categories: [Int64: FeedCategory] = CampaignFeedStage.defaultCategories,
+        topN: Int = 60, categories: [Int64: FeedCategory] = CampaignFeedTransform.defaultCategories,
         user: UserSource = .header("user-id"), decoder: CampaignDecoder = CampaignDecoder()
     ) {
         self.topN = topN
@@ -79,7 +79,7 @@ public struct CampaignFeedStage: Stage {
     public var name: String { "campaigns.feed" }
     public var initialState: State { State() }
 
-    public func process(_ record: InputRecord, state: inout State, context: StageContext, into out: inout StageOutput) {
+    public func process(_ record: InputRecord, state: inout State, context: TransformContext, into out: inout TransformOutput) {
         guard let value = record.value else { return }
         let campaigns: [Campaign]
         do { campaigns = try decoder.decode(value) } catch { return out.fail(error) }
@@ -97,11 +97,11 @@ public struct CampaignFeedStage: Stage {
     }
 
     /// Re-evaluates the feeds at a later time (campaigns end without an update).
-    public func advance(state: inout State, context: StageContext, into out: inout StageOutput) {
+    public func advance(state: inout State, context: TransformContext, into out: inout TransformOutput) {
         out.append(contentsOf: refreshFeeds(&state, now: context.now))
     }
 
-    /// The ordered feed for one tab at `now` (all of it; the stage keeps the first ``topN``).
+    /// The ordered feed for one tab at `now` (all of it; the transform keeps the first ``topN``).
     public func feed(_ segment: FeedSegment, _ category: FeedCategory, in state: State, now: Int64) -> [Campaign] {
         state.campaigns.values
             .filter { ($0.isCorporate ? FeedSegment.corporate : .public) == segment }
@@ -173,10 +173,10 @@ public struct CampaignFeedStage: Stage {
 /// `campaigns.notifications`: goal reached (ratio crosses 100), ending within 24 hours, result
 /// posted; each at most once per campaign, to the topic `campaign-<id>`.
 ///
-/// A goal is "reached" only when the stage saw the ratio below 100 before (a campaign first
+/// A goal is "reached" only when the transform saw the ratio below 100 before (a campaign first
 /// seen at 120 % did not cross while we watched). "Ending soon" is judged at
-/// ``StageContext/now``.
-public struct CampaignNotificationStage: Stage {
+/// ``TransformContext/now``.
+public struct CampaignNotificationTransform: Transform {
     public struct Sent: Codable, Sendable, Equatable {
         public var lastRatio: Int64
         public var goal = false
@@ -200,7 +200,7 @@ public struct CampaignNotificationStage: Stage {
     public var name: String { "campaigns.notifications" }
     public var initialState: State { State() }
 
-    public func process(_ record: InputRecord, state: inout State, context: StageContext, into out: inout StageOutput) {
+    public func process(_ record: InputRecord, state: inout State, context: TransformContext, into out: inout TransformOutput) {
         guard let value = record.value else { return }
         let campaigns: [Campaign]
         do { campaigns = try decoder.decode(value) } catch { return out.fail(error) }
@@ -232,14 +232,14 @@ public struct CampaignNotificationStage: Stage {
     }
 }
 
-extension CampaignFeedStage {
+extension CampaignFeedTransform {
     /// `feed-top-n`: campaigns per user feed (default 60).
     public static let options = [
-        StageOption.utcOffset,
-        StageOption("feed-top-n") { value, options throws(OptionError) in options.feedTopN = try value.int() },
+        TransformOption.utcOffset,
+        TransformOption("feed-top-n") { value, options throws(OptionError) in options.feedTopN = try value.int() },
     ]
 }
 
-extension CampaignNotificationStage {
-    public static let options = [StageOption.utcOffset]
+extension CampaignNotificationTransform {
+    public static let options = [TransformOption.utcOffset]
 }

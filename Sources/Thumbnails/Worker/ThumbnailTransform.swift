@@ -12,7 +12,7 @@ import Workers
 ///
 /// Idempotent: a request delivered twice stores nothing new (the keys are content hashes) and
 /// yields the same event under the same dedupe key (`thumbs-ready:<request>:<source hash>`).
-public struct ThumbnailStage: ConcurrentStage {
+public struct ThumbnailTransform: ConcurrentTransform {
     public let service: ThumbnailService
     public var limits: DecodeLimits
 
@@ -22,18 +22,18 @@ public struct ThumbnailStage: ConcurrentStage {
     }
 
     /// The stage's name in a topology's `chain`.
-    public static let stageName = "thumbnails.render"
-    public var name: String { Self.stageName }
+    public static let transformName = "thumbnails.render"
+    public var name: String { Self.transformName }
 
-    public func process(_ record: InputRecord) async -> StageOutput {
+    public func process(_ record: InputRecord) async -> TransformOutput {
         guard let value = record.value else { return .empty }
         let request: ThumbnailRequest
-        do { request = try ThumbnailRequest.decode(value, limits: limits) } catch { return StageOutput(failures: [error]) }
+        do { request = try ThumbnailRequest.decode(value, limits: limits) } catch { return TransformOutput(failures: [error]) }
         do {
             let event = try await service.process(sourceURL: request.sourceURL)
-            return StageOutput(records: [Self.ready(event, for: request)])
+            return TransformOutput(records: [Self.ready(event, for: request)])
         } catch {
-            return StageOutput(failures: [Self.failure(error)])
+            return TransformOutput(failures: [Self.failure(error)])
         }
     }
 

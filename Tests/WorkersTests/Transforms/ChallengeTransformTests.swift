@@ -4,7 +4,7 @@ import Testing
 import Workers
 import WorkersTesting
 
-@Suite struct ChallengeStageTests {
+@Suite struct ChallengeTransformTests {
     let day0 = AppFixtures.day0
     let day = AppFixtures.day
     let hour = AppFixtures.hour
@@ -13,7 +13,7 @@ import WorkersTesting
 
     /// Challenge 42 (leader 7) joined by 9, then one record per user per day with these costs
     /// (nil: no record that day), each at noon.
-    func week<S: Stage>(
+    func week<S: Transform>(
         _ stage: S, leader: [Int?], competitor: [Int?], giveUpDay: Int? = nil
     ) -> TestDriver<S> {
         var d = TestDriver(stage, partitions: 1)
@@ -33,7 +33,7 @@ import WorkersTesting
     }
 
     @Test func standingsGoldenAndEmittedOnlyOnChange() {
-        var d = TestDriver(ChallengeStandingsStage(), partitions: 1)
+        var d = TestDriver(ChallengeStandingsTransform(), partitions: 1)
         d.send(key: "42", value: AppFixtures.challenge(), timestamp: day0 - day)
         d.send(key: "42", value: #"{"method":"POST","path":"challenges/apply/42/9"}"#, timestamp: day0 - hour)
         d.send(key: "42", value: AppFixtures.record(301, user: 7, cost: 5000, date: "2024-03-04"), timestamp: day0 + 10 * hour)
@@ -59,7 +59,7 @@ import WorkersTesting
         #expect(d.redeliver(from: 0).records.isEmpty)
     }
 
-    func result(_ d: inout TestDriver<ChallengeStandingsStage>) -> String? {
+    func result(_ d: inout TestDriver<ChallengeStandingsTransform>) -> String? {
         #expect(d.advance(to: day0 + 7 * day - 1).records.allSatisfy { $0.output != "challenges.results" })
         let out = d.advance(to: day0 + 7 * day)
         let results = out.records.filter { $0.output == "challenges.results" }
@@ -74,26 +74,26 @@ import WorkersTesting
     }
 
     @Test func lowerTotalWins() {
-        var d = week(ChallengeStandingsStage(), leader: Array(repeating: 1000, count: 7), competitor: Array(repeating: 2000, count: 7))
+        var d = week(ChallengeStandingsTransform(), leader: Array(repeating: 1000, count: 7), competitor: Array(repeating: 2000, count: 7))
         #expect(result(&d) == #"{"kind":"decided","winnerId":7,"reason":"lower-total"}"#)
     }
 
     @Test func equalTotalsTie() {
-        var d = week(ChallengeStandingsStage(), leader: [1000, 0, 0, 0, 0, 0, 6000], competitor: [0, 0, 0, 0, 7000, 0, 0])
+        var d = week(ChallengeStandingsTransform(), leader: [1000, 0, 0, 0, 0, 0, 6000], competitor: [0, 0, 0, 0, 7000, 0, 0])
         #expect(result(&d) == #"{"kind":"tie","winnerId":-1,"reason":"equal-total"}"#)
     }
 
     @Test func givingUpLosesWhateverTheTotals() {
-        var d = week(ChallengeStandingsStage(), leader: Array(repeating: 9000, count: 7), competitor: [0, 0, 0, nil, nil, nil, nil], giveUpDay: 3)
+        var d = week(ChallengeStandingsTransform(), leader: Array(repeating: 9000, count: 7), competitor: [0, 0, 0, nil, nil, nil, nil], giveUpDay: 3)
         #expect(result(&d) == #"{"kind":"decided","winnerId":7,"reason":"gave-up"}"#)
     }
 
     @Test func threeDaysWithoutRecordsLosesTwoDoNot() {
-        var lose = week(ChallengeStandingsStage(), leader: Array(repeating: 9000, count: 7), competitor: [0, nil, 0, nil, 0, nil, 0])
+        var lose = week(ChallengeStandingsTransform(), leader: Array(repeating: 9000, count: 7), competitor: [0, nil, 0, nil, 0, nil, 0])
         #expect(result(&lose) == #"{"kind":"decided","winnerId":7,"reason":"missing-records"}"#)
-        var keep = week(ChallengeStandingsStage(), leader: Array(repeating: 9000, count: 7), competitor: [0, nil, 0, nil, 0, 0, 0])
+        var keep = week(ChallengeStandingsTransform(), leader: Array(repeating: 9000, count: 7), competitor: [0, nil, 0, nil, 0, 0, 0])
         #expect(result(&keep) == #"{"kind":"decided","winnerId":9,"reason":"lower-total"}"#)
-        var both = week(ChallengeStandingsStage(), leader: [nil, nil, nil, 0, 0, 0, 0], competitor: [0, nil, nil, nil, 0, 0, 0])
+        var both = week(ChallengeStandingsTransform(), leader: [nil, nil, nil, 0, 0, 0, 0], competitor: [0, nil, nil, nil, 0, 0, 0])
         #expect(result(&both) == #"{"kind":"both-lost","winnerId":null,"reason":"missing-records"}"#)
     }
 
@@ -101,7 +101,7 @@ import WorkersTesting
     /// count, whether or not `advance` ran in between.
     @Test func recordsProcessedAfterTheEndDoNotCount() {
         for tick in [false, true] {
-            var d = week(ChallengeStandingsStage(), leader: Array(repeating: 1000, count: 7), competitor: Array(repeating: 1500, count: 7))
+            var d = week(ChallengeStandingsTransform(), leader: Array(repeating: 1000, count: 7), competitor: Array(repeating: 1500, count: 7))
             if tick { d.advance(to: day0 + 7 * day) }
             // Dated on the last day, but processed after midnight: too late to change the winner.
             d.send(key: "42", value: AppFixtures.record(900, user: 7, cost: 50_000, date: Self.date(6)), timestamp: day0 + 7 * day + 1)
@@ -114,11 +114,11 @@ import WorkersTesting
     }
 
     @Test func unmatchedAndEviction() throws {
-        var d = TestDriver(ChallengeStandingsStage(retainMillis: day), partitions: 1)
+        var d = TestDriver(ChallengeStandingsTransform(retainMillis: day), partitions: 1)
         d.send(key: "42", value: AppFixtures.challenge(), timestamp: day0 - day)
         let out = d.advance(to: day0 + 7 * day)
         #expect(out.records.last?.valueString?.hasSuffix(#""result":{"kind":"unmatched","winnerId":null,"reason":"no-competitor"}}"#) == true)
-        let restored = try JSONDecoder().decode(ChallengeStandingsStage.State.self, from: JSONEncoder().encode(d.state))
+        let restored = try JSONDecoder().decode(ChallengeStandingsTransform.State.self, from: JSONEncoder().encode(d.state))
         #expect(restored == d.state)
         d.advance(to: day0 + 8 * day + 1)
         #expect(d.state.book.entries.isEmpty)
@@ -130,7 +130,7 @@ import WorkersTesting
         let gen = zip(Gen.int(in: 0...1), Gen.int(in: 0...6), Gen.int(in: 0...20_000), Gen.int(in: 0...1_000)).array(of: 0...40)
         await propertyCheck(count: 200, input: gen) { rows in
             func run(_ order: [Int]) -> (ChallengeStandings?, [String]) {
-                let stage = ChallengeStandingsStage()
+                let stage = ChallengeStandingsTransform()
                 var d = TestDriver(stage, partitions: 1)
                 d.send(key: "42", value: AppFixtures.challenge(competitor: 9), timestamp: day0 - day)
                 for i in order {
@@ -157,7 +157,7 @@ import WorkersTesting
     // MARK: Notifications
 
     @Test func matchedNotificationInTheAppsFCMShape() throws {
-        var d = TestDriver(ChallengeNotificationStage().then(NotificationRenderStage()), partitions: 1)
+        var d = TestDriver(ChallengeNotificationTransform().then(NotificationRenderTransform()), partitions: 1)
         d.send(key: "42", value: AppFixtures.challenge(), timestamp: day0 - 2 * day)
         #expect(d.outputs.isEmpty)
         d.send(key: "42", value: #"{"method":"POST","path":"challenges/apply/42/9"}"#, timestamp: day0 - day)
@@ -170,17 +170,17 @@ import WorkersTesting
             """)
         #expect(d.outputs(named: "notifications.apns").count == 1)
         // A challenge first seen already matched was not seen being matched: no push.
-        var late = TestDriver(ChallengeNotificationStage(), partitions: 1)
+        var late = TestDriver(ChallengeNotificationTransform(), partitions: 1)
         late.send(key: "43", value: AppFixtures.challenge(id: 43, competitor: 9), timestamp: day0 - day)
         #expect(late.outputs.isEmpty)
         // The object going from no competitor to one is a match too, once.
-        var viaObject = TestDriver(ChallengeNotificationStage(), partitions: 1)
+        var viaObject = TestDriver(ChallengeNotificationTransform(), partitions: 1)
         viaObject.send(key: "44", value: AppFixtures.challenge(id: 44), timestamp: day0 - 2 * day)
         viaObject.send(key: "44", value: AppFixtures.challenge(id: 44, competitor: 9), timestamp: day0 - day)
         viaObject.send(key: "44", value: #"{"method":"POST","path":"challenges/apply/44/9"}"#, timestamp: day0 - day + 1)
         #expect(viaObject.outputs.map(\.dedupeKey) == ["challenge:44:matched:9"])
         // The join may arrive before the challenge (another partition): the match is told when both are known.
-        var joinFirst = TestDriver(ChallengeNotificationStage(), partitions: 1)
+        var joinFirst = TestDriver(ChallengeNotificationTransform(), partitions: 1)
         joinFirst.send(key: "45", value: #"{"method":"POST","path":"challenges/apply/45/9"}"#, timestamp: day0 - 2 * day)
         joinFirst.send(key: "45", value: AppFixtures.challenge(id: 45), timestamp: day0 - day)
         joinFirst.send(key: "45", value: AppFixtures.challenge(id: 45, competitor: 9), timestamp: day0 - day + 1)
@@ -188,7 +188,7 @@ import WorkersTesting
     }
 
     @Test func dailyReminderForWhoeverHasNotRecordedAndResults() {
-        var d = week(ChallengeNotificationStage(), leader: [1000, nil, nil, nil, nil, nil, nil], competitor: Array(repeating: nil, count: 7))
+        var d = week(ChallengeNotificationTransform(), leader: [1000, nil, nil, nil, nil, nil, nil], competitor: Array(repeating: nil, count: 7))
         let before = d.outputs.count  // matched
         #expect(before == 1)
         d.advance(to: day0 + 21 * hour - 1)
@@ -210,7 +210,7 @@ import WorkersTesting
     }
 
     @Test func winnerAndLoserHearTheirOwnOutcomeAndQuittersGetNoReminders() {
-        var d = week(ChallengeNotificationStage(), leader: Array(repeating: 9000, count: 7), competitor: [0, 0, 0, nil, nil, nil, nil], giveUpDay: 3)
+        var d = week(ChallengeNotificationTransform(), leader: Array(repeating: 9000, count: 7), competitor: [0, 0, 0, nil, nil, nil, nil], giveUpDay: 3)
         let reminders = (3..<7).flatMap { i in d.advance(to: day0 + Int64(i) * day + 22 * hour).records }
         #expect(reminders.isEmpty)
         let out = d.advance(to: day0 + 7 * day).records
@@ -224,7 +224,7 @@ import WorkersTesting
     @Test func aReminderIsNeverSentTwice() async {
         let gen = zip(Gen.int(in: 0...3), Gen.int(in: 0...1), Gen.int(in: 0...600)).array(of: 1...50)
         await propertyCheck(count: 150, input: gen) { steps in
-            var d = TestDriver(ChallengeNotificationStage(), partitions: 1)
+            var d = TestDriver(ChallengeNotificationTransform(), partitions: 1)
             d.send(key: "42", value: AppFixtures.challenge(), timestamp: day0 - day)
             d.send(key: "42", value: #"{"method":"POST","path":"challenges/apply/42/9"}"#, timestamp: day0 - day + 1)
             var t = day0
@@ -250,7 +250,7 @@ import WorkersTesting
     // MARK: Thumbnails
 
     @Test func spendingProofImagesBecomeThumbnailRequests() {
-        var d = TestDriver(ChallengeThumbnailStage(), partitions: 1)
+        var d = TestDriver(ChallengeThumbnailTransform(), partitions: 1)
         d.send(key: "42", value: AppFixtures.record(310, user: 9, cost: 8500, date: "2024-03-05", images: 2), timestamp: 1)
         #expect(d.outputs.count == 2)
         #expect(Set(d.outputs.map(\.output)) == ["thumbnails.requests"])
@@ -266,7 +266,7 @@ import WorkersTesting
     }
 
     @Test func decodeStageGolden() {
-        var d = TestDriver(ChallengeDecodeStage(), topic: "igomoney", partitions: 1)
+        var d = TestDriver(ChallengeDecodeTransform(), topic: "igomoney", partitions: 1)
         d.send(value: "[\(AppFixtures.challenge),\(AppFixtures.record)]", timestamp: 1)
         d.send(value: #"{"method":"POST","path":"challenges/giveup/9"}"#, timestamp: 2)
         d.send(key: "x", value: nil, timestamp: 3)
@@ -278,12 +278,12 @@ import WorkersTesting
         #expect(d.outputs.map { $0.headers.string(named: "event-type") } == ["challenge", "record", "gave-up"])
         #expect(d.deadLetters.map(\.failure) == [DecodeFailure(field: "categoryId", reason: .invalidValue, detail: "expected 1 to 5, got 9")])
         // Chained into the standings, the normalised events say the same as the raw ones.
-        var chained = TestDriver(ChallengeDecodeStage().then(ChallengeStandingsStage()), partitions: 1)
-        var direct = TestDriver(ChallengeStandingsStage(), partitions: 1)
+        var chained = TestDriver(ChallengeDecodeTransform().then(ChallengeStandingsTransform()), partitions: 1)
+        var direct = TestDriver(ChallengeStandingsTransform(), partitions: 1)
         for r in d.delivered { chained.deliver(r); direct.deliver(r) }
         // (The chain sees the array's two events as two records, so it may emit one more snapshot.)
         #expect(chained.outputs.last?.valueString == direct.outputs.last?.valueString)
-        #expect(ChallengeStandingsStage().standings(42, in: chained.state.second) == ChallengeStandingsStage().standings(42, in: direct.state))
+        #expect(ChallengeStandingsTransform().standings(42, in: chained.state.second) == ChallengeStandingsTransform().standings(42, in: direct.state))
         #expect(chained.redeliver(from: 0).records.isEmpty)
     }
 }

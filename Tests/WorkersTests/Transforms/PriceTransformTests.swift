@@ -12,9 +12,9 @@ func tick(_ market: String = "KRW-BTC", price: Double, volume: Double = 1, at t:
 /// 2023-11-14T03:12:00Z
 let minute0: Int64 = 1_699_931_520_000
 
-@Suite struct PriceStageTests {
+@Suite struct PriceTransformTests {
     @Test func decodeStageGolden() {
-        var driver = TestDriver(PriceDecodeStage(), topic: "upbit.ticker", partitions: 1)
+        var driver = TestDriver(PriceDecodeTransform(), topic: "upbit.ticker", partitions: 1)
         let out = driver.send(key: "KRW-XRP", value: Fixtures.upbitSimple, timestamp: 1)
         #expect(out.failures.isEmpty)
         #expect(out.records.map(\.output) == ["prices.ticks"])
@@ -30,7 +30,7 @@ let minute0: Int64 = 1_699_931_520_000
 
     /// The output key is the market whatever the input's key (the input's key is shared only when it is the market).
     @Test func decodeStageKeysOutputsByMarket() {
-        var driver = TestDriver(PriceDecodeStage(), topic: "upbit.ticker", partitions: 1)
+        var driver = TestDriver(PriceDecodeTransform(), topic: "upbit.ticker", partitions: 1)
         for inputKey: String? in ["KRW-XRP", "KRW-XRPX", "KRW-XRQ", "", nil] {
             let out = driver.send(key: inputKey, value: Fixtures.upbitSimple, timestamp: 1)
             #expect(out.records.map(\.keyString) == ["KRW-XRP"], "input key \(String(describing: inputKey))")
@@ -38,7 +38,7 @@ let minute0: Int64 = 1_699_931_520_000
     }
 
     @Test func decodeStageSendsGarbageToDeadLettersAndIgnoresTombstones() {
-        var driver = TestDriver(PriceDecodeStage(), topic: "upbit.ticker", partitions: 2)
+        var driver = TestDriver(PriceDecodeTransform(), topic: "upbit.ticker", partitions: 2)
         driver.send(key: "k", value: #"{"code":"KRW-BTC","trade_price":"#, timestamp: 1, partition: 1)
         driver.send(key: "k", value: nil, timestamp: 2, partition: 1)
         #expect(driver.outputs.isEmpty)
@@ -49,7 +49,7 @@ let minute0: Int64 = 1_699_931_520_000
     }
 
     @Test func latestKeepsTheNewestTickPerMarketAndIgnoresOldAndRepeated() {
-        var driver = TestDriver(LatestTickerStage())
+        var driver = TestDriver(LatestTickerTransform())
         driver.send(key: "KRW-BTC", value: tick(price: 10, at: 2000), timestamp: 1)
         driver.send(key: "KRW-BTC", value: tick(price: 9, at: 1000), timestamp: 2)  // older: ignored
         driver.send(key: "KRW-ETH", value: tick("KRW-ETH", price: 5, at: 1500), timestamp: 3)
@@ -59,7 +59,7 @@ let minute0: Int64 = 1_699_931_520_000
     }
 
     @Test func candlesCloseAfterLatenessFoldLateTicksAndDropTooLateOnes() throws {
-        var driver = TestDriver(PriceDecodeStage().then(CandleStage(allowedLatenessMillis: 10_000)), partitions: 1)
+        var driver = TestDriver(PriceDecodeTransform().then(CandleTransform(allowedLatenessMillis: 10_000)), partitions: 1)
         driver.send(value: tick(price: 100, volume: 1, at: minute0 + 1_000), timestamp: 1)
         driver.send(value: tick(price: 120, volume: 2, at: minute0 + 30_000), timestamp: 2)
         driver.send(value: tick(price: 90, volume: 1, at: minute0 + 59_000), timestamp: 3)
@@ -89,10 +89,10 @@ let minute0: Int64 = 1_699_931_520_000
     }
 
     @Test func candlesAreCheckpointable() throws {
-        var driver = TestDriver(CandleStage())
+        var driver = TestDriver(CandleTransform())
         driver.send(value: tick(price: 100, at: minute0 + 1_000), timestamp: 1)
         let data = try JSONEncoder().encode(driver.state)
-        let restored = try JSONDecoder().decode(CandleStage.State.self, from: data)
+        let restored = try JSONDecoder().decode(CandleTransform.State.self, from: data)
         #expect(restored == driver.state)
     }
 
@@ -101,7 +101,7 @@ let minute0: Int64 = 1_699_931_520_000
     @Test func candleInvariantsHoldForRandomTickStreams() async {
         let gen = zip(Gen.int(in: 0...300_000), Gen.int(in: 1...10_000), Gen.int(in: 1...1_000)).array(of: 1...60)
         await propertyCheck(count: 200, input: gen) { raw in
-            let stage = CandleStage(allowedLatenessMillis: 10_000)
+            let stage = CandleTransform(allowedLatenessMillis: 10_000)
             var state = stage.initialState
             var published: [Candle] = []
             var seen = Set<String>()
@@ -138,7 +138,7 @@ let minute0: Int64 = 1_699_931_520_000
     @Test func closingOnlyWhenACandleMayCloseEmitsWhatScanningEveryTimeDoes() async {
         let gen = zip(Gen.int(in: 0...3), Gen.int(in: -30_000...400_000), Gen.int(in: 1...3)).array(of: 1...80)
         await propertyCheck(count: 200, input: gen) { raw in
-            let stage = CandleStage(allowedLatenessMillis: 10_000)
+            let stage = CandleTransform(allowedLatenessMillis: 10_000)
             var skipping = stage.initialState
             var scanning = stage.initialState
             var clock: Int64 = 0
@@ -153,14 +153,14 @@ let minute0: Int64 = 1_699_931_520_000
                 #expect(stage.closeReady(&skipping).map(\.dedupeKey) == stage.closeReady(&scanning).map(\.dedupeKey))
                 #expect(skipping == scanning)
                 if i % 17 == 16, let data = try? JSONEncoder().encode(skipping) {
-                    skipping = (try? JSONDecoder().decode(CandleStage.State.self, from: data)) ?? skipping
+                    skipping = (try? JSONDecoder().decode(CandleTransform.State.self, from: data)) ?? skipping
                 }
             }
         }
     }
 
     @Test func alertsFireOncePerCrossing() {
-        let stage = WatchlistAlertStage(subscriptions: [
+        let stage = WatchlistAlertTransform(subscriptions: [
             .init(subscriber: "tok-1", market: "KRW-BTC", threshold: 0.05),
             .init(subscriber: "tok-2", market: "KRW-BTC", threshold: -0.03),
         ])

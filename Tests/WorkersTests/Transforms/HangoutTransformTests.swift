@@ -4,12 +4,12 @@ import Testing
 import Workers
 import WorkersTesting
 
-@Suite struct HangoutStageTests {
+@Suite struct HangoutTransformTests {
     let meet = AppFixtures.meet
     let hour = AppFixtures.hour
 
     @Test func decodeStageGolden() {
-        var driver = TestDriver(HangoutDecodeStage(), topic: "bappy", partitions: 1)
+        var driver = TestDriver(HangoutDecodeTransform(), topic: "bappy", partitions: 1)
         driver.send(key: "h-91", value: AppFixtures.join("h-91", "u9"), timestamp: 1)
         driver.send(key: "u9", value: #"{"hangoutNoti":true,"newHangoutNoti":false}"#, headers: ["user-id": "u9"], timestamp: 2)
         driver.send(key: "h-91", value: nil, timestamp: 3)
@@ -31,7 +31,7 @@ import WorkersTesting
     }
 
     /// Users u1 (organiser), u2 joined; u5 and u6 have saved places near and far.
-    func driverWithUsers(_ stage: HangoutNotificationStage = HangoutNotificationStage()) -> TestDriver<HangoutNotificationStage> {
+    func driverWithUsers(_ stage: HangoutNotificationTransform = HangoutNotificationTransform()) -> TestDriver<HangoutNotificationTransform> {
         var d = TestDriver(stage, partitions: 1)
         let t0 = meet - 3 * AppFixtures.day
         d.send(key: "u5", value: #"[{"locationID":1,"latitude":35.2301,"longitude":129.0812}]"#, headers: ["user-id": "u5"], timestamp: t0)
@@ -54,7 +54,7 @@ import WorkersTesting
         // Seen again: not new.
         #expect(d.send(key: "h-91", value: AppFixtures.hangout(), timestamp: meet - 2 * AppFixtures.day + 1).records.isEmpty)
         // A smaller radius leaves u5 out.
-        var narrow = driverWithUsers(HangoutNotificationStage(nearbyRadiusMeters: 50))
+        var narrow = driverWithUsers(HangoutNotificationTransform(nearbyRadiusMeters: 50))
         #expect(narrow.send(key: "h-91", value: AppFixtures.hangout(), timestamp: meet - 2 * AppFixtures.day).records.isEmpty)
     }
 
@@ -77,7 +77,7 @@ import WorkersTesting
         #expect(snap.records.map(\.dedupeKey) == ["hangout:h-91:joined:u3"])
         #expect(d.outputs.count == before + 2)
         // Without any snapshot, the first `join` is the organiser.
-        var fresh = TestDriver(HangoutNotificationStage())
+        var fresh = TestDriver(HangoutNotificationTransform())
         #expect(fresh.send(value: AppFixtures.join("h-1", "a"), timestamp: 1).records.isEmpty)
         #expect(fresh.send(value: AppFixtures.join("h-1", "b"), timestamp: 2).records.map(\.keyString) == ["topic:hangouts-user-a"])
         // ... until the hangout itself shows who is first: then joiners are told to them.
@@ -118,7 +118,7 @@ import WorkersTesting
             "hangout:h-91:reminder:\(meet + hour):u1", "hangout:h-91:reminder:\(meet + hour):u2",
         ])
         // Checkpointable.
-        let restored = try JSONDecoder().decode(HangoutNotificationStage.State.self, from: JSONEncoder().encode(d.state))
+        let restored = try JSONDecoder().decode(HangoutNotificationTransform.State.self, from: JSONEncoder().encode(d.state))
         #expect(restored == d.state)
         // Evicted a day after the meet time; a redelivered snapshot does not bring it back.
         d.advance(to: meet + hour + AppFixtures.day + 1)
@@ -139,7 +139,7 @@ import WorkersTesting
         #expect(keys.count == d.outputs.count)
         #expect(d.outputs.count >= 5)
         #expect(d.redeliver(from: 0).records.isEmpty)
-        var chained = TestDriver(HangoutDecodeStage().then(HangoutNotificationStage()), partitions: 1)
+        var chained = TestDriver(HangoutDecodeTransform().then(HangoutNotificationTransform()), partitions: 1)
         for r in d.delivered { chained.deliver(r) }
         // The chain (decode, then notify) says the same, minus the reminders only `advance` sent.
         #expect(Set(chained.outputs.map(\.dedupeKey)) == keys.filter { !$0.contains(":reminder:") })
@@ -151,7 +151,7 @@ import WorkersTesting
     @Test func aReminderIsNeverSentTwice() async {
         let gen = zip(Gen.int(in: 0...5), Gen.int(in: 0...3), Gen.int(in: 0...4), Gen.int(in: 0...240)).array(of: 1...60)
         await propertyCheck(count: 150, input: gen) { steps in
-            var d = TestDriver(HangoutNotificationStage(), partitions: 1)
+            var d = TestDriver(HangoutNotificationTransform(), partitions: 1)
             var t = meet - 4 * hour
             for (op, hangoutIndex, user, minutes) in steps {
                 t += Int64(minutes) * 20_000
@@ -173,7 +173,7 @@ import WorkersTesting
     }
 
     @Test func hangoutImagesBecomeThumbnailRequests() throws {
-        var d = TestDriver(HangoutThumbnailStage(imageBase: "https://api.example/static-file/"), partitions: 1)
+        var d = TestDriver(HangoutThumbnailTransform(imageBase: "https://api.example/static-file/"), partitions: 1)
         d.send(key: "h-91", value: AppFixtures.hangout(), timestamp: 1)
         let request = try #require(d.outputs.first)
         #expect(d.outputs.count == 1)

@@ -1,17 +1,17 @@
 /// `prices.decode`: an Upbit ticker message in any accepted format → one normalised tick per
 /// ticker on `prices.ticks` (key: market). Tombstones produce nothing. Stateless.
-public struct PriceDecodeStage: Stage {
+public struct PriceDecodeTransform: Transform {
     public var decoder: PriceTickDecoder
     public init(decoder: PriceTickDecoder = PriceTickDecoder()) { self.decoder = decoder }
 
     public var name: String { "prices.decode" }
 
-    public func process(_ record: InputRecord, state: inout NoState, context: StageContext, into out: inout StageOutput) {
+    public func process(_ record: InputRecord, state: inout NoState, context: TransformContext, into out: inout TransformOutput) {
         guard let value = record.value else { return }
         let mark = out.mark
         do {
             // Streamed, each tick's JSON and dedupe key written straight into the output buffer:
-            // this stage runs per record at the full rate of the price feed.
+            // this transform runs per record at the full rate of the price feed.
             var index = 0
             try decoder.decode(value) { tick in
                 out.append(
@@ -40,7 +40,7 @@ public struct PriceDecodeStage: Stage {
 /// `prices.latest`: the newest tick per market (by trade time) for a compacted topic
 /// (`prices.latest`, key: market). Older or repeated ticks produce nothing, so out-of-order and
 /// redelivered records are harmless.
-public struct LatestTickerStage: Stage {
+public struct LatestTickerTransform: Transform {
     public struct State: Codable, Sendable, Equatable {
         /// market → (trade time, message time) of the last emitted tick.
         public var latest: [String: [Int64]] = [:]
@@ -53,7 +53,7 @@ public struct LatestTickerStage: Stage {
     public var name: String { "prices.latest" }
     public var initialState: State { State() }
 
-    public func process(_ record: InputRecord, state: inout State, context: StageContext, into out: inout StageOutput) {
+    public func process(_ record: InputRecord, state: inout State, context: TransformContext, into out: inout TransformOutput) {
         guard let value = record.value else { return }
         let ticks: [PriceTick]
         do { ticks = try decoder.decode(value) } catch { return out.fail(error) }

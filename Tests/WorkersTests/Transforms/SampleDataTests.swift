@@ -10,7 +10,7 @@ import Workers
         var failures: [String] = []
         // Each file is its own stream: a fresh runner per file.
         for file in Set(lines.map(\.file)).sorted() {
-            var runner = JSONLinesRunner(runner: try StageCatalog().runner(for: stages), defaultTopic: file)
+            var runner = JSONLinesRunner(runner: try TransformCatalog().runner(for: stages), defaultTopic: file)
             for (f, line) in lines where f == file {
                 for out in runner.process(line: line) {
                     if out.hasPrefix(#"{"type":"dead-letter""#) { failures.append("\(file): \(out)") } else { outputs.append(out) }

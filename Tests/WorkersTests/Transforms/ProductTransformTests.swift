@@ -3,9 +3,9 @@ import Testing
 import Workers
 import WorkersTesting
 
-@Suite struct ProductStageTests {
+@Suite struct ProductTransformTests {
     @Test func decodeStageEmitsOneEventPerProductWithKind() {
-        var driver = TestDriver(ProductDecodeStage(), topic: "market.products")
+        var driver = TestDriver(ProductDecodeTransform(), topic: "market.products")
         driver.send(key: "page", value: Fixtures.productPageOld, timestamp: 1)
         driver.send(key: "522", value: Fixtures.productDetail, headers: ["event-type": "updated"], timestamp: 2)
         driver.send(key: "16", value: nil, timestamp: 3)
@@ -16,13 +16,13 @@ import WorkersTesting
         #expect(events.last?.value == nil)
         #expect(driver.deadLetters.isEmpty)
         // Created-vs-updated without a header: issued_at after created_at is an update.
-        var d2 = TestDriver(ProductDecodeStage())
+        var d2 = TestDriver(ProductDecodeTransform())
         d2.send(value: Fixtures.productDetail, timestamp: 1)
         #expect(d2.outputs.first?.headers.string(named: "event-type") == "updated")
     }
 
     @Test func decodeStageValueGolden() {
-        var driver = TestDriver(ProductDecodeStage(), topic: "market.products", partitions: 1)
+        var driver = TestDriver(ProductDecodeTransform(), topic: "market.products", partitions: 1)
         driver.send(value: Fixtures.productDetail, timestamp: 1)
         #expect(driver.outputs.first?.valueString == """
             {"id":522,"vendor_id":6,"vendorName":"keyboard-shop","name":"Keyboard","description":"mechanical",\
@@ -36,7 +36,7 @@ import WorkersTesting
     }
 
     @Test func decodeStageFailures() {
-        var driver = TestDriver(ProductDecodeStage())
+        var driver = TestDriver(ProductDecodeTransform())
         driver.send(key: "x", value: nil, timestamp: 1)
         driver.send(value: Fixtures.productDetail, headers: ["event-type": "renamed"], timestamp: 2)
         driver.send(value: Fixtures.productDetail.replacingOccurrences(of: #""price":50000"#, with: #""price":-5"#), timestamp: 3)
@@ -45,7 +45,7 @@ import WorkersTesting
     }
 
     @Test func thumbnailRequestsOnePerImageGolden() {
-        var driver = TestDriver(ProductDecodeStage().then(ThumbnailRequestStage()))
+        var driver = TestDriver(ProductDecodeTransform().then(ThumbnailRequestTransform()))
         driver.send(value: Fixtures.productDetail, timestamp: 1)
         let requests = driver.outputs(named: "thumbnails.requests")
         #expect(requests.count == 2)  // 2 images; the worker renders every size of each
@@ -69,7 +69,7 @@ import WorkersTesting
     }
 
     @Test func listProductsWithoutImagesUseTheirThumbnail() {
-        var driver = TestDriver(ThumbnailRequestStage())
+        var driver = TestDriver(ThumbnailRequestTransform())
         driver.send(value: Fixtures.productPageNew, timestamp: 1)
         #expect(driver.outputs.count == 1)
         #expect(driver.outputs.first?.valueString?.contains(#""source_url":"https://s3.example.com/training-resources/2022/10/18/abc""#) == true)
@@ -87,7 +87,7 @@ import WorkersTesting
     }
 
     @Test func newProductNotificationsCarryTheListThumbnailReadyBeforeTheWindowCloses() throws {
-        var driver = TestDriver(NewProductsNotificationStage(intervalMillis: 60_000), topic: "products.raw", partitions: 1)
+        var driver = TestDriver(NewProductsNotificationTransform(intervalMillis: 60_000), topic: "products.raw", partitions: 1)
         func product(_ id: Int) -> String { Fixtures.productPageNew.replacingOccurrences(of: #""id":2012"#, with: #""id":\#(id)"#) }
         func ready(_ id: Int, index: Int = 0, at t: Int64, offset: Int64) {
             let value = """
@@ -115,7 +115,7 @@ import WorkersTesting
         #expect(books.valueString?.contains(#""image""#) == false)
 
         // Rendered: FCM notification.image; APNs mutable-content with the image next to aps.
-        var render = TestDriver(NotificationRenderStage())
+        var render = TestDriver(NotificationRenderTransform())
         render.send(value: watches.valueString, timestamp: 61_000)
         let fcm = try #require(render.outputs(named: "notifications.fcm").first?.valueString)
         #expect(fcm.contains(#""notification":{"title":"New products","body":"Apple Watch","image":"file:///thumbs/1-0-list.jpg"}"#), "\(fcm)")
@@ -124,7 +124,7 @@ import WorkersTesting
     }
 
     @Test func aBurstOfNewProductsGivesOneNotificationPerCategory() {
-        let stage = NewProductsNotificationStage(intervalMillis: 60_000)
+        let stage = NewProductsNotificationTransform(intervalMillis: 60_000)
         var driver = TestDriver(stage)
         func product(_ id: Int, _ name: String) -> String {
             Fixtures.productPageNew
@@ -176,7 +176,7 @@ import WorkersTesting
 
     @Test func typedFormRoundTripsAndRenderStageEmitsBoth() throws {
         #expect(try NotificationDecoder().decode(n.jsonBytes()) == n)
-        var driver = TestDriver(NotificationRenderStage())
+        var driver = TestDriver(NotificationRenderTransform())
         let out = driver.send(key: "topic:campaign-7", value: String(decoding: n.jsonBytes(), as: UTF8.self), timestamp: 1)
         #expect(out.records.map(\.output) == ["notifications.fcm", "notifications.apns"])
         #expect(out.records.last?.headers == [RecordHeader("apns-collapse-id", "campaign-7-goal")])

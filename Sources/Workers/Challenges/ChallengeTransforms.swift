@@ -3,14 +3,14 @@
 /// challenge's events stay in order on one partition; a give-up, which names only the user, by
 /// `user-<id>`), with an `event-type` header. Values are upstream shapes the decoder reads back.
 /// Tombstones carry nothing in this stream and are ignored. Stateless.
-public struct ChallengeDecodeStage: Stage {
+public struct ChallengeDecodeTransform: Transform {
     public var decoder: ChallengeDecoder
 
     public init(decoder: ChallengeDecoder = ChallengeDecoder()) { self.decoder = decoder }
 
     public var name: String { "challenges.decode" }
 
-    public func process(_ record: InputRecord, state: inout NoState, context: StageContext, into out: inout StageOutput) {
+    public func process(_ record: InputRecord, state: inout NoState, context: TransformContext, into out: inout TransformOutput) {
         guard let value = record.value else { return }
         let events: [ChallengeEvent]
         do { events = try decoder.decode(value) } catch { return out.fail(error) }
@@ -30,7 +30,7 @@ public struct ChallengeDecodeStage: Stage {
 /// Records change the challenges they touch at once; the passing of days (a day without a
 /// record, the end of the term) shows through ``advance`` (or the challenge's next event).
 /// Decided challenges are forgotten ``retainMillis`` after their end.
-public struct ChallengeStandingsStage: Stage {
+public struct ChallengeStandingsTransform: Transform {
     public struct State: Codable, Sendable, Equatable {
         public var book = ChallengeBook()
         /// Challenge id → hash of the last standings emitted.
@@ -58,7 +58,7 @@ public struct ChallengeStandingsStage: Stage {
     public var name: String { "challenges.standings" }
     public var initialState: State { State() }
 
-    public func process(_ record: InputRecord, state: inout State, context: StageContext, into out: inout StageOutput) {
+    public func process(_ record: InputRecord, state: inout State, context: TransformContext, into out: inout TransformOutput) {
         guard let value = record.value else { return }
         let events: [ChallengeEvent]
         do { events = try decoder.decode(value) } catch { return out.fail(error) }
@@ -76,7 +76,7 @@ public struct ChallengeStandingsStage: Stage {
         out.append(contentsOf: publish(touched, decided: Set(early), &state))
     }
 
-    public func advance(state: inout State, context: StageContext, into out: inout StageOutput) {
+    public func advance(state: inout State, context: TransformContext, into out: inout TransformOutput) {
         state.clock = max(state.clock, context.now)
         var records = publish(state.book.entries.keys.sorted(), decided: [], &state)
         state.book.evict(now: state.clock, offsetSeconds: offsetSeconds, retainMillis: retainMillis)
@@ -115,15 +115,15 @@ public struct ChallengeStandingsStage: Stage {
 
 /// `challenges.notifications`: the app's pushes in its FCM shape (notification `title` and
 /// `body`, data `{"userId": "<id>"}`), as ``PushNotification``s on `notifications` for
-/// ``NotificationRenderStage``, to the topic `challenges-user-<id>` (the stream carries no FCM
+/// ``NotificationRenderTransform``, to the topic `challenges-user-<id>` (the stream carries no FCM
 /// tokens; the sender maps the topic to the user's token):
 ///
 /// - **matched** (title "챌린지 현황", challenge status): the leader hears that a competitor
-///   joined — when the stage sees the join (a join request, or the challenge before and after);
+///   joined — when the transform sees the join (a join request, or the challenge before and after);
 /// - **reminder** ("챌린지 현황"): from ``reminderHour`` local time on each day of a running,
 ///   matched challenge, each participant who has not recorded that day, once per day;
 /// - **result** ("챌린지 결과", challenge result): win, lose or tie, once per participant.
-public struct ChallengeNotificationStage: Stage {
+public struct ChallengeNotificationTransform: Transform {
     public struct Sent: Codable, Sendable, Equatable {
         public var matched = false
         /// `user:day` reminders sent.
@@ -162,7 +162,7 @@ public struct ChallengeNotificationStage: Stage {
     public var name: String { "challenges.notifications" }
     public var initialState: State { State() }
 
-    public func process(_ record: InputRecord, state: inout State, context: StageContext, into out: inout StageOutput) {
+    public func process(_ record: InputRecord, state: inout State, context: TransformContext, into out: inout TransformOutput) {
         guard let value = record.value else { return }
         let events: [ChallengeEvent]
         do { events = try decoder.decode(value) } catch { return out.fail(error) }
@@ -185,7 +185,7 @@ public struct ChallengeNotificationStage: Stage {
             }()
             let ids = state.book.apply(e, version: record.timestamp, now: state.clock)
             touched.append(contentsOf: ids.filter { !touched.contains($0) })
-            // Matched only when the stage saw it happen: nobody before, somebody now.
+            // Matched only when the transform saw it happen: nobody before, somebody now.
             if let before, before == nil, let id = ids.first, let entry = state.book.entries[id],
                 let c = entry.challenge, let competitor = entry.competitorId, entry.result == nil,
                 state.sent[id]?.matched != true
@@ -200,14 +200,14 @@ public struct ChallengeNotificationStage: Stage {
         out.append(contentsOf: due(touched, &state))
     }
 
-    public func advance(state: inout State, context: StageContext, into out: inout StageOutput) {
+    public func advance(state: inout State, context: TransformContext, into out: inout TransformOutput) {
         state.clock = max(state.clock, context.now)
         out.append(contentsOf: due(state.book.entries.keys.sorted(), &state))
         state.book.evict(now: state.clock, offsetSeconds: offsetSeconds, retainMillis: retainMillis)
         state.sent = state.sent.filter { state.book.entries[$0.key] != nil }
     }
 
-    /// Results and reminders due at the stage's clock for these challenges.
+    /// Results and reminders due at the transform's clock for these challenges.
     private func due(_ ids: [Int64], _ state: inout State) -> [OutputRecord] {
         let now = state.clock
         var out: [OutputRecord] = []
@@ -260,7 +260,7 @@ public struct ChallengeNotificationStage: Stage {
 /// ``ThumbnailRequest`` on `thumbnails.requests` (key `record-<id>`), for the thumbnail worker.
 /// Hidden (reported) records get none. Stateless; an unchanged image gets the same dedupe key
 /// on every edit.
-public struct ChallengeThumbnailStage: Stage {
+public struct ChallengeThumbnailTransform: Transform {
     public var decoder: ChallengeDecoder
 
     public init(decoder: ChallengeDecoder = ChallengeDecoder()) {
@@ -269,7 +269,7 @@ public struct ChallengeThumbnailStage: Stage {
 
     public var name: String { "challenges.thumbnails" }
 
-    public func process(_ record: InputRecord, state: inout NoState, context: StageContext, into out: inout StageOutput) {
+    public func process(_ record: InputRecord, state: inout NoState, context: TransformContext, into out: inout TransformOutput) {
         guard let value = record.value else { return }
         let events: [ChallengeEvent]
         do { events = try decoder.decode(value) } catch { return out.fail(error) }
@@ -282,10 +282,10 @@ public struct ChallengeThumbnailStage: Stage {
     }
 }
 
-extension ChallengeStandingsStage {
-    public static let options = [StageOption.utcOffset]
+extension ChallengeStandingsTransform {
+    public static let options = [TransformOption.utcOffset]
 }
 
-extension ChallengeNotificationStage {
-    public static let options = [StageOption.utcOffset]
+extension ChallengeNotificationTransform {
+    public static let options = [TransformOption.utcOffset]
 }

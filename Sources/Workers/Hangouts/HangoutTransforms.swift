@@ -2,16 +2,16 @@
 /// membership change, cancellation or user setting on `hangouts.events`, with an `event-type`
 /// header. Hangout events are keyed by the hangout id; user events by the user id and carry
 /// the user header. A cancellation is a tombstone keyed by the hangout id (compaction drops the
-/// hangout). The values are in upstream shapes the decoder reads back, so this stage can feed
-/// ``HangoutNotificationStage`` in a chain. Stateless.
-public struct HangoutDecodeStage: Stage {
+/// hangout). The values are in upstream shapes the decoder reads back, so this transform can feed
+/// ``HangoutNotificationTransform`` in a chain. Stateless.
+public struct HangoutDecodeTransform: Transform {
     public var decoder: HangoutDecoder
 
     public init(decoder: HangoutDecoder = HangoutDecoder()) { self.decoder = decoder }
 
     public var name: String { "hangouts.decode" }
 
-    public func process(_ record: InputRecord, state: inout NoState, context: StageContext, into out: inout StageOutput) {
+    public func process(_ record: InputRecord, state: inout NoState, context: TransformContext, into out: inout TransformOutput) {
         let events: [HangoutEvent]
         do { events = try decoder.decode(record) } catch { return out.fail(error) }
         let id = record.identity
@@ -26,7 +26,7 @@ public struct HangoutDecodeStage: Stage {
 }
 
 /// `hangouts.notifications`: the pushes of the meetup app, as ``PushNotification``s on
-/// `notifications` (rendered for FCM and APNs by ``NotificationRenderStage``), one per user:
+/// `notifications` (rendered for FCM and APNs by ``NotificationRenderTransform``), one per user:
 ///
 /// - **changed**: a hangout the user joined moved to another time or place (or was cancelled);
 /// - **reminder**: it starts within ``reminderLeadMillis`` (an hour): sent by ``advance`` (or the
@@ -35,17 +35,17 @@ public struct HangoutDecodeStage: Stage {
 ///   is taken to be the first joiner (first in `hangoutJoinUserId`, or the first `join` seen);
 ///   the push says so in its data (`organiser: first-joiner`);
 /// - **nearby**: a new open hangout lies within ``nearbyRadiusMeters`` (great-circle distance)
-///   of one of the user's saved places (announced once, when the stage first sees it).
+///   of one of the user's saved places (announced once, when the transform first sees it).
 ///
 /// `hangoutNoti` gates the first three, `newHangoutNoti` the last (both default to on until the
-/// user's settings are seen). A user's pushes go to their FCM token once the stage has seen one
+/// user's settings are seen). A user's pushes go to their FCM token once the transform has seen one
 /// (`PUT user/fcmToken`), else to the topic `hangouts-user-<id>`.
 ///
 /// State: per hangout the last snapshot (time, place, status), participants and what was sent;
 /// per user saved places, settings, token and when they were last notified. Hangouts are
-/// evicted ``retainMillis`` after their meet time; the stage's clock is the largest `now` it
+/// evicted ``retainMillis`` after their meet time; the transform's clock is the largest `now` it
 /// has seen, so a redelivered old record never brings an evicted hangout back to life.
-public struct HangoutNotificationStage: Stage {
+public struct HangoutNotificationTransform: Transform {
     /// What a hangout looked like last time.
     public struct Snapshot: Codable, Sendable, Equatable {
         public var title: String
@@ -105,7 +105,7 @@ public struct HangoutNotificationStage: Stage {
     public var name: String { "hangouts.notifications" }
     public var initialState: State { State() }
 
-    public func process(_ record: InputRecord, state: inout State, context: StageContext, into out: inout StageOutput) {
+    public func process(_ record: InputRecord, state: inout State, context: TransformContext, into out: inout TransformOutput) {
         let events: [HangoutEvent]
         do { events = try decoder.decode(record) } catch { return out.fail(error) }
         state.clock = max(state.clock, context.now)
@@ -127,7 +127,7 @@ public struct HangoutNotificationStage: Stage {
     }
 
     /// Sends the reminders that are due and evicts hangouts past their time.
-    public func advance(state: inout State, context: StageContext, into out: inout StageOutput) {
+    public func advance(state: inout State, context: TransformContext, into out: inout TransformOutput) {
         state.clock = max(state.clock, context.now)
         var outbox = Outbox(now: state.clock)
         remind(&state, &outbox)
@@ -285,7 +285,7 @@ public struct HangoutNotificationStage: Stage {
                 gate: \.hangoutNoti, state, extra: ["joinerId": joiner, "organiser": "first-joiner"])
         }
 
-        func deliver(_ state: inout State, into out: inout StageOutput) {
+        func deliver(_ state: inout State, into out: inout TransformOutput) {
             for n in notifications { state.users[n.user, default: User()].lastNotifiedAt = now }
             out.append(contentsOf: notifications.map { $0.push.outputRecord() })
         }
@@ -296,7 +296,7 @@ public struct HangoutNotificationStage: Stage {
 /// file name the client prepends `<base>static-file/` to) becomes one ``ThumbnailRequest`` on
 /// `thumbnails.requests` (key `hangout-<id>`), for the thumbnail worker. Stateless; the same
 /// image gets the same dedupe key on every read of the hangout.
-public struct HangoutThumbnailStage: Stage {
+public struct HangoutThumbnailTransform: Transform {
     /// `<base>static-file/` of the meetup app's API: the image's URL is this plus the file name.
     public var imageBase: String
     public var decoder: HangoutDecoder
@@ -308,7 +308,7 @@ public struct HangoutThumbnailStage: Stage {
 
     public var name: String { "hangouts.thumbnails" }
 
-    public func process(_ record: InputRecord, state: inout NoState, context: StageContext, into out: inout StageOutput) {
+    public func process(_ record: InputRecord, state: inout NoState, context: TransformContext, into out: inout TransformOutput) {
         let events: [HangoutEvent]
         do { events = try decoder.decode(record) } catch { return out.fail(error) }
         for case .hangout(let h) in events {
@@ -319,18 +319,18 @@ public struct HangoutThumbnailStage: Stage {
     }
 }
 
-extension HangoutDecodeStage {
-    public static let options = [StageOption.utcOffset]
+extension HangoutDecodeTransform {
+    public static let options = [TransformOption.utcOffset]
 }
 
-extension HangoutNotificationStage {
-    public static let options = [StageOption.utcOffset]
+extension HangoutNotificationTransform {
+    public static let options = [TransformOption.utcOffset]
 }
 
-extension HangoutThumbnailStage {
+extension HangoutThumbnailTransform {
     /// `hangout-image-base`: `<base>static-file/` of the meetup app's API, where hangout images are.
     public static let options = [
-        StageOption.utcOffset,
-        StageOption("hangout-image-base") { value, options throws(OptionError) in options.hangoutImageBase = try value.string() },
+        TransformOption.utcOffset,
+        TransformOption("hangout-image-base") { value, options throws(OptionError) in options.hangoutImageBase = try value.string() },
     ]
 }

@@ -19,16 +19,16 @@ import WorkersTesting
         ("g", "garbage", [:], campaignNow + 3),
     ]
 
-    @Test(arguments: StageCatalog.names)
+    @Test(arguments: TransformCatalog.names)
     func redeliveryOnlyRepeatsKnownOutputs(_ name: String) throws {
-        var options = StageCatalog.Options()
+        var options = TransformCatalog.Options()
         options.alerts = [.init(subscriber: "tok", market: "KRW-BTC", threshold: 0.05)]
         options.newProductsIntervalMillis = 1_000
-        let stage = try StageCatalog(options: options).stage(named: name)
+        let stage = try TransformCatalog(options: options).stage(named: name)
         try check(stage)
     }
 
-    private func check<S: Stage>(_ stage: S) throws {
+    private func check<S: Transform>(_ stage: S) throws {
         var driver = TestDriver(stage, partitions: 3)
         for r in Self.stream {
             driver.send(key: r.key, value: r.value, headers: r.headers, timestamp: r.time)
@@ -36,7 +36,7 @@ import WorkersTesting
         let firstKeys = Set(driver.outputs.map(\.dedupeKey))
         let firstFailures = driver.deadLetters.count
         // Every decoding stage rejects the garbage line; pass-through forwards anything.
-        if !(stage is PassThroughStage) { #expect(firstFailures > 0, "the garbage line must fail") }
+        if !(stage is PassThroughTransform) { #expect(firstFailures > 0, "the garbage line must fail") }
         let again = driver.redeliver(from: 0)
         for r in again.records {
             #expect(firstKeys.contains(r.dedupeKey), "\(stage.name) produced a new output on redelivery: \(r.dedupeKey)")
@@ -48,13 +48,13 @@ import WorkersTesting
 
 /// Hostile record metadata: extreme timestamps, keys and headers must not trap any stage.
 @Suite struct ExtremeInputTests {
-    @Test(arguments: StageCatalog.names)
+    @Test(arguments: TransformCatalog.names)
     func extremeTimestampsNeverCrash(_ name: String) throws {
-        let stage = try StageCatalog().stage(named: name)
+        let stage = try TransformCatalog().stage(named: name)
         try run(stage)
     }
 
-    private func run<S: Stage>(_ stage: S) throws {
+    private func run<S: Transform>(_ stage: S) throws {
         var driver = TestDriver(stage, partitions: 2)
         let values: [String?] = [
             nil, "", tick(price: 1, at: 253_402_300_799_999), tick(price: 1, at: 1),

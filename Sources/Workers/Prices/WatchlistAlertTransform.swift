@@ -6,7 +6,7 @@
 /// rate hovering above +5 % alerts once. Ticks older than the last one seen for a market are
 /// ignored (out of order, or redelivered). Alerts go out as ``PushNotification``s to the
 /// subscriber's token on output `notifications`.
-public struct WatchlistAlertStage: Stage {
+public struct WatchlistAlertTransform: Transform {
     public struct Subscription: Codable, Sendable, Hashable {
         /// Device or user token that receives the alert.
         public var subscriber: String
@@ -43,7 +43,7 @@ public struct WatchlistAlertStage: Stage {
     public var name: String { "prices.alerts" }
     public var initialState: State { State() }
 
-    public func process(_ record: InputRecord, state: inout State, context: StageContext, into out: inout StageOutput) {
+    public func process(_ record: InputRecord, state: inout State, context: TransformContext, into out: inout TransformOutput) {
         guard let value = record.value else { return }
         let ticks: [PriceTick]
         do { ticks = try decoder.decode(value) } catch { return out.fail(error) }
@@ -83,10 +83,10 @@ func formatPrice(_ v: Double) -> String {
     return v.description
 }
 
-extension WatchlistAlertStage {
+extension WatchlistAlertTransform {
     /// `alerts`: a list of `{subscriber, market, threshold}`; threshold is a signed ratio (0.05 is +5 %).
     public static let options = [
-        StageOption("alerts") { value, options throws(OptionError) in
+        TransformOption("alerts") { value, options throws(OptionError) in
             options.alerts += try value.list("{subscriber, market, threshold}") { item throws(OptionError) in
                 var subscriber: String?, market: String?, threshold: Double?
                 try item.mapping(allowed: ["subscriber", "market", "threshold"]) { key, v throws(OptionError) in

@@ -2,7 +2,7 @@ import Testing
 import Workers
 
 /// The buffer stages write their outputs into, shared by every input of a batch.
-@Suite struct StageOutputTests {
+@Suite struct TransformOutputTests {
     static let records = [
         OutputRecord(output: "a", key: Array("k1".utf8), value: Array(#"{"x":1}"#.utf8), headers: [RecordHeader("h", "v")], dedupeKey: "d1"),
         OutputRecord(output: "b", key: nil, value: nil, dedupeKey: ""),
@@ -10,15 +10,15 @@ import Workers
     ]
 
     @Test func recordsReadBackAsTheyWereWritten() {
-        var out = StageOutput()
+        var out = TransformOutput()
         for r in Self.records { out.append(r) }
         #expect(out.records == Self.records)
         #expect(out.count == 3)
-        #expect(StageOutput(records: Self.records) == out)
+        #expect(TransformOutput(records: Self.records) == out)
     }
 
     @Test func theDirectWriteMatchesAWrittenRecord() {
-        var out = StageOutput()
+        var out = TransformOutput()
         out.append(Self.records[0])
         out.append(
             output: "ticks", key: Array("KRW-BTC".utf8),
@@ -41,7 +41,7 @@ import Workers
         // Longer than the writer's zero block (4,096) and the dedupe key's stack buffer (256).
         let text = String(repeating: "가나다abc", count: 1_000)
         let long = String(repeating: "x", count: 700)
-        var out = StageOutput()
+        var out = TransformOutput()
         out.append(output: "o", key: nil, dedupeKey: { $0.append(long); $0.append("#"); $0.append(7) }, value: { $0.string(text) })
         out.append(output: "o", key: nil, dedupeKey: { $0.append("short") }, value: { $0.int(1) })
         #expect(out.records.map(\.dedupeKey) == [long + "#7", "short"])
@@ -50,7 +50,7 @@ import Workers
     }
 
     @Test func discardRemovesOnlyWhatCameAfterTheMark() {
-        var out = StageOutput(records: [Self.records[0]], failures: [DecodeFailure(field: "f", reason: .invalidValue, detail: "before")])
+        var out = TransformOutput(records: [Self.records[0]], failures: [DecodeFailure(field: "f", reason: .invalidValue, detail: "before")])
         let mark = out.mark
         out.append(Self.records[1])
         out.append(output: "o", key: nil, dedupeKey: { $0.append("z") }, value: { $0.int(3) })
@@ -65,29 +65,29 @@ import Workers
     /// The runtime shares one output across a batch: a list that fails part way through takes
     /// back its own ticks and nothing of the inputs before it.
     @Test func aListFailingPartWayLeavesEarlierInputsAlone() {
-        let stage = PriceDecodeStage()
+        let stage = PriceDecodeTransform()
         var state = NoState()
-        var out = StageOutput()
+        var out = TransformOutput()
         let origin = RecordOrigin(topic: "t", partition: 0, offset: 0)
         let good = InputRecord(value: Array("[\(tick(price: 1, at: 1_000)),\(tick("KRW-ETH", price: 2, at: 1_001))]".utf8), timestamp: 1, origin: origin)
-        stage.process(good, state: &state, context: StageContext(now: 1), into: &out)
+        stage.process(good, state: &state, context: TransformContext(now: 1), into: &out)
         let before = out.records
         #expect(before.count == 2)
         var badOrigin = origin
         badOrigin.offset = 1
         let bad = InputRecord(value: Array("[\(tick(price: 3, at: 1_002)),\(tick(price: -1, at: 1_003))]".utf8), timestamp: 2, origin: badOrigin)
-        stage.process(bad, state: &state, context: StageContext(now: 2), into: &out)
+        stage.process(bad, state: &state, context: TransformContext(now: 2), into: &out)
         #expect(out.records == before, "the failing list's first tick is taken back, the earlier input's ticks stay")
         #expect(out.failures.count == 1)
-        stage.process(good, state: &state, context: StageContext(now: 3), into: &out)
+        stage.process(good, state: &state, context: TransformContext(now: 3), into: &out)
         #expect(out.records == before + before)
     }
 
     /// The same stage over one shared output writes what it writes input by input.
     @Test func aSharedOutputHoldsWhatSeparateOnesHold() {
-        let stage = PriceDecodeStage().then(CandleStage(allowedLatenessMillis: 0))
-        var shared = StageOutput()
-        var separate = StageOutput()
+        let stage = PriceDecodeTransform().then(CandleTransform(allowedLatenessMillis: 0))
+        var shared = TransformOutput()
+        var separate = TransformOutput()
         var sharedState = stage.initialState
         var separateState = stage.initialState
         for i in 0..<200 {
@@ -95,8 +95,8 @@ import Workers
             let input = InputRecord(
                 key: Array("k\(i % 3)".utf8), value: Array(value.utf8), timestamp: Int64(i),
                 origin: RecordOrigin(topic: "t", partition: 0, offset: Int64(i)))
-            stage.process(input, state: &sharedState, context: StageContext(now: Int64(i)), into: &shared)
-            separate.append(contentsOf: stage.process(input, state: &separateState, context: StageContext(now: Int64(i))))
+            stage.process(input, state: &sharedState, context: TransformContext(now: Int64(i)), into: &shared)
+            separate.append(contentsOf: stage.process(input, state: &separateState, context: TransformContext(now: Int64(i))))
         }
         #expect(shared.count > 0)
         #expect(shared.failures.count == 11)

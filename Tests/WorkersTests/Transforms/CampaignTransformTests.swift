@@ -9,7 +9,7 @@ let campaignNow: Int64 = 1_700_438_400_000
 
 @Suite struct CampaignFeedTests {
     @Test func feedOrdersOngoingFirstThenRatioThenIdAndEmitsOnlyOnChange() {
-        var driver = TestDriver(CampaignFeedStage(topN: 3))
+        var driver = TestDriver(CampaignFeedTransform(topN: 3))
         let list = "[" + [
             Fixtures.campaign(id: 1, ratio: 50, categoryId: 1),
             Fixtures.campaign(id: 2, ratio: 10, categoryId: 1),
@@ -35,7 +35,7 @@ let campaignNow: Int64 = 1_700_438_400_000
     }
 
     @Test func campaignsITookPartInComeFromTheUserHeaderOrKey() {
-        var driver = TestDriver(CampaignFeedStage())
+        var driver = TestDriver(CampaignFeedTransform())
         let mine = #"{"donatedSteps":1200,"ranking":3,"story":null}"#
         driver.send(value: Fixtures.campaign(id: 1, my: mine), headers: ["user-id": "u-1"], timestamp: campaignNow)
         driver.send(value: Fixtures.campaign(id: 2, ratio: 5, my: mine), headers: ["user-id": "u-1"], timestamp: campaignNow)
@@ -44,7 +44,7 @@ let campaignNow: Int64 = 1_700_438_400_000
         #expect(lists.map(\.keyString) == ["u-1", "u-1"])
         #expect(ids(lists.last?.valueString) == [2, 1])
 
-        var byKey = TestDriver(CampaignFeedStage(user: .key))
+        var byKey = TestDriver(CampaignFeedTransform(user: .key))
         byKey.send(key: "u-9", value: Fixtures.campaign(id: 4, my: mine), timestamp: campaignNow)
         #expect(byKey.outputs(named: "campaigns.mine").map(\.keyString) == ["u-9"])
     }
@@ -54,7 +54,7 @@ let campaignNow: Int64 = 1_700_438_400_000
     @Test func feedOrderingInvariant() async {
         let gen = zip(Gen.int(in: 1...40), Gen.int(in: 0...150), Gen.bool, Gen.int(in: 1...6), Gen.bool).array(of: 1...30)
         await propertyCheck(count: 100, input: gen) { rows in
-            let stage = CampaignFeedStage(topN: 10)
+            let stage = CampaignFeedTransform(topN: 10)
             var state = stage.initialState
             let json = "[" + rows.map { id, ratio, ended, category, corporate in
                 Fixtures.campaign(
@@ -62,7 +62,7 @@ let campaignNow: Int64 = 1_700_438_400_000
                     organizations: corporate ? #"[{"id":1}]"# : "[]", categoryId: category)
             }.joined(separator: ",") + "]"
             let record = InputRecord(value: Array(json.utf8), timestamp: campaignNow, origin: RecordOrigin(topic: "t", partition: 0, offset: 0))
-            let out = stage.process(record, state: &state, context: StageContext(now: campaignNow))
+            let out = stage.process(record, state: &state, context: TransformContext(now: campaignNow))
             #expect(out.failures.isEmpty)
             for segment in FeedSegment.allCases {
                 for category in FeedCategory.allCases {
@@ -82,7 +82,7 @@ let campaignNow: Int64 = 1_700_438_400_000
 
 @Suite struct CampaignNotificationTests {
     @Test func goalEndingSoonAndResultPostedOnceEach() {
-        var driver = TestDriver(CampaignNotificationStage())
+        var driver = TestDriver(CampaignNotificationTransform())
         // 2023-12-31T23:59:59 KST ends at 2023-12-31T14:59:59Z.
         let end: Int64 = 1_704_034_799_000
         driver.send(value: Fixtures.campaign(id: 7, ratio: 90), timestamp: campaignNow)
@@ -100,7 +100,7 @@ let campaignNow: Int64 = 1_700_438_400_000
     }
 
     @Test func aCampaignFirstSeenAboveGoalDidNotCrossWhileWatched() {
-        var driver = TestDriver(CampaignNotificationStage())
+        var driver = TestDriver(CampaignNotificationTransform())
         driver.send(value: Fixtures.campaign(id: 8, ratio: 150), timestamp: campaignNow)
         #expect(driver.outputs.isEmpty)
     }

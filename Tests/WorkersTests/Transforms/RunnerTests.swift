@@ -3,8 +3,8 @@ import Workers
 import WorkersTesting
 
 @Suite struct JSONLinesRunnerTests {
-    func runner(_ names: [String], options: StageCatalog.Options = .init()) throws -> JSONLinesRunner {
-        JSONLinesRunner(runner: try StageCatalog(options: options).runner(for: names))
+    func runner(_ names: [String], options: TransformCatalog.Options = .init()) throws -> JSONLinesRunner {
+        JSONLinesRunner(runner: try TransformCatalog(options: options).runner(for: names))
     }
 
     @Test func envelopeAndBareLinesGolden() throws {
@@ -20,19 +20,19 @@ import WorkersTesting
         #expect(out == [
             #"{"type":"output","output":"prices.latest","key":"KRW-BTC","value":{"type":"ticker","code":"KRW-BTC","trade_price":1500,"signed_change_rate":0,"trade_volume":2,"trade_timestamp":1000},"headers":{},"dedupe_key":"latest:KRW-BTC:1000:0"}"#,
             #"{"type":"output","output":"prices.latest","key":"KRW-ETH","value":{"type":"ticker","code":"KRW-ETH","trade_price":7,"signed_change_rate":0.01,"trade_volume":1,"trade_timestamp":2000},"headers":{},"dedupe_key":"latest:KRW-ETH:2000:0"}"#,
-            #"{"type":"dead-letter","key":null,"value":{"code":"KRW-BTC","trade_price":"x"},"headers":{"dead-letter.stage":"prices.decode,prices.latest","dead-letter.reason":"wrong-type","dead-letter.field":"trade_price","dead-letter.detail":"expected number, found string","dead-letter.origin.topic":"stdin","dead-letter.origin.partition":"0","dead-letter.origin.offset":"9","dead-letter.attempts":"1"}}"#,
+            #"{"type":"dead-letter","key":null,"value":{"code":"KRW-BTC","trade_price":"x"},"headers":{"dead-letter.stage":"prices.decode,prices.latest","dead-letter.transform":"prices.decode,prices.latest","dead-letter.reason":"wrong-type","dead-letter.field":"trade_price","dead-letter.detail":"expected number, found string","dead-letter.origin.topic":"stdin","dead-letter.origin.partition":"0","dead-letter.origin.offset":"9","dead-letter.attempts":"1"}}"#,
         ])
     }
 
     @Test func unknownStageNamesItAndListsTheKnownOnes() {
-        #expect(throws: StageCatalog.UnknownStage(name: "prices.candle")) {
-            try StageCatalog().runner(for: ["prices.decode", "prices.candle"])
+        #expect(throws: TransformCatalog.UnknownTransform(name: "prices.candle")) {
+            try TransformCatalog().runner(for: ["prices.decode", "prices.candle"])
         }
-        #expect(StageCatalog.UnknownStage(name: "x").description.contains("prices.candles"))
+        #expect(TransformCatalog.UnknownTransform(name: "x").description.contains("prices.candles"))
     }
 
     @Test func everyCatalogNameBuildsAndSurvivesGarbage() throws {
-        for name in StageCatalog.names {
+        for name in TransformCatalog.names {
             var r = try runner([name])
             #expect(r.runner.name == name)
             for line in ["{", "[1,2]", "null", #"{"value":null}"#, "\u{0}", #"{"value":{"a":[[[[]]]]}}"#] {
@@ -42,7 +42,7 @@ import WorkersTesting
     }
 
     @Test func advanceFlushesBatches() throws {
-        var options = StageCatalog.Options()
+        var options = TransformCatalog.Options()
         options.newProductsIntervalMillis = 1000
         var r = try runner(["products.decode", "products.new-notifications", "notifications.render"], options: options)
         #expect(r.process(line: #"{"value":\#(Fixtures.productPageNew),"timestamp":10}"#).isEmpty)
@@ -54,7 +54,7 @@ import WorkersTesting
 
 @Suite struct TestDriverTests {
     @Test func spreadsKeysOverPartitionsWithPerPartitionOffsets() {
-        var driver = TestDriver(PriceDecodeStage(), partitions: 4)
+        var driver = TestDriver(PriceDecodeTransform(), partitions: 4)
         for i in 0..<40 {
             driver.send(key: "KRW-C\(i % 8)", value: tick("KRW-C\(i % 8)", price: 1, at: Int64(i + 1)), timestamp: Int64(i))
         }
@@ -72,9 +72,9 @@ import WorkersTesting
     }
 }
 
-@Suite struct PassThroughStageTests {
+@Suite struct PassThroughTransformTests {
     @Test func forwardsEverythingUnchangedWithADeterministicDedupeKey() {
-        var driver = TestDriver(PassThroughStage(output: "copy"), partitions: 2)
+        var driver = TestDriver(PassThroughTransform(output: "copy"), partitions: 2)
         driver.send(key: "k", value: "not json at all", headers: ["h": "v"], timestamp: 5)
         driver.send(key: "gone", value: nil, headers: [:], timestamp: 6)
         #expect(driver.outputs.map(\.output) == ["copy", "copy"])
