@@ -98,11 +98,11 @@ public struct KafkaError: Error, Sendable, Hashable, CustomStringConvertible {
     /// The record is larger than the producer's `message.max.bytes` or the topic's
     /// `max.message.bytes` (`MSG_SIZE_TOO_LARGE`): no retry and no other topic of the same
     /// limits takes it.
-    public var isMessageTooLarge: Bool { rdKafkaCode == 10 }
+    public var isMessageTooLarge: Bool { rdKafkaCode == RDKafkaError.messageTooLarge }
 
     /// The group is rebalancing (`REBALANCE_IN_PROGRESS`, `ILLEGAL_GENERATION`): a commit may
     /// succeed once the rebalance settles.
     public var isRebalanceInProgress: Bool {
-        rdKafkaCode == 27 || rdKafkaCode == 22
+        rdKafkaCode.map(RDKafkaError.rebalancingCodes.contains) ?? false
     }
 }

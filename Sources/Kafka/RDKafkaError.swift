@@ -65,6 +65,14 @@ package enum RDKafkaError {
         RD_KAFKA_RESP_ERR__INVALID_ARG.rawValue,
     ]
 
+    /// `MSG_SIZE_TOO_LARGE`.
+    static let messageTooLarge = RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE.rawValue
+
+    /// The group is rebalancing: `REBALANCE_IN_PROGRESS`, `ILLEGAL_GENERATION`.
+    static let rebalancingCodes: Set<Int32> = [
+        RD_KAFKA_RESP_ERR_REBALANCE_IN_PROGRESS.rawValue, RD_KAFKA_RESP_ERR_ILLEGAL_GENERATION.rawValue,
+    ]
+
     /// Local and broker errors that go away by themselves.
     static func isRetriable(_ err: rd_kafka_resp_err_t) -> Bool {
         switch err {

@@ -17,9 +17,9 @@ struct Chaos: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Check the worker runtime's guarantees under faults (a Jepsen-style nemesis and checker).",
         discussion: """
-            Each seed is one run: a fresh topology of one candle stage (prices.candles, with its
-            changelog), `--workers` `pipelinectl worker` processes, a producer feeding `--ticks`
-            Upbit ticks (5 % garbage) over the fault window, and a nemesis applying faults at
+            Each seed is one run: a fresh topology of one candle stage (prices.candles, with its \
+            changelog), `--workers` `pipelinectl worker` processes, a producer feeding `--ticks` \
+            Upbit ticks (5 % garbage) over the fault window, and a nemesis applying faults at \
             random moments drawn from the seed:
 
               kill            SIGKILL a worker, no waiting for a settled group; a new one starts
@@ -28,50 +28,51 @@ struct Chaos: AsyncParsableCommand {
               outputs-down    the output topic's leader is down for a while (--broker mock only)
               broker-restart  the broker is killed and restarted (--broker local, S3 storage, only)
 
-            Then everything heals, one tick per market an hour later closes every minute, the run
-            waits until the group's offsets reach the end, stops the workers with SIGTERM, reads
-            every output, dead letter and changelog record (read_committed, past the end) and
-            prints: candles lost, wrong (against candles computed here from the input, not by the
-            stage's code), duplicated and out of order; dead letters of good input, garbage not
-            dead-lettered; whether the offsets reached the end and every changelog key with them;
-            unexpected worker exits. A group that stops being served (tansu wedges a group when a
+            Then everything heals, one tick per market an hour later closes every minute, the run \
+            waits until the group's offsets reach the end, stops the workers with SIGTERM, reads \
+            every output, dead letter and changelog record (read_committed, past the end) and \
+            prints: candles lost, wrong (against candles computed here from the input, not by the \
+            stage's code), duplicated and out of order; dead letters of good input, garbage not \
+            dead-lettered; whether the offsets reached the end and every changelog key with them; \
+            unexpected worker exits. A group that stops being served (tansu wedges a group when a \
             member dies or joins mid-rebalance) is reported as BROKER WEDGED, not as a pass.
 
-            Brokers: `--broker mock` (librdkafka's mock cluster, in this process, on loopback
-            ports), `--broker local` (tansu, started here), or `--bootstrap-server` for any
-            cluster (process faults only; topics and group get a fresh name per run). With
-            `--delivery exactly-once` on a broker that hides aborted transactions (Apache Kafka),
+            Brokers: `--broker mock` (librdkafka's mock cluster, in this process, on loopback \
+            ports), `--broker local` (tansu, started here), or `--bootstrap-server` for any \
+            cluster (process faults only; topics and group get a fresh name per run). With \
+            `--delivery exactly-once` on a broker that hides aborted transactions (Apache Kafka), \
             duplicates must be 0.
 
-            Retries: `--retries default` runs the workers on the shipping retry policy (the
-            topology's default, librdkafka's message timeout); `--retries low` on 2 attempts of
-            1.5 s, so outputs fail past their attempts during an outage (made 5 s or longer) and go
-            to the dead-letter topic as themselves. After the workers stop, the run redrives every
-            delivery-failed dead letter, as an operator would, and only then checks: every
+            Retries: `--retries default` runs the workers on the shipping retry policy (the \
+            topology's default, librdkafka's message timeout); `--retries low` on 2 attempts of \
+            1.5 s, so outputs fail past their attempts during an outage (made 5 s or longer) and go \
+            to the dead-letter topic as themselves. After the workers stop, the run redrives every \
+            delivery-failed dead letter, as an operator would, and only then checks: every \
             expected candle must be there.
 
-            Profiles: `ci` (what the test suite runs: two mock seeds with every fault, one mock
-            seed with low retries, one local seed with the faults tansu survives), `long` (ten
-            seeds per broker with every fault, five mock and three local seeds with low retries,
+            Profiles: `ci` (what the test suite runs: two mock seeds with every fault, one mock \
+            seed with low retries, one local seed with the faults tansu survives), `long` (ten \
+            seeds per broker with every fault, five mock and three local seeds with low retries, \
             longer windows).
 
-            Exit status: 0 every run passed; 1 a run found a violation; 3 no violation, but in a run
-            the broker failed (BROKER WEDGED; BROKER LOST INPUT: records it acknowledged are no
-            longer in the input topic, and the oracle works from what the topic holds; BROKER LOST
-            OUTPUT: candles or dead letters are missing and as many offsets of their topics hold
+            Exit status: 0 every run passed; 1 a run found a violation; 3 no violation, but in a run \
+            the broker failed (BROKER WEDGED; BROKER LOST INPUT: records it acknowledged are no \
+            longer in the input topic, and the oracle works from what the topic holds; BROKER LOST \
+            OUTPUT: candles or dead letters are missing and as many offsets of their topics hold \
             nothing, records the broker took and lost after the workers settled them).
 
             Examples:
               pipelinectl chaos --profile ci
               pipelinectl chaos --broker mock --seed 7 --faults kill,pause --window 60s
-              pipelinectl chaos --bootstrap-server kafka:9092 --delivery exactly-once --seed 1 --seed 2
+              pipelinectl chaos --bootstrap-server kafka:9092 --delivery exactly-once \\
+                  --seed 1 --seed 2
             """)
 
     enum BrokerKind: String, ExpressibleByArgument, CaseIterable { case mock, local }
     enum Profile: String, ExpressibleByArgument, CaseIterable { case ci, long }
 
-    @Option(help: "mock or local (ignored with --bootstrap-server).") var broker: BrokerKind?
-    @Option(name: .customLong("bootstrap-server"), help: "Run against this cluster (process faults only).") var bootstrapServer: String?
+    @Option(help: "mock or local: the broker to start. With --bootstrap-server instead, the run uses that cluster, with process faults only.") var broker: BrokerKind?
+    @OptionGroup var connection: BootstrapServer<EmbeddedBroker>
     @Option(help: "A seed (repeatable). Default: the profile's.") var seed: [UInt64] = []
     @Option(help: "ci or long: seeds, brokers, faults and windows when not given.") var profile: Profile?
     @Option(help: "Comma-separated faults (see above). Default: every one the broker allows.") var faults: String?
@@ -101,7 +102,6 @@ struct Chaos: AsyncParsableCommand {
     var workerBinary: String?
 
     func validate() throws {
-        if let bootstrapServer { try validateServers(bootstrapServer) }
         guard Topology.Delivery(rawValue: delivery) != nil else { throw ValidationError("--delivery: expected at-least-once or exactly-once, found '\(delivery)'") }
         guard workers >= 1 else { throw ValidationError("--workers: at least 1") }
         if let faults {
@@ -109,7 +109,7 @@ struct Chaos: AsyncParsableCommand {
                 throw ValidationError("--faults: unknown fault '\(name)'; expected: \(ChaosPlan.Fault.allCases.map(\.rawValue).joined(separator: ", "))")
             }
         }
-        if broker != nil, bootstrapServer != nil { throw ValidationError("--broker and --bootstrap-server: give one of them") }
+        if broker != nil, connection.flag != nil { throw ValidationError("--broker and --bootstrap-server: give one of them") }
         if let workerBinary, !FileManager.default.isExecutableFile(atPath: workerBinary) {
             throw ValidationError("--worker-binary: '\(workerBinary)' is not an executable file")
         }
@@ -148,7 +148,7 @@ struct Chaos: AsyncParsableCommand {
                     ticks: ticks ?? defaultTicks, retries: retries ?? defaultRetries)
             }
         }
-        if let bootstrapServer {
+        if let bootstrapServer = connection.flag {
             let kind = ChaosTarget.Kind.external(bootstrapServer)
             return make(kind, seeds: seed.isEmpty ? [1, 2, 3] : seed, faults: [.kill, .pause, .joinLeave], window: .seconds(30), ticks: 12_000)
         }

@@ -15,38 +15,39 @@ struct ConsoleCommand: AsyncParsableCommand {
         commandName: "console",
         abstract: "Serve the operator console: every stage's lag and verdict with history, and the dead letters.",
         discussion: """
-            A web page for the pipeline of --topology: one row per stage, worst first, with its
-            workers, partitions, arrival, in and out rates, lag in records and in seconds, time
-            to drain, a sparkline of the last hour and Burrow's verdict with the reason in words
-            (what `pipelinectl lag` computes, sampled every --sample-interval without joining the
-            groups); a page per stage with its history (5 s points for 5 minutes, 1 min for an
-            hour, 30 min for a day; kept across restarts in --history-topic) and partitions; the dead letters grouped by stage, reason,
-            field and origin topic, filtered, and each one in full (key, value, headers; text
-            escaped, invalid UTF-8 marked). A selection of dead letters can be redriven to their
-            origin: a preview first (how many records to which topic and partition, how many
-            exceed --max-redrives, the equivalent `pipelinectl dlq redrive`), then the redrive;
-            each is recorded in --audit-topic and listed under Redrives. --read-only hides the
-            actions. The overview updates itself every 5 s, but not while
+            A web page for the pipeline of --topology: one row per stage, worst first, with its \
+            workers, partitions, arrival, in and out rates, lag in records and in seconds, time \
+            to drain, a sparkline of the last hour and Burrow's verdict with the reason in words \
+            (what `pipelinectl lag` computes, sampled every --sample-interval without joining the \
+            groups); a page per stage with its history (5 s points for 5 minutes, 1 min for an \
+            hour, 30 min for a day; kept across restarts in --history-topic) and partitions; the dead letters grouped by stage, reason, \
+            field and origin topic, filtered, and each one in full (key, value, headers; text \
+            escaped, invalid UTF-8 marked). A selection of dead letters can be redriven to their \
+            origin: a preview first (how many records to which topic and partition, how many \
+            exceed --max-redrives, the equivalent `pipelinectl dlq redrive`), then the redrive; \
+            each is recorded in --audit-topic and listed under Redrives. --read-only hides the \
+            actions. The overview updates itself every 5 s, but not while \
             text is selected or a form is in use.
 
-            It listens on 127.0.0.1 by default. Listening elsewhere needs a token, from
-            --token-file or $PIPELINE_CONSOLE_TOKEN (never a flag): requests then carry it as
-            `Authorization: Bearer TOKEN` or sign in once at /login (an HttpOnly, SameSite=Strict
+            It listens on 127.0.0.1 by default. Listening elsewhere needs a token, from \
+            --token-file or $PIPELINE_CONSOLE_TOKEN (never a flag): requests then carry it as \
+            `Authorization: Bearer TOKEN` or sign in once at /login (an HttpOnly, SameSite=Strict \
             cookie). Every page is sent with a strict Content-Security-Policy.
 
-            Only requests whose Host is localhost, a loopback address, the --listen address or a
-            name given with --allowed-host are answered (421 otherwise: DNS rebinding). A form
-            post must carry the page's CSRF token and come from the console's own pages (Origin,
+            Only requests whose Host is localhost, a loopback address, the --listen address or a \
+            name given with --allowed-host are answered (421 otherwise: DNS rebinding). A form \
+            post must carry the page's CSRF token and come from the console's own pages (Origin, \
             or Sec-Fetch-Site same-origin), or it is refused with 403.
 
             The verdicts are also metrics on --metrics-address, so alerts and the page agree:
-            pipeline_consumer_status{group,topic} (0 OK, 1 WARN, 2 STALL, 3 STOP, 4 REWIND, 5 ERR)
+            pipeline_consumer_status{group,topic} (0 OK, 1 WARN, 2 STALL, 3 STOP, 4 REWIND, 5 ERR) \
             and pipeline_group_lag_seconds{group,topic}.
 
             Examples:
               pipelinectl console --topology topology.yaml --bootstrap-server kafka:9092
               PIPELINE_CONSOLE_TOKEN=… pipelinectl console --listen 0.0.0.0:8090
-              pipelinectl console --allowed-host console.example.org        # behind a proxy on this host
+              # behind a proxy on this host
+              pipelinectl console --allowed-host console.example.org
             """)
 
     @Option(help: "The topology file.") var topology = "topology.yaml"

@@ -12,8 +12,8 @@ struct DLQ: AsyncParsableCommand {
         commandName: "dlq",
         abstract: "List, show and redrive dead letters.",
         discussion: """
-            Dead letters are the original records plus dead-letter.* headers (stage, reason,
-            field, detail, origin topic/partition/offset, attempts). Reading never joins or
+            Dead letters are the original records plus dead-letter.* headers (stage, reason, \
+            field, detail, origin topic/partition/offset, attempts). Reading never joins or \
             commits for a group.
 
             Examples:
@@ -266,21 +266,23 @@ struct DLQ: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Send dead letters back to where they belong (dry run unless --execute).",
             discussion: """
-                Each selected dead letter goes back to its origin topic and partition with its
-                original key, value, timestamp and headers, plus dead-letter.redriven=N (the Nth
-                redrive); an output that could not be delivered goes to its destination topic
-                and partition instead (dead-letter.destination.topic), as it was produced. One
-                that fails again comes back to the dead-letter topic carrying that header; once
-                it was redriven --max-redrives times it is left where it is and reported (exit
-                code 4), so a record that keeps failing does not loop. The dead-letter topic is
-                not changed (Kafka cannot delete single records): after --execute it prints the
-                --from PARTITION:OFFSET list where the next run should start, so the same dead
+                Each selected dead letter goes back to its origin topic and partition with its \
+                original key, value, timestamp and headers, plus dead-letter.redriven=N (the Nth \
+                redrive); an output that could not be delivered goes to its destination topic \
+                and partition instead (dead-letter.destination.topic), as it was produced. One \
+                that fails again comes back to the dead-letter topic carrying that header; once \
+                it was redriven --max-redrives times it is left where it is and reported (exit \
+                code 4), so a record that keeps failing does not loop. The dead-letter topic is \
+                not changed (Kafka cannot delete single records): after --execute it prints the \
+                --from PARTITION:OFFSET list where the next run should start, so the same dead \
                 letters are not redriven twice.
 
                 Examples:
-                  pipelinectl dlq redrive --stage products-decode                 # what would go where
+                  # what would go where
+                  pipelinectl dlq redrive --stage products-decode
                   pipelinectl dlq redrive --reason delivery-failed --since 2h --execute
-                  pipelinectl dlq redrive --from 0:12,1:7,2:0,3:3 --execute        # after an earlier run
+                  # after an earlier run
+                  pipelinectl dlq redrive --from 0:12,1:7,2:0,3:3 --execute
                 """)
         @OptionGroup var selection: Selection
         @Flag(help: "Send (without it, only report).") var execute = false

@@ -9,7 +9,7 @@ struct Demo: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Produce messages, pass them through a stage in a consumer group, print counts and rates.")
 
-    @OptionGroup var connection: ConnectionOptions
+    @OptionGroup var connection: BootstrapServer<EmbeddedBroker>
     @Option(help: "How many messages to produce.") var messages = 100_000
     @Option(help: "Bytes per message value.") var size = 200
     @Option(help: "Partitions of the demo topics.") var partitions = 4

@@ -17,17 +17,17 @@ struct Dev: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Run the whole pipeline locally: broker, topics, one worker per stage, the sample data, a live table.",
         discussion: """
-            Starts the local broker (or uses --bootstrap-server), applies the topology, starts one
-            `pipelinectl worker` process per stage, and brings the sample streams the project
-            ships in through the producers as they run in production: a `pipelinectl ingest
-            http` endpoint that every samples/<app>/*.jsonl file is posted to, and one
-            `pipelinectl ingest poll` per list API, reading the lists the samples hold from
-            dev's own sample server (127.0.0.1:8089, which also serves the sample images). Then
-            it shows per stage: records in and out, dead letters, lag, rate, and the last
-            notification, and serves the operator console (`pipelinectl console`) on
-            http://127.0.0.1:8090/. Ctrl-C (or --duration) stops the producers, the console and
-            every worker gracefully, then the broker, and prints a summary; no process is left
-            behind.
+            Starts the local broker (or uses --bootstrap-server), applies the topology, starts one \
+            `pipelinectl worker` process per stage, and brings the sample streams the project \
+            ships in through the producers as they run in production: a `pipelinectl ingest \
+            http` endpoint that every samples/<app>/*.jsonl file is posted to, and one \
+            `pipelinectl ingest poll` per list API, reading the lists the samples hold from \
+            dev's own sample server (127.0.0.1:8089, which also serves the sample images). Then \
+            it shows per stage: records in and out, dead letters, lag, rate, and the last \
+            notification, and serves the operator console (`pipelinectl console`) on \
+            http://127.0.0.1:8090/. Ctrl-C (or --duration) stops the producers, the console and \
+            every worker gracefully, then the broker, and prints a summary; no process is left \
+            behind. \
             Without a terminal it prints plain progress lines.
 
             Examples:
@@ -38,8 +38,7 @@ struct Dev: AsyncParsableCommand {
 
     @Option(help: "The topology file.") var topology = "topology.yaml"
     @Option(help: "The folder of sample streams (one sub-folder per app).") var samples = "samples"
-    @Option(name: .customLong("bootstrap-server"), help: "Use this cluster instead of an embedded local broker.")
-    var bootstrapServer: String?
+    @OptionGroup var connection: BootstrapServer<EmbeddedBroker>
     @Option(help: "Stop after this long (e.g. 60s). Default: run until Ctrl-C.", transform: { text in
         guard let d = parseDuration(text) else { throw ValidationError("--duration: '\(text)' is not a duration such as 60s") }
         return d
@@ -47,10 +46,6 @@ struct Dev: AsyncParsableCommand {
     var duration: Duration?
     @Flag(help: "Stop once everything is ingested and every stage has been caught up and quiet for 5 s.") var untilIdle = false
     @Option(help: "Only these stages (comma-separated names from the topology).") var stages: String?
-
-    func validate() throws {
-        if let bootstrapServer { try validateServers(bootstrapServer) }
-    }
 
     func run() async throws {
         try Preflight.checkRuntime()
@@ -68,7 +63,7 @@ struct Dev: AsyncParsableCommand {
         let stop = StopSignal(secondSignal: "killing the workers and the broker", onSecond: DevSession.killAll)
         stop.install()
         do {
-            try await session.start(bootstrap: bootstrapServer.map(parseServers))
+            try await session.start(bootstrap: connection.servers)
             try await session.startConsole()
             try await session.ingest()
             try await session.watch(stop: stop, duration: duration, untilIdle: untilIdle)

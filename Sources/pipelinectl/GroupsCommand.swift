@@ -13,8 +13,11 @@ struct Groups: AsyncParsableCommand {
             Examples:
               pipelinectl groups list
               pipelinectl groups describe prices-candles
-              pipelinectl groups reset-offsets prices-candles --topic prices.raw --to-datetime 2h            # dry run
-              pipelinectl groups reset-offsets prices-candles --topic prices.raw --shift-by -100 --execute
+              # dry run
+              pipelinectl groups reset-offsets prices-candles --topic prices.raw \\
+                  --to-datetime 2h
+              pipelinectl groups reset-offsets prices-candles --topic prices.raw \\
+                  --shift-by -100 --execute
             """,
         subcommands: [List.self, Describe.self, ResetOffsets.self])
 
@@ -80,14 +83,16 @@ struct Groups: AsyncParsableCommand {
             commandName: "reset-offsets",
             abstract: "Move a group's committed offsets (dry run unless --execute; refused while the group has members).",
             discussion: """
-                Give exactly one target. Offsets are kept within what each partition holds (low
-                watermark to log end; the log end is read from a fetch, as `lag` does). Stop the
+                Give exactly one target. Offsets are kept within what each partition holds (low \
+                watermark to log end; the log end is read from a fetch, as `lag` does). Stop the \
                 group's workers first: a group with members is refused (exit code 4).
 
                 Examples:
                   pipelinectl groups reset-offsets feed --topic campaigns.raw --to-earliest
-                  pipelinectl groups reset-offsets feed --topic campaigns.raw --to-datetime 2024-05-06T00:00:00Z --execute
-                  pipelinectl groups reset-offsets feed --topic campaigns.raw --partition 2 --shift-by -50 --execute
+                  pipelinectl groups reset-offsets feed --topic campaigns.raw --to-datetime \\
+                      2024-05-06T00:00:00Z --execute
+                  pipelinectl groups reset-offsets feed --topic campaigns.raw --partition 2 \\
+                      --shift-by -50 --execute
                 """)
         @Argument(help: "The group.") var group: String
         @Option(help: "The topic whose offsets move.") var topic: String

@@ -18,9 +18,12 @@ struct Ingest: AsyncParsableCommand {
         discussion: """
             Examples:
               pipelinectl ingest upbit --codes KRW-BTC,KRW-ETH
-              pipelinectl ingest upbit --url ws://127.0.0.1:8765/websocket/v1 --codes KRW-BTC --max-messages 100
-              PIPELINE_INGEST_TOKENS='market-backend 3f9c…' pipelinectl ingest http --listen 0.0.0.0:8080
-              pipelinectl ingest poll products --url 'https://openmarket.example/api/products' --interval 1m
+              pipelinectl ingest upbit --url ws://127.0.0.1:8765/websocket/v1 --codes \\
+                  KRW-BTC --max-messages 100
+              PIPELINE_INGEST_TOKENS='market-backend 3f9c…' pipelinectl ingest http \\
+                  --listen 0.0.0.0:8080
+              pipelinectl ingest poll products --url \\
+                  'https://openmarket.example/api/products' --interval 1m
             """,
         subcommands: [Upbit.self, HTTP.self, Poll.self])
 
@@ -29,29 +32,31 @@ struct Ingest: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Follow an Upbit-style ticker WebSocket into prices.raw, keyed by market code.",
             discussion: """
-                Connects to --url, sends Upbit's subscription
-                ([{"ticket":…},{"type":"ticker","codes":[…]},{"format":"DEFAULT"}]) and produces
-                every ticker, text or binary message, to --topic keyed by its market code (the
-                `code` field), as `pipelinectl produce prices` keys them. Values are the exact
+                Connects to --url, sends Upbit's subscription \
+                ([{"ticket":…},{"type":"ticker","codes":[…]},{"format":"DEFAULT"}]) and produces \
+                every ticker, text or binary message, to --topic keyed by its market code (the \
+                `code` field), as `pipelinectl produce prices` keys them. Values are the exact \
                 message bytes; an array message gives one record per element.
 
-                Pings from the server are answered; the command pings after --ping-interval
-                without writing and treats --idle-timeout without reading as a dead connection.
-                A dropped or failed connection is retried with exponential backoff and jitter
-                (--reconnect-delay doubling up to --max-reconnect-delay) and subscribed again.
-                Messages that are not tickers (not JSON, no market code, another type) are
+                Pings from the server are answered; the command pings after --ping-interval \
+                without writing and treats --idle-timeout without reading as a dead connection. \
+                A dropped or failed connection is retried with exponential backoff and jitter \
+                (--reconnect-delay doubling up to --max-reconnect-delay) and subscribed again. \
+                Messages that are not tickers (not JSON, no market code, another type) are \
                 counted and logged, at most 10 lines per 10 s.
 
-                Runs until SIGINT or SIGTERM (the connection is closed, what was received is
-                produced and the producer flushed; a second signal exits at once), --duration or
-                --max-messages, then prints a summary: records produced, messages, reconnects,
-                rejected. Exit code 4 when messages were rejected, 1 when deliveries failed or
+                Runs until SIGINT or SIGTERM (the connection is closed, what was received is \
+                produced and the producer flushed; a second signal exits at once), --duration or \
+                --max-messages, then prints a summary: records produced, messages, reconnects, \
+                rejected. Exit code 4 when messages were rejected, 1 when deliveries failed or \
                 it gave up reconnecting (--give-up-after).
 
                 Examples:
                   pipelinectl ingest upbit --codes KRW-BTC,KRW-ETH
-                  pipelinectl ingest upbit --url ws://127.0.0.1:8765/ --codes KRW-BTC --max-messages 100 --json
-                  pipelinectl ingest upbit --codes KRW-BTC --duration 10m --topic prices.capture
+                  pipelinectl ingest upbit --url ws://127.0.0.1:8765/ --codes KRW-BTC \\
+                      --max-messages 100 --json
+                  pipelinectl ingest upbit --codes KRW-BTC --duration 10m --topic \\
+                      prices.capture
                 """)
 
         @Option(help: "The WebSocket URL, ws:// or wss://.") var url = UpbitTicker.url
@@ -175,34 +180,35 @@ extension Ingest {
             commandName: "http",
             abstract: "Serve POST /v1/{stream}: validate posted upstream records and produce them, answering once they are durable.",
             discussion: """
-                Streams: prices, products, campaigns, hangouts, challenges (to <stream>.raw, or
-                --topic STREAM=TOPIC). A body is one upstream JSON object, an array of them, or
-                JSON lines; a record may be an envelope {"key","headers","timestamp","value"} as
-                `pipelinectl produce` reads, to set its key, headers or time ("value": null is a
-                tombstone). Every record is checked by the decoder of its stream's decode stage
-                first: if one is invalid the answer is 400 with each invalid record's index,
-                field and reason, and nothing is produced. Otherwise the records are produced
-                (acks=all, idempotent producer, keyed as `pipelinectl produce` keys them) and the
-                answer, 201 with each record's partition and offset, comes once the broker has
-                acknowledged all of them: a 2xx answer means durable. If the broker does not
-                acknowledge them within --delivery-timeout, or the producer holds
+                Streams: prices, products, campaigns, hangouts, challenges (to <stream>.raw, or \
+                --topic STREAM=TOPIC). A body is one upstream JSON object, an array of them, or \
+                JSON lines; a record may be an envelope {"key","headers","timestamp","value"} as \
+                `pipelinectl produce` reads, to set its key, headers or time ("value": null is a \
+                tombstone). Every record is checked by the decoder of its stream's decode stage \
+                first: if one is invalid the answer is 400 with each invalid record's index, \
+                field and reason, and nothing is produced. Otherwise the records are produced \
+                (acks=all, idempotent producer, keyed as `pipelinectl produce` keys them) and the \
+                answer, 201 with each record's partition and offset, comes once the broker has \
+                acknowledged all of them: a 2xx answer means durable. If the broker does not \
+                acknowledge them within --delivery-timeout, or the producer holds \
                 --max-in-flight-records already, the answer is 503 with Retry-After.
 
-                Clients authenticate with a bearer token (401 without a known one; 403 for a
-                stream their line does not list). Tokens come from --token-file or
-                $PIPELINE_INGEST_TOKENS, never from a flag: one client per line,
-                `NAME TOKEN [STREAM,…]`, tokens of at least 16 characters. An Idempotency-Key
-                header makes a retried post produce nothing new: an answered key gets the same
-                answer again; a key whose post failed part-way produces only the records not yet
-                durable. Limits: --max-body-bytes and --max-records (413), --rate-limit requests
+                Clients authenticate with a bearer token (401 without a known one; 403 for a \
+                stream their line does not list). Tokens come from --token-file or \
+                $PIPELINE_INGEST_TOKENS, never from a flag: one client per line, \
+                `NAME TOKEN [STREAM,…]`, tokens of at least 16 characters. An Idempotency-Key \
+                header makes a retried post produce nothing new: an answered key gets the same \
+                answer again; a key whose post failed part-way produces only the records not yet \
+                durable. Limits: --max-body-bytes and --max-records (413), --rate-limit requests \
                 per second per client (429 with Retry-After).
 
-                Metrics (pipeline_ingest_requests_total, pipeline_ingest_records_total,
-                pipeline_ingest_request_seconds) and /healthz, /readyz on --metrics-address.
+                Metrics (pipeline_ingest_requests_total, pipeline_ingest_records_total, \
+                pipeline_ingest_request_seconds) and /healthz, /readyz on --metrics-address. \
                 SIGTERM or SIGINT: stop accepting, answer the posts in flight, flush, exit.
 
                 Examples:
-                  pipelinectl ingest http --token-file /etc/pipeline/ingest-tokens --listen 0.0.0.0:8080
+                  pipelinectl ingest http --token-file /etc/pipeline/ingest-tokens --listen \\
+                      0.0.0.0:8080
                   curl -H "Authorization: Bearer $TOKEN" -H 'Idempotency-Key: post-7781' \\
                     --data-binary @products.jsonl http://127.0.0.1:8080/v1/products
                 """)
@@ -312,19 +318,19 @@ extension Ingest {
                               goes (from 0): …/hangout/list/{page}?hangoutSort=Newest
                   challenges  iGoMoney's challenges/notstarted (lastId, first above every id:
                               the server's default is 10; pageSize)
-                Each listed item is produced to <stream>.raw (or --topic) as its exact bytes,
-                keyed as `pipelinectl produce` keys it, only when its content hash differs from
-                the last one produced for its key. What was produced is kept in a compacted
-                topic (--state-topic, default pipeline.poll-state.<source>; created if missing),
-                so a restart, on this host or another, does not produce the catalogue again.
-                With --tombstones, a key a complete listing no longer has gets a tombstone
+                Each listed item is produced to <stream>.raw (or --topic) as its exact bytes, \
+                keyed as `pipelinectl produce` keys it, only when its content hash differs from \
+                the last one produced for its key. What was produced is kept in a compacted \
+                topic (--state-topic, default pipeline.poll-state.<source>; created if missing), \
+                so a restart, on this host or another, does not produce the catalogue again. \
+                With --tombstones, a key a complete listing no longer has gets a tombstone \
                 (event-type: deleted); without it, nothing.
 
-                Requests: If-None-Match / If-Modified-Since when the server sent an ETag /
-                Last-Modified; --timeout per attempt; --retries on timeouts, failed connections,
-                429 and 5xx, with exponential backoff and jitter; --rate-limit requests per
-                second per host; private, loopback and metadata addresses refused unless
-                --allow-network lists them (as the thumbnail fetcher). A page that fails or does
+                Requests: If-None-Match / If-Modified-Since when the server sent an ETag / \
+                Last-Modified; --timeout per attempt; --retries on timeouts, failed connections, \
+                429 and 5xx, with exponential backoff and jitter; --rate-limit requests per \
+                second per host; private, loopback and metadata addresses refused unless \
+                --allow-network lists them (as the thumbnail fetcher). A page that fails or does \
                 not parse is logged with its URL and status and counted; the poller goes on.
 
                 Metrics (pipeline_poll_*) and /healthz, /readyz on --metrics-address; /readyz
@@ -332,9 +338,12 @@ extension Ingest {
                 the poll under way finishes, then the poller exits.
 
                 Examples:
-                  pipelinectl ingest poll campaigns --url https://api.bigwalk.example/api/campaigns/category/1/story --interval 5m
-                  pipelinectl ingest poll hangouts --url 'https://bappy.example/hangout/list/{page}?hangoutSort=Newest'
-                  pipelinectl ingest poll challenges --url 'https://igomoney.example/challenges/notstarted?categoryId=-1&targetAmount=-1' --once
+                  pipelinectl ingest poll campaigns --url \\
+                      https://api.bigwalk.example/api/campaigns/category/1/story --interval 5m
+                  pipelinectl ingest poll hangouts --url \\
+                      'https://bappy.example/hangout/list/{page}?hangoutSort=Newest'
+                  pipelinectl ingest poll challenges --once --url \\
+                    'https://api.igomoney.example/challenges/notstarted?categoryId=-1'
                 """)
 
         @Argument(help: "campaigns, products, hangouts or challenges.") var source: String

@@ -10,9 +10,9 @@ struct Lag: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Consumer lag per group, topic and partition, with Burrow's status rules.",
         discussion: """
-            For each partition: the committed offset, the log-end offset, the lag in records and in
-            seconds (now minus the timestamp of the first unconsumed record, read without joining
-            the group; 0 when caught up), the member that owns it, and a status over a sliding
+            For each partition: the committed offset, the log-end offset, the lag in records and in \
+            seconds (now minus the timestamp of the first unconsumed record, read without joining \
+            the group; 0 when caught up), the member that owns it, and a status over a sliding \
             window of observed commits, with Burrow's rules:
               OK      caught up somewhere in the window, or catching up
               WARN    offsets move but the lag never decreases over the window
@@ -22,12 +22,12 @@ struct Lag: AsyncParsableCommand {
               ERR     the log end could not be read, or the committed offset is past it
             A group is OK, WARN, or ERR (any partition STALL, STOP, REWIND or ERR).
 
-            The log-end offset is the high watermark of a fetch at the committed offset, never
+            The log-end offset is the high watermark of a fetch at the committed offset, never \
             ListOffsets (tansu answers ListOffsets(latest) too low for multi-record batches).
 
-            One-shot, the window holds --samples observations taken --interval apart (with one,
-            only caught-up, no-member and error rules can fire). With --watch the table is redrawn
-            every --interval over the last --window observations, with each group's lag trend
+            One-shot, the window holds --samples observations taken --interval apart (with one, \
+            only caught-up, no-member and error rules can fire). With --watch the table is redrawn \
+            every --interval over the last --window observations, with each group's lag trend \
             (rising or falling, records/s) and the estimated time to drain.
 
             Exit code: 0 when every group is OK, 2 when some group is WARN, 3 when some is ERR.

@@ -11,20 +11,21 @@ struct Produce: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Produce upstream JSON (lines or arrays, files or stdin) to a stream's input topic, keyed by entity.",
         discussion: """
-            STREAM is one of prices, products, campaigns, hangouts, challenges; records go to
-            STREAM.raw (or --topic), keyed by market code, product id, campaign id, hangout id or
-            challenge id. Each line is a bare upstream body, a JSON array of them, or an envelope
-            {"key","value","headers","timestamp"} as `pipelinectl run` reads (its key, headers and
-            timestamp are kept). A file that is one JSON array gives one record per element.
+            STREAM is one of prices, products, campaigns, hangouts, challenges; records go to \
+            STREAM.raw (or --topic), keyed by market code, product id, campaign id, hangout id or \
+            challenge id. Each line is a bare upstream body, a JSON array of them, or an envelope \
+            {"key","value","headers","timestamp"} as `pipelinectl run` reads (its key, headers and \
+            timestamp are kept). A file that is one JSON array gives one record per element. \
             Values are sent as their exact bytes.
 
-            Rejected lines are listed with their file and line number; every valid line is still
-            produced (exit code 4 when some were rejected). A line whose body names no entity is
+            Rejected lines are listed with their file and line number; every valid line is still \
+            produced (exit code 4 when some were rejected). A line whose body names no entity is \
             produced without a key and counted.
 
             Examples:
               pipelinectl produce hangouts samples/hangouts/stream.jsonl
-              curl -s https://api.upbit.com/v1/ticker?markets=KRW-BTC | pipelinectl produce prices
+              curl -s https://api.upbit.com/v1/ticker?markets=KRW-BTC | pipelinectl \\
+                  produce prices
               pipelinectl produce challenges samples/challenges/*.jsonl --dry-run --json
             """)
 
@@ -33,13 +34,13 @@ struct Produce: AsyncParsableCommand {
     @Option(help: "The topic to produce to (default: STREAM.raw).") var topic: String?
     @Flag(help: "Parse and report, produce nothing.") var dryRun = false
     @Flag(help: "Print the summary as JSON.") var json = false
-    @OptionGroup var connection: OptionalConnection
+    @OptionGroup var connection: ClusterConnection<ExistingClusterWhenUsed>
 
     func validate() throws {
         for file in files where file != "-" && !FileManager.default.isReadableFile(atPath: file) {
             throw ValidationError("FILE: cannot read '\(file)': check the path")
         }
-        if !dryRun { _ = try connection.required() }
+        if !dryRun { _ = try connection.configuration() }
     }
 
     struct Summary: Encodable {
@@ -75,7 +76,7 @@ struct Produce: AsyncParsableCommand {
         var failed = 0
         if !dryRun, !lines.isEmpty {
             try Preflight.checkRuntime()
-            let producer = try KafkaProducer(configuration: ProducerConfiguration(kafka: try connection.required()))
+            let producer = try KafkaProducer(configuration: ProducerConfiguration(kafka: try connection.configuration()))
             let progress = ProgressIndicator("producing to \(parser.topic)", total: lines.count)
             defer { progress.finish() }
             var sent = 0
@@ -106,29 +107,5 @@ struct Produce: AsyncParsableCommand {
         }
         if failed > 0 { throw ExitCode(Exit.failure) }
         if !rejected.isEmpty { throw ExitCode(Exit.partial) }
-    }
-}
-
-/// `--bootstrap-server` or `KAFKA_BOOTSTRAP_SERVERS`, needed only when the command talks to Kafka.
-struct OptionalConnection: ParsableArguments {
-    @Option(name: .customLong("bootstrap-server"), help: "Kafka bootstrap servers, host:port[,host:port] (default: $KAFKA_BOOTSTRAP_SERVERS).")
-    var bootstrapServer: String?
-
-    /// SASL/SSL, the same flags as `pipelinectl worker` (the password from $KAFKA_SASL_PASSWORD or a file).
-    @OptionGroup var security: SecurityOptions
-
-    func validate() throws {
-        if let bootstrapServer { try validateServers(bootstrapServer) }
-        _ = try security.configuration()
-    }
-
-    func required() throws -> KafkaConfiguration {
-        guard let list = bootstrapServer ?? RequiredConnection.environment else {
-            throw ValidationError("--bootstrap-server is required: pass --bootstrap-server host:port or set KAFKA_BOOTSTRAP_SERVERS")
-        }
-        do { try validateServers(list) } catch { throw ValidationError("KAFKA_BOOTSTRAP_SERVERS: '\(list)' is not host:port[,host:port]") }
-        var kafka = KafkaConfiguration(bootstrapServers: parseServers(list))
-        kafka.security = try security.configuration()
-        return kafka
     }
 }

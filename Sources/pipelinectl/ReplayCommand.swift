@@ -9,21 +9,24 @@ struct Replay: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Copy records of a topic (partitions, offset or time range, key and header filters) to a topic, a JSON-lines file or stdout.",
         discussion: """
-            Reads with a manual assignment: it never joins, commits or stores offsets for any
-            group, so live consumers are untouched. Keys, values, headers and timestamps are kept.
-            Reads each partition up to its end as of the read (the fetch's high watermark).
-            Ranges are half-open: --from-offset and --since included, --to-offset and --until
-            excluded. Times are epoch milliseconds, ISO-8601 (2024-05-06T00:00:00Z) or a duration
+            Reads with a manual assignment: it never joins, commits or stores offsets for any \
+            group, so live consumers are untouched. Keys, values, headers and timestamps are kept. \
+            Reads each partition up to its end as of the read (the fetch's high watermark). \
+            Ranges are half-open: --from-offset and --since included, --to-offset and --until \
+            excluded. Times are epoch milliseconds, ISO-8601 (2024-05-06T00:00:00Z) or a duration \
             before now (30s, 15m, 2h, 7d).
 
-            With --to-topic it is a dry run unless --execute: it prints how many records it would
-            write and the first few. Without --to-topic it writes JSON lines
+            With --to-topic it is a dry run unless --execute: it prints how many records it would \
+            write and the first few. Without --to-topic it writes JSON lines \
             {"topic","partition","offset","timestamp","key","value","headers"} to --output or stdout.
 
             Examples:
-              pipelinectl replay prices.raw --since 2h --to-topic prices.raw.retry            # dry run
-              pipelinectl replay prices.raw --since 2h --to-topic prices.raw.retry --execute --rate 500
-              pipelinectl replay hangouts.raw --partition 0 --from-offset 100 --to-offset 200 --output slice.jsonl
+              # dry run
+              pipelinectl replay prices.raw --since 2h --to-topic prices.raw.retry
+              pipelinectl replay prices.raw --since 2h --to-topic prices.raw.retry \\
+                  --execute --rate 500
+              pipelinectl replay hangouts.raw --partition 0 --from-offset 100 \\
+                  --to-offset 200 --output slice.jsonl
               pipelinectl replay notifications --key u-1 --header app=hangouts | jq .value
             """)
 

@@ -16,7 +16,7 @@ struct Run: ParsableCommand {
             Input: one record per line, either an envelope (only "value" is required)
               {"topic":"t","partition":0,"offset":7,"key":"k",
                "value":<JSON|"text"|null>,"headers":{"h":"v"},"timestamp":1700000000000}
-            or a bare upstream JSON message, used as the value. A record's timestamp is
+            or a bare upstream JSON message, used as the value. A record's timestamp is \
             the transforms' "now"; a line without one reuses the previous record's.
 
             Output: one line per produced record or dead letter
@@ -26,7 +26,7 @@ struct Run: ParsableCommand {
                "headers":{..,"dead-letter.stage":..,"dead-letter.transform":..,
                "dead-letter.reason":..,"dead-letter.field":..,"dead-letter.detail":..,
                "dead-letter.origin.topic":..,..}}
-            (a dead letter is exactly the record the worker sends to the dead-letter topic;
+            (a dead letter is exactly the record the worker sends to the dead-letter topic; \
             its stage is the chain's name here, there is no topology)
             """
     )

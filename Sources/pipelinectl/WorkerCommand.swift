@@ -17,23 +17,23 @@ struct Worker: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Run one stage of the topology as a worker process (scale by starting more, up to the partition count).",
         discussion: """
-            The worker joins the stage's consumer group, processes its input partitions in order
-            (with per-partition state restored from the stage's changelog topic), produces outputs
+            The worker joins the stage's consumer group, processes its input partitions in order \
+            (with per-partition state restored from the stage's changelog topic), produces outputs \
             and dead letters, and commits an input only after everything it caused is delivered.
 
-            SIGTERM or SIGINT stops it gracefully: it stops fetching, delivers what is in flight,
-            checkpoints state, commits and leaves the group within --shutdown-deadline. A second
+            SIGTERM or SIGINT stops it gracefully: it stops fetching, delivers what is in flight, \
+            checkpoints state, commits and leaves the group within --shutdown-deadline. A second \
             signal exits at once (the inputs since the last commit are read again).
 
             Examples:
-              pipelinectl worker prices-candles --topology topology.yaml --bootstrap-server kafka:9092
-              KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:9092 pipelinectl worker products-decode --topology topology.yaml
+              pipelinectl worker prices-candles --topology topology.yaml \\
+                  --bootstrap-server kafka:9092
+              KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:9092 pipelinectl worker products-decode \\
+                  --topology topology.yaml
             """)
 
     @Argument(help: "The stage's name in the topology file.") var stage: String
     @Option(help: "The topology file.") var topology = "topology.yaml"
-    @Option(name: .customLong("bootstrap-server"), help: "Kafka bootstrap servers, host:port[,host:port] (default: $KAFKA_BOOTSTRAP_SERVERS).")
-    var bootstrapServer: String?
     @Option(help: "Graceful shutdown deadline (e.g. 30s).", transform: { text in
         guard let d = parseDuration(text) else { throw ValidationError("--shutdown-deadline: '\(text)' is not a duration such as 30s or 500ms") }
         return d
@@ -52,7 +52,7 @@ struct Worker: AsyncParsableCommand {
         return d
     })
     var readinessTimeout: Duration = .seconds(30)
-    @OptionGroup var security: SecurityOptions
+    @OptionGroup var connection: RequiredConnection
     @Option(help: "Seconds between librdkafka statistics (the kafka_* metrics and the group state in /readyz).", transform: { text in
         guard let d = parseDuration(text) else { throw ValidationError("--statistics-interval: '\(text)' is not a duration such as 5s") }
         return d
@@ -85,20 +85,11 @@ struct Worker: AsyncParsableCommand {
     var transactionTimeout: Duration = .seconds(60)
     @OptionGroup var logging: LoggingOptions
 
-    func bootstrapServers() throws -> [String] {
-        guard let list = bootstrapServer ?? ProcessInfo.processInfo.environment["KAFKA_BOOTSTRAP_SERVERS"] else {
-            throw ValidationError("--bootstrap-server is required (or set KAFKA_BOOTSTRAP_SERVERS)")
-        }
-        try validateServers(list)
-        return parseServers(list)
-    }
-
     func run() async throws {
         // First of all: a SIGTERM at any moment of the start stops the worker gracefully instead
         // of killing it (the default action), and one that comes before the services run is kept.
         let signals = WorkerSignals.install(escalateAfter: shutdownDeadline + .seconds(5))
         try Preflight.checkRuntime()
-        let servers = try bootstrapServers()
         let topology: Topology
         var definition: Topology.Stage
         do {
@@ -116,8 +107,7 @@ struct Worker: AsyncParsableCommand {
         let logger = logging.bootstrap(label: "pipelinectl.worker")
         let health = WorkerHealth(livenessTimeout: max(.seconds(30), readinessTimeout), readinessTimeout: readinessTimeout)
         let endpoint = try metricsEndpoint(metricsAddress, health: health, logger: logger)
-        var kafka = KafkaConfiguration(bootstrapServers: servers)
-        kafka.security = try security.configuration()
+        var kafka = try connection.configuration()
         kafka.debugContexts = kafkaDebug.map { $0.split(separator: ",").map(String.init) } ?? []
         kafka.raw = try parseProperties(properties)
         // A client id a group's member list can be matched with the worker's status by.
@@ -233,75 +223,3 @@ final class WorkerSignals: @unchecked Sendable {
 }
 
 extension Logger.Level: @retroactive ExpressibleByArgument {}
-
-/// SASL/SSL settings. The password never comes from a flag (flags show in `ps`): it is read
-/// from `KAFKA_SASL_PASSWORD` or from `--sasl-password-file`.
-struct SecurityOptions: ParsableArguments {
-    enum SecurityProtocol: String, ExpressibleByArgument, CaseIterable {
-        case plaintext, ssl
-        case saslPlaintext = "sasl_plaintext"
-        case saslSSL = "sasl_ssl"
-    }
-
-    @Option(help: "plaintext, ssl, sasl_plaintext or sasl_ssl.") var securityProtocol: SecurityProtocol = .plaintext
-    @Option(help: "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.") var saslMechanism: String = "PLAIN"
-    @Option(help: "SASL user name.") var saslUsername: String?
-    @Option(help: "File holding the SASL password (default: $KAFKA_SASL_PASSWORD).") var saslPasswordFile: String?
-    @Option(help: "CA certificate file (PEM) for ssl and sasl_ssl.") var sslCaLocation: String?
-
-    func configuration() throws -> KafkaConfiguration.Security {
-        let tls = KafkaConfiguration.TLS(caLocation: sslCaLocation)
-        switch securityProtocol {
-        case .plaintext: return .plaintext
-        case .ssl: return .ssl(tls)
-        case .saslPlaintext, .saslSSL:
-            guard let mechanism = KafkaConfiguration.SASL.Mechanism(rawValue: saslMechanism) else {
-                throw ValidationError("--sasl-mechanism: '\(saslMechanism)' is not PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
-            }
-            guard let user = saslUsername else { throw ValidationError("--sasl-username is required with --security-protocol \(securityProtocol.rawValue)") }
-            let password: String
-            if let file = saslPasswordFile {
-                guard let text = try? String(contentsOfFile: file, encoding: .utf8) else {
-                    throw ValidationError("--sasl-password-file: cannot read '\(file)'")
-                }
-                password = text.trimmingCharacters(in: .newlines)
-            } else if let env = ProcessInfo.processInfo.environment["KAFKA_SASL_PASSWORD"] {
-                password = env
-            } else {
-                throw ValidationError("a SASL password is required: set KAFKA_SASL_PASSWORD or --sasl-password-file")
-            }
-            let sasl = KafkaConfiguration.SASL(mechanism: mechanism, username: user, password: Secret(password))
-            return securityProtocol == .saslSSL ? .saslSSL(sasl, tls) : .saslPlaintext(sasl)
-        }
-    }
-}
-
-/// `--log-level` and `--log-format` for long-running commands.
-struct LoggingOptions: ParsableArguments {
-    enum Format: String, ExpressibleByArgument, CaseIterable { case text, json }
-
-    @Option(help: "Log level: trace, debug, info, notice, warning, error, critical.") var logLevel: Logger.Level = .info
-    @Option(help: "Log format: text, or json (one object per line).") var logFormat: Format = .text
-
-    /// Sets up swift-log once for the process and returns the command's logger.
-    func bootstrap(label: String) -> Logger {
-        let level = logLevel
-        switch logFormat {
-        case .text:
-            LoggingSystem.bootstrap { label in
-                var h = StreamLogHandler.standardError(label: label)
-                h.logLevel = level
-                return h
-            }
-        case .json:
-            LoggingSystem.bootstrap { label in
-                var h = JSONLogHandler(label: label)
-                h.logLevel = level
-                return h
-            }
-        }
-        var logger = Logger(label: label)
-        logger.logLevel = level
-        return logger
-    }
-}

@@ -226,7 +226,8 @@ import WorkersTesting
                 let id = Int(String(decoding: letter.header("input-id") ?? [], as: UTF8.self)) ?? -1
                 deadIDs.insert(id)
                 #expect(letter.value == records[id].value, "the original bytes")
-                #expect(letter.header(DeadLetterHeader.stage) == Array("prices.decode".utf8))
+                #expect(letter.header(DeadLetterHeader.stage) == Array("prices-decode".utf8), "the stage, as operators see it")
+                #expect(letter.header(DeadLetterHeader.transform) == Array("prices.decode".utf8))
                 #expect(letter.header(DeadLetterHeader.reason) != nil)
                 #expect(letter.header(DeadLetterHeader.attempts) == Array("1".utf8))
                 let origin = reports[id]

@@ -27,9 +27,7 @@ final class AtLeastOnce: DeliveryGuarantee {
         self.logger = logger
     }
 
-    var retriesDeliveries: Bool { true }
-
-    func deliveryFailed(_ error: KafkaError) {}
+    func deliveryFailed(_ error: KafkaError) -> DeliveryFailureAction { .retry }
 
     func settled(_ offsets: [TopicPartitionOffset]) {
         do {

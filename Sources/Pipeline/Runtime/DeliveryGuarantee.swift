@@ -12,12 +12,9 @@ import Kafka
 /// The settlement queues call ``settled(_:)`` and ``deliveryFailed(_:)`` from their tasks; the
 /// event loop calls the rest.
 protocol DeliveryGuarantee: AnyObject, Sendable {
-    /// Whether a settlement queue retries failed deliveries itself (and dead-letters inputs whose
-    /// outputs keep failing), or reports them with ``deliveryFailed(_:)``.
-    var retriesDeliveries: Bool { get }
-
-    /// From a settlement queue: a delivery failed and is not retried.
-    func deliveryFailed(_ error: KafkaError)
+    /// From a settlement queue: a delivery failed (the producer itself is still usable). Says
+    /// what the queue does with it.
+    func deliveryFailed(_ error: KafkaError) -> DeliveryFailureAction
 
     /// From a settlement queue: these input offsets, and everything of their partitions before
     /// them, are settled.
@@ -38,6 +35,16 @@ protocol DeliveryGuarantee: AnyObject, Sendable {
     /// Makes what is settled durable at this moment of the loop. Throws only when the worker
     /// must stop.
     func makeDurable(_ moment: DurableMoment, lanes: [PartitionLane]) async throws
+}
+
+/// What a settlement queue does with a failed delivery.
+enum DeliveryFailureAction: Sendable {
+    /// Retry it, within the retry policy; past it, or when it can never succeed, dead-letter it
+    /// (an output as itself).
+    case retry
+    /// Nothing: the guarantee has taken the failure over (exactly once: the open transaction
+    /// is aborted and its inputs redone).
+    case handedOver
 }
 
 /// What the coordinator said of a lane's partitions before a checkpoint.

@@ -33,10 +33,7 @@ final class ExactlyOnce: DeliveryGuarantee {
     /// What an abort needs of a lane: how it looked when the transaction first touched it, and
     /// where its inputs began per partition (the rewind target).
     struct Undo: Sendable {
-        var runner: TransformRunner?
-        var next: [TopicPartition: Int64]
-        var dirty: Bool
-        var restoredOffsets: [TopicPartitionOffset]
+        var lane: PartitionLane.Snapshot
         var first: [TopicPartition: Int64] = [:]
     }
 
@@ -73,9 +70,11 @@ final class ExactlyOnce: DeliveryGuarantee {
         self.logger = logger
     }
 
-    var retriesDeliveries: Bool { false }
-
-    func deliveryFailed(_ error: KafkaError) { open.withLock { $0.failure = $0.failure ?? error } }
+    /// The open transaction cannot commit: it is aborted and its inputs redone.
+    func deliveryFailed(_ error: KafkaError) -> DeliveryFailureAction {
+        open.withLock { $0.failure = $0.failure ?? error }
+        return .handedOver
+    }
 
     func settled(_ offsets: [TopicPartitionOffset]) {
         open.withLock { s in for o in offsets { s.offsets[o.topicPartition] = max(s.offsets[o.topicPartition] ?? -1, o.offset) } }
@@ -91,7 +90,7 @@ final class ExactlyOnce: DeliveryGuarantee {
                 s.deadLetteredBefore = deadLettered
             }
         }
-        let snapshot = Undo(runner: lane.runner, next: lane.next, dirty: lane.dirty, restoredOffsets: lane.restoredOffsets)
+        let snapshot = Undo(lane: lane.snapshot())
         open.withLock { s in
             if s.undo[lane.id] == nil { s.undo[lane.id] = snapshot }
             for (tp, offset) in first where s.undo[lane.id]!.first[tp] == nil { s.undo[lane.id]!.first[tp] = offset }
@@ -208,16 +207,13 @@ final class ExactlyOnce: DeliveryGuarantee {
                 rewind.append(TopicPartitionOffset(tp.topic, tp.partition, offset: first))
                 rewound.append((lane, tp))
             }
-            lane.runner = undo.runner
-            lane.next = undo.next
-            lane.dirty = undo.dirty
-            lane.restoredOffsets = undo.restoredOffsets
+            lane.rewind(to: undo.lane)
         }
         if !rewind.isEmpty {
             // The consumer drops what it fetched before the seek; an event the loop has not
             // handled yet may still hold such records: up to `handedOut`, they are dropped.
             let handedOut = try await consumer.seek(rewind)
-            for (lane, tp) in rewound { lane.staleThrough[tp] = handedOut }
+            for (lane, tp) in rewound { lane.dropFetchedBeforeSeek(tp, handedOut: handedOut) }
         }
         let aborts = aborted.abortsInARow + 1
         if aborts >= retry.attempts {

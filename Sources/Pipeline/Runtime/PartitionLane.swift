@@ -51,6 +51,32 @@ final class PartitionLane {
         self.lagGauges = lagGauges
     }
 
+    /// The lane's state and positions at one moment, to go back to (an aborted transaction).
+    struct Snapshot: Sendable {
+        fileprivate var runner: TransformRunner?
+        fileprivate var next: [TopicPartition: Int64]
+        fileprivate var dirty: Bool
+        fileprivate var restoredOffsets: [TopicPartitionOffset]
+    }
+
+    func snapshot() -> Snapshot {
+        Snapshot(runner: runner, next: next, dirty: dirty, restoredOffsets: restoredOffsets)
+    }
+
+    /// Back to `snapshot`.
+    func rewind(to snapshot: Snapshot) {
+        runner = snapshot.runner
+        next = snapshot.next
+        dirty = snapshot.dirty
+        restoredOffsets = snapshot.restoredOffsets
+    }
+
+    /// This partition was sought back: records of it in consumer events up to `handedOut` were
+    /// fetched before the seek and are dropped.
+    func dropFetchedBeforeSeek(_ partition: TopicPartition, handedOut: Int) {
+        staleThrough[partition] = handedOut
+    }
+
     func enqueue(_ entry: SettlementQueue.Entry) {
         enqueued += 1
         settlement.enqueue(entry)

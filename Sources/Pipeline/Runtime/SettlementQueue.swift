@@ -228,9 +228,7 @@ private struct Settler: Sendable {
                 context.fail(.producerUnusable("\(unusable)"))
                 return false
             }
-            guard context.guarantee.retriesDeliveries else {
-                // Exactly once: the open transaction cannot commit; it is aborted and its inputs redone.
-                context.guarantee.deliveryFailed(error)
+            if case .handedOver = context.guarantee.deliveryFailed(error) {
                 context.recorder.deliveryFailed(records: failed.count, retrying: false)
                 break
             }
