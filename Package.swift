@@ -64,8 +64,8 @@ let package = Package(
             ]
         ),
 
-        // Thumbnails: libvips resize, the store side, and the `thumbnails.render` stage (a
-        // Workers ConcurrentStage) the runtime runs on Kafka.
+        // Thumbnails: libvips resize, the store side, and the `thumbnails.render` transform (a
+        // Workers ConcurrentTransform) the runtime runs on Kafka.
         .target(
             name: "Thumbnails",
             dependencies: [

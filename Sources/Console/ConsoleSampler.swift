@@ -70,14 +70,31 @@ public final class ConsoleState: HealthReporting {
     }
 
     /// A stage whose workers report counts its live reporting workers; others keep the
-    /// group's member count (nil when the broker does not list members).
-    private static func withWorkers(_ row: StageRow, _ roster: WorkerRoster) -> StageRow {
-        guard roster.rows.contains(where: { $0.status.stage == row.stage }) else { return row }
+    /// group's member count (nil when the broker does not list members). Records waiting while
+    /// none of its workers is alive are at least WARN at once ("keeping up" says nothing when
+    /// nobody is there to keep up), and STOP once the last report is older than
+    /// ``noWorkerStopAfter``: the group's own state may still look active (tansu lists no
+    /// members of an active group, and a killed member stays one until its session ends).
+    static func withWorkers(_ row: StageRow, _ roster: WorkerRoster, now: Int64 = Int64(Date().timeIntervalSince1970 * 1000)) -> StageRow {
+        let reports = roster.rows.filter { $0.status.stage == row.stage }
+        guard !reports.isEmpty else { return row }
         var row = row
         row.members = roster.alive(stage: row.stage)
         row.outRate = roster.outRate(stage: row.stage)
+        if row.members == 0, row.lagRecords > 0 {
+            let last = reports.map(\.status.reportedAt).max() ?? now
+            let silent = max(0, now - last)
+            let verdict: PartitionLagStatus = silent >= noWorkerStopAfter ? .stop : .warn
+            if (PartitionLagStatus(rawValue: row.status) ?? .ok) < verdict {
+                row.status = verdict.rawValue
+                row.reason = "no live worker (the last report \(LagVerdict.duration(silent)) ago): \(LagVerdict.grouped(row.lagRecords)) records waiting in all"
+            }
+        }
         return row
     }
+
+    /// How long a stage with records waiting may have no live worker before it is STOP (ms).
+    static let noWorkerStopAfter: Int64 = 60_000
 
     /// Every stage, worst first (then by lag in seconds, then by name).
     public func rows() -> [StageRow] {
@@ -196,27 +213,45 @@ public final class ConsoleSampler: Service, Sendable {
         var lastSave = ContinuousClock.now
         while !Task.isShuttingDownGracefully && !Task.isCancelled {
             var members: [String: [String]?] = [:]
-            for stage in state.topology.stages {
-                if Task.isShuttingDownGracefully { break }
-                var window = windows[stage.name] ?? [:]
-                let now = Int64(Date().timeIntervalSince1970 * 1000)
-                do {
-                    let lag = try await probe.groupLag(stage.group, admin: admin, topics: stage.inputs, windows: &window)
+            // The stages are sampled side by side (each probe mostly waits for the broker), at
+            // most `parallelSamples` at once, so that a round stays short with many stages.
+            let stages = state.topology.stages
+            let samples = await withTaskGroup(of: StageSample.self) { group -> [StageSample] in
+                var results: [StageSample] = []
+                var next = 0
+                func start() {
+                    guard next < stages.count, !Task.isShuttingDownGracefully else { return }
+                    let stage = stages[next]
+                    next += 1
+                    let window = windows[stage.name] ?? [:]
+                    group.addTask { await Self.sample(stage, probe: probe, admin: admin, window: window) }
+                }
+                for _ in 0..<Self.parallelSamples { start() }
+                for await result in group {
+                    results.append(result)
+                    start()
+                }
+                return results
+            }
+            for sample in samples {
+                let stage = sample.stage
+                windows[stage.name] = sample.window
+                switch sample.result {
+                case .success(let lag):
                     // Empty with no members: none; no members but another state: the broker does not list them.
                     members[stage.group] = lag.members.isEmpty && lag.state != "Empty" ? .some(nil) : lag.members.map(\.clientID)
-                    let row = Self.row(stage, lag: lag, windows: window, previous: &previous[stage.name, default: [:]], now: now)
-                    state.update(row, at: now)
+                    let row = Self.row(stage, lag: lag, windows: sample.window, previous: &previous[stage.name, default: [:]], now: sample.time)
+                    state.update(row, at: sample.time)
                     export(row, lag: lag)
-                } catch {
+                case .failure(let error):
                     var row = state.row(stage.name)!
                     row.error = "\(error)"
                     row.status = PartitionLagStatus.err.rawValue
                     row.reason = "cannot read the group's lag: \(error)"
-                    row.sampledAt = now
-                    state.update(row, at: now)
+                    row.sampledAt = sample.time
+                    state.update(row, at: sample.time)
                     logger.warning("lag sample failed", metadata: ["stage": "\(stage.name)", "error": "\(error)"])
                 }
-                windows[stage.name] = window
             }
             do {
                 state.update(roster: WorkerRoster(statuses: try await statuses.read(), members: members,
@@ -261,9 +296,31 @@ public final class ConsoleSampler: Service, Sendable {
             status: worst?.status.rawValue ?? "",
             reason: worst.map { w in
                 let text = LagVerdict.reason(w, window: windows[w.topicPartition]?.samples ?? [], hasMembers: hasMembers)
-                return lag.partitions.count > 1 && w.status != .ok ? "\(w.topic)[\(w.partition)]: \(text)" : text
+                // Several partitions: the reason is the worst one's, and says which.
+                return lag.partitions.count > 1 ? "\(w.topic)[\(w.partition)]: \(text)" : text
             } ?? "no commits yet: the group has consumed nothing",
             partitionRows: rows, sampledAt: now, error: nil)
+    }
+
+    /// Stages sampled at once.
+    static let parallelSamples = 6
+
+    struct StageSample: Sendable {
+        var stage: Topology.Stage
+        var window: [TopicPartition: CommitWindow]
+        var result: Result<GroupLag, any Error>
+        var time: Int64
+    }
+
+    static func sample(_ stage: Topology.Stage, probe: LagProbe, admin: KafkaAdmin, window: [TopicPartition: CommitWindow]) async -> StageSample {
+        var window = window
+        let time = Int64(Date().timeIntervalSince1970 * 1000)
+        do {
+            let lag = try await probe.groupLag(stage.group, admin: admin, topics: stage.inputs, windows: &window)
+            return StageSample(stage: stage, window: window, result: .success(lag), time: time)
+        } catch {
+            return StageSample(stage: stage, window: window, result: .failure(error), time: time)
+        }
     }
 
     private func export(_ row: StageRow, lag: GroupLag) {

@@ -9,6 +9,9 @@ public struct PartitionLag: Sendable, Hashable, Codable {
     public var committed: Int64
     /// The log-end offset (high watermark) from a fetch; nil when it could not be read.
     public var logEnd: Int64?
+    /// The group has committed nothing here: `committed` is the log start, where the group's
+    /// first member will begin.
+    public var neverCommitted = false
     /// logEnd - committed, never negative; nil when the log end is unknown.
     public var lagRecords: Int64?
     /// Now minus the timestamp of the first unconsumed record; 0 when caught up.
@@ -66,11 +69,12 @@ public struct LagProbe: Sendable {
 
     public init(reader: TopicReader) { self.reader = reader }
 
-    /// Log end (fetch high watermark) and the timestamp of the record at `offset`, per partition.
-    public func probe(_ offsets: [TopicPartitionOffset]) async throws -> [TopicPartition: (logEnd: Int64, timestamp: Int64?)] {
+    /// Log end (fetch high watermark), the offset of the first record at or after `offset` (the
+    /// log end when there is none) and its timestamp, per partition.
+    public func probe(_ offsets: [TopicPartitionOffset]) async throws -> [TopicPartition: (logEnd: Int64, first: Int64, timestamp: Int64?)] {
         guard !offsets.isEmpty else { return [:] }
         let consumer = try reader.makeConsumer()
-        var result: [TopicPartition: (logEnd: Int64, timestamp: Int64?)] = [:]
+        var result: [TopicPartition: (logEnd: Int64, first: Int64, timestamp: Int64?)] = [:]
         do {
             try await consumer.assign(offsets)
             var remaining = Set(offsets.map(\.topicPartition))
@@ -84,11 +88,11 @@ public struct LagProbe: Sendable {
                         // The first record at or after the committed offset; the watermark of
                         // the fetch that brought it.
                         let high = consumer.cachedHighWatermark(r.topicPartition) ?? (r.offset + 1)
-                        result[r.topicPartition] = (max(high, r.offset + 1), r.timestamp)
+                        result[r.topicPartition] = (max(high, r.offset + 1), r.offset, r.timestamp)
                         remaining.remove(r.topicPartition)
                     }
                 case .endOfPartition(let end):
-                    if remaining.remove(end.topicPartition) != nil { result[end.topicPartition] = (end.offset, nil) }
+                    if remaining.remove(end.topicPartition) != nil { result[end.topicPartition] = (end.offset, end.offset, nil) }
                 case .assigned, .revoked, .lost:
                     break
                 }
@@ -122,8 +126,17 @@ public struct LagProbe: Sendable {
                 committed = try await admin.committedOffsets(group: group, partitions: named.sorted { ($0.topic, $0.partition) < ($1.topic, $1.partition) })
             }
         }
-        committed = committed.filter { $0.offset >= 0 && (topics?.contains($0.topic) ?? true) }
-        let probed = try await probe(committed)
+        committed = committed.filter { topics?.contains($0.topic) ?? true }
+        // A partition the group never committed is read from where `auto.offset.reset=earliest`
+        // (the workers' setting) starts it, the log start: its records wait all the same. The
+        // probe reads from offset 0, which the reader's own `earliest` moves to the log start
+        // when retention has removed it (no ListOffsets(earliest): brokers differ in it).
+        let uncommitted = Set(committed.filter { $0.offset < 0 }.map(\.topicPartition))
+        let probed = try await probe(committed.map { $0.offset < 0 ? TopicPartitionOffset($0.topic, $0.partition, offset: 0) : $0 })
+        committed = committed.map { c in
+            guard c.offset < 0 else { return c }
+            return TopicPartitionOffset(c.topic, c.partition, offset: probed[c.topicPartition]?.first ?? 0)
+        }
         let t = now()
         var owners: [TopicPartition: String] = [:]
         for m in description?.members ?? [] { for tp in m.assignment { owners[tp] = m.clientID.isEmpty ? m.memberID : m.clientID } }
@@ -137,6 +150,7 @@ public struct LagProbe: Sendable {
             var lag = PartitionLag(topic: c.topic, partition: c.partition, committed: c.offset, logEnd: p?.logEnd,
                                    firstUnconsumedTimestamp: p?.timestamp, now: t)
             lag.owner = owners[c.topicPartition]
+            lag.neverCommitted = uncommitted.contains(c.topicPartition)
             var window = windows[c.topicPartition] ?? CommitWindow(capacity: windowSize)
             if let end = p?.logEnd { window.append(CommitSample(offset: c.offset, logEnd: end, time: t)) }
             windows[c.topicPartition] = window

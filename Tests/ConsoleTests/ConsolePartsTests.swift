@@ -133,6 +133,27 @@ import Workers
         #expect(roster.outRate(stage: "a") == 2 && roster.outRate(stage: "c") == nil, "out: the live workers' sum")
     }
 
+    /// Records waiting while none of a stage's workers is alive: WARN at once, STOP once the last
+    /// report is older than a minute, whatever the lag rules said (they saw commits keep up).
+    @Test func recordsWaitingWithNoLiveWorkerAreNeverOK() {
+        let now: Int64 = 1_000_000
+        var row = StageRow(
+            stage: "prices-decode", group: "prices-decode", inputs: ["prices.raw"], members: nil, partitions: 4, lagRecords: 1_800,
+            lagSeconds: 3, inRate: 0, arrivalRate: 10, outRate: nil, secondsToDrain: nil, status: "OK", reason: "keeping up, 769 behind",
+            partitionRows: [], sampledAt: now, error: nil)
+        let justDied = WorkerRoster(statuses: [status("prices-decode", pid: 1, reportedAt: now - 35_000)], members: [:], now: now, silence: .seconds(30))
+        let warned = ConsoleState.withWorkers(row, justDied, now: now)
+        #expect(warned.members == 0)
+        #expect(warned.status == "WARN" && warned.reason.contains("no live worker") && warned.reason.contains("1,800"), "\(warned.status): \(warned.reason)")
+        let longGone = WorkerRoster(statuses: [status("prices-decode", pid: 1, reportedAt: now - 95_000)], members: [:], now: now, silence: .seconds(30))
+        #expect(ConsoleState.withWorkers(row, longGone, now: now).status == "STOP")
+        // A live worker, or nothing waiting: the lag rules' verdict stands.
+        let alive = WorkerRoster(statuses: [status("prices-decode", pid: 1, reportedAt: now - 1_000)], members: [:], now: now, silence: .seconds(30))
+        #expect(ConsoleState.withWorkers(row, alive, now: now).status == "OK")
+        row.lagRecords = 0
+        #expect(ConsoleState.withWorkers(row, longGone, now: now).status == "OK")
+    }
+
     @Test func onlyLoopbackListensWithoutAToken() {
         #expect(ConsoleSettings.isLoopback("127.0.0.1") && ConsoleSettings.isLoopback("localhost") && ConsoleSettings.isLoopback("::1"))
         #expect(!ConsoleSettings.isLoopback("0.0.0.0") && !ConsoleSettings.isLoopback("10.0.0.5"))

@@ -109,12 +109,12 @@ import Testing
                 try await Self.eventually("three dead letters listed") {
                     try await browser.go(base + "/dead-letters")
                     let count = try await browser.run("""
-                        return Array.from(document.querySelectorAll('table.groups tbody tr')).filter(r => r.cells[0].textContent === 'prices.decode')
+                        return Array.from(document.querySelectorAll('table.groups tbody tr')).filter(r => r.cells[0].textContent === 'prices-decode')
                           .reduce((n, r) => n + Number(r.querySelector('td.count').textContent), 0)
                         """) as? Int
                     return count == 3
                 }
-                try await browser.go(base + "/dead-letters?stage=prices.decode")
+                try await browser.go(base + "/dead-letters?stage=prices-decode")
                 let reasons = try await browser.run("return Array.from(document.querySelectorAll('tr[data-reason]')).map(r => r.dataset.reason)") as? [String]
                 #expect(reasons == ["wrong-type"], "one group: the decoder reads the three as not a JSON object: \(reasons ?? [])")
                 try await browser.screenshot(to: Self.screenshots + "/dead-letters.png")
@@ -139,7 +139,7 @@ import Testing
                 try await browser.screenshot(to: Self.screenshots + "/dead-letter.png")
 
                 // A redrive: the group's selection, a preview (nothing sent yet), then the redrive.
-                try await browser.go(base + "/dead-letters?stage=prices.decode&reason=wrong-type")
+                try await browser.go(base + "/dead-letters?stage=prices-decode&reason=wrong-type")
                 _ = try await browser.run("document.getElementById('preview-redrive').click()")
                 try await Self.eventually("the preview") {
                     try await browser.run("var c = document.getElementById('redrive-count'); return c ? c.textContent : null") as? String == "3"
@@ -213,8 +213,15 @@ import Testing
                 worker.terminate()
                 #expect(await worker.waitForExit() == 0)
                 _ = try await producer.send((100..<110).map { PriceTicks.tick($0) })
-                try await Self.eventually("prices-decode STOP on the open page") {
-                    try await browser.run("return document.querySelector('tr[data-stage=\"prices-decode\"] [data-field=\"verdict\"]').textContent") as? String == "STOP"
+                var rowText = ""
+                do {
+                    try await Self.eventually("prices-decode STOP on the open page") {
+                        rowText = try await browser.run("return document.querySelector('tr[data-stage=\"prices-decode\"]').textContent") as? String ?? ""
+                        return try await browser.run("return document.querySelector('tr[data-stage=\"prices-decode\"] [data-field=\"verdict\"]').textContent") as? String == "STOP"
+                    }
+                } catch {
+                    Issue.record("the row showed: \(rowText)")
+                    throw error
                 }
                 let reason = try await browser.run("return document.querySelector('tr[data-stage=\"prices-decode\"] [data-field=\"reason\"]').textContent") as? String
                 #expect(reason?.contains("no member consumes") == true && reason?.contains("behind") == true, "\(reason ?? "")")
@@ -308,7 +315,7 @@ import Testing
             forged.method = .POST
             forged.headers.add(name: "Cookie", value: pair)
             forged.headers.add(name: "Content-Type", value: "application/x-www-form-urlencoded")
-            forged.body = .bytes(ByteBuffer(string: "stage=prices.decode&expected=3"))
+            forged.body = .bytes(ByteBuffer(string: "stage=prices-decode&expected=3"))
             let refused = try await client.execute(forged, timeout: .seconds(30))
             #expect(refused.status.code == 403)
             #expect(String(buffer: try await refused.body.collect(upTo: 1 << 20)).contains("CSRF token missing or stale"))

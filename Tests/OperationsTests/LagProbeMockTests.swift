@@ -65,4 +65,24 @@ import PipelineTesting
         await admin.close()
         withExtendedLifetime(mock) {}  // the cluster must outlive every client (Swift may release it after its last use)
     }
+
+    /// A partition the group has never committed, with records waiting, is lag from the log
+    /// start (where `auto.offset.reset=earliest` starts the group's first member), not 0.
+    @Test func aPartitionNeverCommittedLagsFromTheLogStart() async throws {
+        let mock = try KafkaMockCluster(brokers: 1)
+        try mock.createTopic("waiting", partitions: 2)
+        let kafka = KafkaConfiguration(bootstrapServers: [mock.bootstrapServers])
+        let producer = try KafkaProducer(configuration: ProducerConfiguration(kafka: kafka))
+        let sent = try await producer.send((0..<20).map { ProducerRecord(topic: "waiting", partition: Int32($0 % 2), value: [UInt8($0)]) })
+        #expect(sent.allSatisfy { $0.error == nil })
+        let admin = try KafkaAdmin(configuration: kafka)
+        var windows: [TopicPartition: CommitWindow] = [:]
+        let lag = try await LagProbe(reader: TopicReader(kafka: kafka)).groupLag("never-ran", admin: admin, topics: ["waiting"], windows: &windows)
+        #expect(lag.partitions.map(\.lagRecords) == [10, 10], "\(lag.partitions.map(\.lagRecords))")
+        #expect(lag.partitions.allSatisfy { $0.neverCommitted })
+        #expect(lag.totalLag == 20)
+        await producer.close()
+        await admin.close()
+        withExtendedLifetime(mock) {}
+    }
 }

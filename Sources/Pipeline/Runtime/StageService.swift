@@ -43,7 +43,8 @@ public final class StageService: Service, Sendable {
     let transformName: String
     let settings: WorkerSettings
     let logger: Logger
-    private let stopSignal = Mutex<(requested: Bool, forwarder: Task<Void, Never>?)>((false, nil))
+    /// A graceful stop was requested: the forwarder stops taking consumer events.
+    private let stopping = OneShotEvent()
 
     /// - Parameter concurrent: the I/O stage for a topology stage whose chain names one (such as
     ///   `thumbnails.render`); the host that links its module builds it from the stage's options.
@@ -90,11 +91,7 @@ public final class StageService: Service, Sendable {
     /// Begins a graceful stop: no more records are fetched; ``run()`` settles what is in flight,
     /// checkpoints, commits, leaves the group and returns.
     public func requestStop() {
-        let forwarder = stopSignal.withLock { s in
-            s.requested = true
-            return s.forwarder
-        }
-        forwarder?.cancel()
+        stopping.fire()
     }
 
     public func run() async throws {
@@ -154,11 +151,6 @@ public final class StageService: Service, Sendable {
         let (inputs, feed) = AsyncStream<LoopInput>.makeStream()
         let logLimiter = LogRateLimiter()
         let membership = MembershipGate(sessionTimeout: settings.sessionTimeout ?? .seconds(45), heartbeat: settings.heartbeatInterval ?? .seconds(3))
-        let clock = Task { await membership.run() }
-        defer {
-            membership.stop()
-            clock.cancel()
-        }
         let context = LoopContext(
             definition: definition, settings: settings, work: work, transformName: transformName, recorder: recorder, membership: membership, health: health,
             logLimiter: logLimiter, logger: logger, requestStop: { [weak self] in self?.requestStop() })
@@ -178,101 +170,94 @@ public final class StageService: Service, Sendable {
                 logger.error("a partition cannot settle: \(error)")
                 feed.yield(.failed(error))
             })
-        let loop = StageLoop(
+        // Used by this task alone: it runs the loop, then (after run returned) hands the loop's
+        // shutdown to the deadline race; the two never overlap.
+        nonisolated(unsafe) let loop = StageLoop(
             context: context, consumer: consumer, producer: producer, reader: reader, guarantee: guarantee, backpressure: backpressure,
             settlement: settlement)
 
-        let forwarder = Task {
-            // Hands each consumer event to the loop and waits until the loop is done with it, so
-            // a rebalance completes only after the loop handled it.
-            var events = consumer.makeAsyncIterator()
-            let pauseAfter = settings.backpressurePauseAfter
-            do {
-                while let event = try await events.next() {
-                    await withCheckedContinuation { ack in feed.yield(.event(event, ack)) }
-                    // Above the in-flight bound: the next batch waits until deliveries catch
-                    // up. If they do not within `pauseAfter`, the partitions are paused and
-                    // events flow on (a member that stops polling is taken out of its group).
-                    if await !backpressure.waitWhileClosed(atMost: pauseAfter), !Task.isCancelled,
-                        backpressure.pauseConsumer({ if let assigned = try? consumer.assignment() { try? consumer.pause(assigned) } })
-                    {
-                        self.logger.warning(
-                            "in-flight bound held for \(pauseAfter): partitions paused until deliveries catch up",
-                            metadata: ["records": "\(backpressure.inFlight.records)"])
+        // The worker's tasks, all children of this one: the membership clock, the forwarder of
+        // consumer events, the loop's timer and, while stopping, the drain of what the
+        // forwarder still hands over. None outlives run().
+        let loopEnded = OneShotEvent()
+        let forwarded = OneShotEvent()
+        var failure: (any Error)?
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await membership.run() }
+            group.addTask { [stopping, logger, settings] in
+                await stopping.cancelling {
+                    await Self.forward(consumer: consumer, to: feed, backpressure: backpressure, pauseAfter: settings.backpressurePauseAfter, logger: logger)
+                }
+                feed.finish()
+                forwarded.fire()
+            }
+            let interval = definition.advanceInterval
+            group.addTask {
+                await loopEnded.cancelling {
+                    while !Task.isCancelled {
+                        do { try await Task.sleep(for: interval) } catch { return }
+                        feed.yield(.tick)
                     }
                 }
-            } catch {
-                feed.yield(.failed(error))
             }
-            feed.finish()
-        }
-        let stopNow = stopSignal.withLock { s in
-            s.forwarder = forwarder
-            return s.requested
-        }
-        if stopNow { forwarder.cancel() }
-        let interval = definition.advanceInterval
-        let timer = Task {
-            while !Task.isCancelled {
-                do { try await Task.sleep(for: interval) } catch { return }
-                feed.yield(.tick)
-            }
-        }
-        logger.info("worker started", metadata: ["group": "\(definition.group)", "inputs": "\(definition.inputs)"])
+            logger.info("worker started", metadata: ["group": "\(definition.group)", "inputs": "\(definition.inputs)"])
 
-        var failure: (any Error)?
-        do {
-            try await withGracefulShutdownHandler {
-                try await loop.run(inputs)
-            } onGracefulShutdown: {
-                self.requestStop()
-            }
-        } catch {
-            failure = error
-            logger.error("worker stopping after an error: \(error)")
-        }
-        requestStop()
-        health.stopping()
-        timer.cancel()
-        // From here on everything is bounded by the shutdown deadline, whatever stopped the
-        // worker: past it, what is still in flight is given up (the next owner reads from the
-        // last commit) and run() throws.
-        let deadline = settings.shutdownDeadline
-        let stopBy = ContinuousClock.now + deadline
-        let stopped = await Deadline.race(deadline) { [logger, recorder] () -> (any Error)? in
-            // Drain what the forwarder still holds so it can end.
-            let drain = Task { for await input in inputs { if case .event(_, let ack) = input { ack.resume() } } }
-            await forwarder.value
-            var lastError: (any Error)?
             do {
-                try await loop.shutdown()
+                try await withGracefulShutdownHandler {
+                    try await loop.run(inputs)
+                } onGracefulShutdown: {
+                    self.requestStop()
+                }
             } catch {
-                lastError = error
-                logger.error("stopping: \(error)")
+                failure = error
+                logger.error("worker stopping after an error: \(error)")
             }
-            drain.cancel()
-            do {
-                try await consumer.close(deadline: max(.zero, stopBy - .now))
-            } catch {
-                // The final commit failed or the close overran: the inputs since the last commit
-                // are read again by the next owner (at least once). Not a failed run.
-                recorder.commitFailed()
-                logger.warning("closing the consumer: \(error)")
+            requestStop()
+            health.stopping()
+            loopEnded.fire()
+            // What the forwarder still hands over is acknowledged unread, so that it can end.
+            group.addTask { for await input in inputs { if case .event(_, let ack) = input { ack.resume() } } }
+            // From here on everything is bounded by the shutdown deadline, whatever stopped the
+            // worker: past it, what is still in flight is given up (the next owner reads from the
+            // last commit) and run() throws.
+            let deadline = settings.shutdownDeadline
+            let stopBy = ContinuousClock.now + deadline
+            let stopped = await Deadline.race(deadline) { [logger, recorder] () -> (any Error)? in
+                await forwarded.wait()
+                var lastError: (any Error)?
+                do {
+                    try await loop.shutdown()
+                } catch {
+                    lastError = error
+                    logger.error("stopping: \(error)")
+                }
+                do {
+                    try await consumer.close(deadline: max(.zero, stopBy - .now))
+                } catch {
+                    // The final commit failed or the close overran: the inputs since the last commit
+                    // are read again by the next owner (at least once). Not a failed run.
+                    recorder.commitFailed()
+                    logger.warning("closing the consumer: \(error)")
+                }
+                if let reader { try? await reader.close(deadline: max(.zero, stopBy - .now)) }
+                await producer.close(deadline: max(.zero, stopBy - .now))
+                return lastError
             }
-            if let reader { try? await reader.close(deadline: max(.zero, stopBy - .now)) }
-            await producer.close(deadline: max(.zero, stopBy - .now))
-            return lastError
-        }
-        switch stopped {
-        case .none:
-            let overran = WorkerError.shutdownOverran(
-                "the shutdown did not finish within \(deadline) (\(backpressure.inFlight.records) records still in flight); what is not committed is read again by the next owner")
-            logger.error("\(overran)")
-            failure = failure ?? overran
-        case .some(.some(let error)):
-            failure = failure ?? error
-        case .some(.none):
-            break
+            switch stopped {
+            case .none:
+                let overran = WorkerError.shutdownOverran(
+                    "the shutdown did not finish within \(deadline) (\(backpressure.inFlight.records) records still in flight); what is not committed is read again by the next owner")
+                logger.error("\(overran)")
+                failure = failure ?? overran
+            case .some(.some(let error)):
+                failure = failure ?? error
+            case .some(.none):
+                break
+            }
+            membership.stop()
+            // Past the deadline the forwarder may still wait for the consumer: it ends with it.
+            feed.finish()
+            group.cancelAll()
         }
         logger.info(
             "worker stopped",
@@ -282,6 +267,35 @@ public final class StageService: Service, Sendable {
                 "active-seconds": "\(counters.activeSeconds)", "loop-busy-seconds": "\(counters.loopBusySeconds)",
             ])
         if let failure { throw failure }
+    }
+
+    /// Hands each consumer event to the loop and waits until the loop is done with it, so a
+    /// rebalance completes only after the loop handled it. Ends when the consumer's events end,
+    /// fail (the loop gets the error) or the task is cancelled.
+    private static func forward(
+        consumer: KafkaConsumer, to feed: AsyncStream<LoopInput>.Continuation, backpressure: Backpressure, pauseAfter: Duration, logger: Logger
+    ) async {
+        var events = consumer.makeAsyncIterator()
+        do {
+            while let event = try await events.next() {
+                await withCheckedContinuation { ack in
+                    // Nobody reads a finished feed: nothing to wait for.
+                    if case .terminated = feed.yield(.event(event, ack)) { ack.resume() }
+                }
+                // Above the in-flight bound: the next batch waits until deliveries catch up. If
+                // they do not within `pauseAfter`, the partitions are paused and events flow on
+                // (a member that stops polling is taken out of its group).
+                if await !backpressure.waitWhileClosed(atMost: pauseAfter), !Task.isCancelled,
+                    backpressure.pauseConsumer({ if let assigned = try? consumer.assignment() { try? consumer.pause(assigned) } })
+                {
+                    logger.warning(
+                        "in-flight bound held for \(pauseAfter): partitions paused until deliveries catch up",
+                        metadata: ["records": "\(backpressure.inFlight.records)"])
+                }
+            }
+        } catch {
+            feed.yield(.failed(error))
+        }
     }
 
     /// `<group>-<instance id>`, or `<group>-<host>-<slot>`: unique among the running workers of
