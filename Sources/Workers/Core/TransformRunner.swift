@@ -151,11 +151,11 @@ public struct TransformCatalog: Sendable {
         "notifications.render",
     ]
 
-    /// Stages that do I/O (``ConcurrentTransform``): valid in a topology, each alone in its chain,
+    /// Transforms that do I/O (``ConcurrentTransform``): valid in a topology, each alone in its chain,
     /// built by the host that links their module (`pipelinectl worker`), not by this catalog.
     public static let concurrentNames = ["thumbnails.render"]
 
-    public func stage(named name: String) throws(UnknownTransform) -> any Transform {
+    public func transform(named name: String) throws(UnknownTransform) -> any Transform {
         let prices = PriceTickDecoder(limits: options.limits)
         let products = ProductDecoder(limits: options.limits, utcOffsetSeconds: options.utcOffsetSeconds)
         let campaigns = CampaignDecoder(limits: options.limits, utcOffsetSeconds: options.utcOffsetSeconds)
@@ -213,7 +213,7 @@ public struct TransformCatalog: Sendable {
     /// The chain of the named transforms, in order (`["prices.decode", "prices.candles"]`).
     public func runner(for names: [String]) throws(UnknownTransform) -> TransformRunner {
         var stages: [any Transform] = []
-        for n in names { stages.append(try stage(named: n)) }
+        for n in names { stages.append(try transform(named: n)) }
         guard let combined = chain(stages) else { throw UnknownTransform(name: "") }
         return TransformRunner(combined)
     }

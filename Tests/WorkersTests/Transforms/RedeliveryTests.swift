@@ -24,7 +24,7 @@ import WorkersTesting
         var options = TransformCatalog.Options()
         options.alerts = [.init(subscriber: "tok", market: "KRW-BTC", threshold: 0.05)]
         options.newProductsIntervalMillis = 1_000
-        let stage = try TransformCatalog(options: options).stage(named: name)
+        let stage = try TransformCatalog(options: options).transform(named: name)
         try check(stage)
     }
 
@@ -50,7 +50,7 @@ import WorkersTesting
 @Suite struct ExtremeInputTests {
     @Test(arguments: TransformCatalog.names)
     func extremeTimestampsNeverCrash(_ name: String) throws {
-        let stage = try TransformCatalog().stage(named: name)
+        let stage = try TransformCatalog().transform(named: name)
         try run(stage)
     }
 
