@@ -286,6 +286,9 @@ public final class ConsoleService: Service, Sendable {
             defer { Task { await admin.close() } }
             let prepared = try await PreparedOffsetReset.prepare(group: stage.group, topic: topic, partitions: [], target: target, admin: admin, kafka: kafka)
             guard execute else { return html(pages.reset(stage: stage, request: values, prepared: prepared, error: nil, csrf: csrf, done: false)) }
+            if let live = stage.members, live > 0 {
+                return html(pages.reset(stage: stage, request: values, prepared: prepared, error: "\(live) worker(s) of \(name) report themselves alive: stop them first; nothing was committed.", csrf: csrf, done: false), status: 409)
+            }
             let fingerprint = prepared.plan.map { "\($0.partition):\($0.target)" }.joined(separator: ",")
             guard fingerprint == values["plan"] else {
                 return html(pages.reset(stage: stage, request: values, prepared: prepared, error: "The offsets changed since the diff was shown: nothing was committed. Check this diff.", csrf: csrf, done: false), status: 409)

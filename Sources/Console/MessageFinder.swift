@@ -62,9 +62,16 @@ public struct FoundMessage: Sendable {
     public func consumed(_ committed: Int64?) -> Bool { (committed ?? -1) > record.offset }
 }
 
+/// What a search found: the newest `maxResults` matches, newest first, and how many matched in all.
+public struct FoundMessages: Sendable {
+    public var messages: [FoundMessage]
+    public var matched: Int
+}
+
 /// Finds records without joining any group: an offset is read directly, a time through
 /// OffsetsForTimes, a key or header by scanning the newest `scanPerPartition` records of each
-/// partition (a bounded search: the page says how far back it looked).
+/// partition (a bounded search: the page says how far back it looked). Every match is counted;
+/// the newest `maxResults` are shown.
 public struct MessageFinder: Sendable {
     public var kafka: KafkaConfiguration
     public var scanPerPartition: Int64
@@ -78,10 +85,10 @@ public struct MessageFinder: Sendable {
 
     public func find(
         _ query: MessageQuery, topic: String, stages: [(stage: String, group: String)], deadLetters: [DeadLetterEntry]
-    ) async throws -> [FoundMessage] {
+    ) async throws -> FoundMessages {
         let admin = try KafkaAdmin(configuration: kafka, timeout: .seconds(10))
         do {
-            let found = try await records(query, topic: topic, admin: admin)
+            let (found, matched) = try await records(query, topic: topic, admin: admin)
             var committed: [String: [TopicPartition: Int64]] = [:]
             let partitions = Array(Set(found.map(\.topicPartition)))
             for (_, group) in stages where committed[group] == nil && !partitions.isEmpty {
@@ -89,19 +96,21 @@ public struct MessageFinder: Sendable {
                                               uniquingKeysWith: { a, _ in a })
             }
             await admin.close()
-            return found.map { r in
+            let messages = found.map { r in
                 FoundMessage(
                     record: r,
                     stages: stages.map { ($0.stage, $0.group, committed[$0.group]?[r.topicPartition].flatMap { $0 >= 0 ? $0 : nil }) },
                     deadLetters: deadLetters.filter { $0.letter.origin.topic == r.topic && $0.letter.origin.partition == r.partition && $0.letter.origin.offset == r.offset })
             }
+            return FoundMessages(messages: messages, matched: matched)
         } catch {
             await admin.close()
             throw error
         }
     }
 
-    private func records(_ query: MessageQuery, topic: String, admin: KafkaAdmin) async throws -> [ConsumerRecord] {
+    /// The newest `maxResults` matches, newest first, and the number of all matches.
+    private func records(_ query: MessageQuery, topic: String, admin: KafkaAdmin) async throws -> (records: [ConsumerRecord], matched: Int) {
         let partitions = try await admin.partitions(of: topic)
         var reader = TopicReader(kafka: kafka)
         reader.idleTimeout = .seconds(10)
@@ -109,7 +118,7 @@ public struct MessageFinder: Sendable {
         var stop: [TopicPartition: Int64] = [:]
         switch query {
         case .offset(let p, let o):
-            guard partitions.contains(TopicPartition(topic, p)) else { return [] }
+            guard partitions.contains(TopicPartition(topic, p)) else { return ([], 0) }
             // A query's offset is at most NumberBounds.offset's end, so the next one exists.
             start = [TopicPartitionOffset(topic, p, offset: o)]
             stop = [TopicPartition(topic, p): NumberBounds.saturatingAdd(o, 1)]
@@ -127,11 +136,24 @@ public struct MessageFinder: Sendable {
                 start.append(TopicPartitionOffset(topic, tp.partition, offset: max(marks.low, NumberBounds.saturatingSubtract(marks.high, scanPerPartition))))
             }
         }
-        var found: [ConsumerRecord] = []
-        try await reader.read(from: start, until: stop) { batch in
-            found += batch.filter(query.matches)
-            return found.count < maxResults
+        func newestFirst(_ a: ConsumerRecord, _ b: ConsumerRecord) -> Bool {
+            (a.timestamp ?? 0, a.partition, a.offset) > (b.timestamp ?? 0, b.partition, b.offset)
         }
-        return Array(found.sorted { ($0.timestamp ?? 0, $0.partition, $0.offset) < ($1.timestamp ?? 0, $1.partition, $1.offset) }.prefix(maxResults))
+        // The whole range is read (it is bounded); only the newest matches are kept.
+        var found: [ConsumerRecord] = []
+        var matched = 0
+        try await reader.read(from: start, until: stop) { batch in
+            for record in batch where query.matches(record) {
+                matched += 1
+                found.append(record)
+            }
+            if found.count > 2 * maxResults {
+                found.sort(by: newestFirst)
+                found.removeLast(found.count - maxResults)
+            }
+            return true
+        }
+        found.sort(by: newestFirst)
+        return (Array(found.prefix(maxResults)), matched)
     }
 }

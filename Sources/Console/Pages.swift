@@ -355,6 +355,10 @@ struct ConsolePages {
         body += "<p>The same from the command line: <code>\(HTML.text(cli)) --execute</code> (without <code>--execute</code>: this diff).</p>"
         if !prepared.members.isEmpty {
             body += "<p class=\"warning\" id=\"refused\">Refused while the group has members (\(HTML.text(prepared.members.joined(separator: ", ")))): stop them first.</p>"
+        } else if let live = stage.members, live > 0 {
+            // The broker may list no members of an active group (tansu does); the workers' own
+            // reports say they are there.
+            body += "<p class=\"warning\" id=\"refused\">Refused while \(live) worker\(live == 1 ? "" : "s") of this stage report\(live == 1 ? "s" : "") itself alive: stop \(live == 1 ? "it" : "them") first.</p>"
         } else if let csrf, !done {
             let fingerprint = prepared.plan.map { "\($0.partition):\($0.target)" }.joined(separator: ",")
             body += """
@@ -367,7 +371,15 @@ struct ConsolePages {
     }
 
     /// The Find form and, for a query, every record found with its fate per stage.
-    func find(topics: [String], request: [String: String], found: [FoundMessage]?, scanned: Int64, error: String?) -> String {
+    /// A value: its first 200 characters, and the whole of it one click away.
+    static func valueView(_ value: [UInt8]?) -> String {
+        guard let value else { return "(tombstone)" }
+        let text = HTML.bytes(value).text
+        guard text.count > 200 else { return HTML.text(text) }
+        return "\(HTML.text(String(text.prefix(200))))… <details class=\"full-value\"><summary>the whole value (\(HTML.count(Int64(value.count))) bytes)</summary><pre>\(HTML.text(text))</pre></details>"
+    }
+
+    func find(topics: [String], request: [String: String], found: FoundMessages?, scanned: Int64, error: String?) -> String {
         let topic = request["topic"] ?? topics.first ?? ""
         let by = request["by"] ?? "key"
         let kinds = [("key", "key"), ("header", "header NAME=VALUE"), ("offset", "offset PARTITION:OFFSET"), ("time", "time (ISO-8601 or epoch ms)")]
@@ -383,15 +395,19 @@ struct ConsolePages {
             """
         if let error { body += "<p class=\"error\">\(HTML.text(error))</p>" }
         guard let found else { return HTML.page(title: "Find a message", nav: "/find", body: body) }
-        body += "<p id=\"found\">\(found.count) found.</p>"
-        for m in found {
+        if found.matched > found.messages.count {
+            body += "<p id=\"found\">\(HTML.count(Int64(found.matched))) found; the newest \(found.messages.count) are shown, newest first. Narrow the search (a key, a header, a time) to see the others.</p>"
+        } else {
+            body += "<p id=\"found\">\(found.matched) found\(found.matched > 1 ? ", newest first" : "").</p>"
+        }
+        for m in found.messages {
             let r = m.record
             let key = r.key.map { HTML.bytes($0).text } ?? "(none)"
             body += """
                 <section class="found"><h2>\(HTML.text(r.topic)) partition \(r.partition) offset \(r.offset)</h2>\
                 <dl><dt>written</dt><dd>\(HTML.text(HTML.time(r.timestamp)))</dd><dt>key</dt><dd class="key">\(HTML.text(key))</dd>\
                 <dt>headers</dt><dd>\(HTML.text(r.headers.map { "\($0.key)=\($0.value.map { HTML.bytes($0).text } ?? "")" }.joined(separator: ", ")))</dd>\
-                <dt>value</dt><dd class="key">\(HTML.text(String((r.value.map { HTML.bytes($0).text } ?? "(tombstone)").prefix(200))))</dd></dl>\
+                <dt>value</dt><dd class="key">\(Self.valueView(r.value))</dd></dl>\
                 <table class="fate"><thead><tr><th>stage</th><th>group</th><th>committed</th><th>consumed</th></tr></thead><tbody>
                 """
             for s in m.stages {

@@ -172,7 +172,7 @@ import Testing
                              candles: document.querySelector('tr[data-stage="prices-candles"] td.consumed').textContent,
                              deadLetter: document.querySelectorAll('p.dead-letter').length, xss: typeof window.__xss }
                     """) as? [String: Any] ?? [:]
-                #expect(found["found"] as? String == "2 found.", "the original and its redriven copy: \(found)")
+                #expect(found["found"] as? String == "2 found, newest first.", "the original and its redriven copy: \(found)")
                 #expect(found["key"] as? String == "<script>window.__xss=0</script>")
                 #expect(found["decode"] as? String == "yes, committed past it")
                 #expect(found["candles"] as? String == "not yet", "no prices-candles worker ran")

@@ -7,9 +7,10 @@ import Workers
 @testable import Kafka
 @testable import Operations
 
-/// The runtime defects the worker-runtime review found, each reproduced here without a broker
-/// or on librdkafka's mock cluster (closing during a rebalance: IntegrationTests, it needs the
-/// real broker). Each test failed (or hung) before its fix.
+/// Rules of the consumer, the producer and the deadlines at their edges (cancellation at awkward
+/// moments, uncancellable work, close with unawaited batches), without a broker or on
+/// librdkafka's mock cluster (closing during a rebalance: IntegrationTests, it needs the real
+/// broker).
 @Suite(.timeLimit(.minutes(2))) struct RuntimeDefectTests {
     static func consumerConfig(_ bootstrap: String, group: String) -> ConsumerConfiguration {
         var config = ConsumerConfiguration(bootstrapServers: [bootstrap], groupID: group)
@@ -18,8 +19,8 @@ import Workers
         return config
     }
 
-    /// Before: a task cancelled while it handled an event waited forever at its next `next()`
-    /// on an idle topic (the cancellation handler only fires for a wait already registered).
+    /// A task cancelled while it handles an event ends at its next `next()`, also on an idle
+    /// topic (a cancellation handler only fires for a wait already registered).
     @Test func aTaskCancelledWhileHandlingAnEventEndsAtItsNextNext() async throws {
         let mock = try KafkaMockCluster(brokers: 1)
         try mock.createTopic("idle", partitions: 1)
@@ -43,10 +44,10 @@ import Workers
         try await consumer.close()
     }
 
-    /// Before: a task cancelled just as its `next()` began waiting (after the check for an
-    /// earlier cancellation, before its wait was registered) waited forever on an idle topic:
-    /// the cancellation handler had run with nothing to resume. A worker told to stop after its
-    /// last input (`--stop-after`, a graceful shutdown) could hang there. Cancels at spread-out
+    /// A task cancelled just as its `next()` begins waiting (after the check for an earlier
+    /// cancellation, before its wait is registered) ends, also on an idle topic, though the
+    /// cancellation handler ran with nothing to resume: a worker told to stop after its last
+    /// input (`--stop-after`, a graceful shutdown) must not hang there. Cancels at spread-out
     /// moments, many times; each `next()` must end.
     @Test func aTaskCancelledAsItsNextBeginsEnds() async throws {
         let mock = try KafkaMockCluster(brokers: 1)
@@ -75,8 +76,8 @@ import Workers
         try await consumer.close()
     }
 
-    /// Before: `close(deadline:)` and `waitForLine` waited for the uncancellable work after the
-    /// deadline (a task group waits for all its children).
+    /// `Deadline.race` and `waitForLine` return at their deadline, whatever uncancellable work is
+    /// still running (a task group would wait for all its children).
     @Test func deadlinesBoundUncancellableWork() async throws {
         let gate = Gate()
         let clock = ContinuousClock()
@@ -95,7 +96,8 @@ import Workers
         #expect(clock.now - waitStart < .seconds(5), "waitForLine returned at its timeout, not when the process ended")
     }
 
-    /// Before: `stop()` reported batches that were delivered but not yet awaited as failed.
+    /// Closing the producer keeps the reports of batches delivered but not awaited yet: they are
+    /// delivered, not failed.
     @Test func closingTheProducerKeepsDeliveredReportsOfUnawaitedBatches() async throws {
         let mock = try KafkaMockCluster(brokers: 1)
         try mock.createTopic("out", partitions: 1)

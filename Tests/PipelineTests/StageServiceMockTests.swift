@@ -52,9 +52,9 @@ import Workers
         return (mock, try relay(partitions: partitions, extra))
     }
 
-    /// Before: `advance` was never called by the Kafka runtime, so a window closed only when a
-    /// later record arrived. Here one product arrives and nothing after it: the timer closes
-    /// the window and the notification goes out.
+    /// The runtime calls `advance` on its timer, so a window closes without a later record. Here
+    /// one product arrives and nothing after it: the timer closes the window and the
+    /// notification goes out.
     @Test func theTimerClosesWindowsOnAnIdleStream() async throws {
         let mock = try KafkaMockCluster(brokers: 1)
         for t in ["products.raw", "notifications", "dlq", "changelog"] { try mock.createTopic(t, partitions: 1) }
@@ -99,8 +99,8 @@ import Workers
         #expect(service.counters.processed.value == 1, "no later record closed it")
     }
 
-    /// Before: a failed commit on the revocation path (a lost assignment, a group mid-rebalance)
-    /// made the worker exit. Here commits fail for a while (ILLEGAL_GENERATION, which also makes
+    /// A failed commit on the revocation path (a lost assignment, a group mid-rebalance) never
+    /// makes the worker exit. Here commits fail for a while (ILLEGAL_GENERATION, which also makes
     /// librdkafka treat the assignment as lost and rejoin): the worker logs, counts, turns
     /// not-ready after its timeout, rejoins and goes on; then everything is committed.
     @Test func failingCommitsAndLostAssignmentsNeverStopTheWorker() async throws {
@@ -140,11 +140,10 @@ import Workers
         try await running.value
     }
 
-    /// Before: reaching the in-flight bound paused every partition in librdkafka, and a pause
-    /// throws away what librdkafka has fetched ahead for it (the fetcher restarts at the
-    /// application's position on resume): every crossing fetched the same records again, and
-    /// the loop sat idle until they were back. A worker throttled by slow deliveries read its
-    /// input several times over. Here deliveries take 20 ms and the bound is 500
+    /// Reaching the in-flight bound does not pause partitions in librdkafka at once: a pause
+    /// throws away what librdkafka has fetched ahead (the fetcher restarts at the application's
+    /// position on resume), so every crossing would fetch the same records again and leave the
+    /// loop idle until they were back. Here deliveries take 20 ms and the bound is 500
     /// records (batches of 100), so it is crossed again and again: every input must still be fetched from the broker once.
     @Test func theInFlightBoundDoesNotFetchRecordsTwice() async throws {
         let inputs = 20_000
