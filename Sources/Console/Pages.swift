@@ -265,6 +265,7 @@ struct ConsolePages {
             <span id="redrive-count">\(plan.sends.count)</span> records go back to their origin (original key, value, timestamp and \
             headers, <code>dead-letter.redriven</code> counting the redrives); \(plan.exhausted.count) were redriven \(plan.maxRedrives) times already \
             and are left (<code>--max-redrives</code>)\(alreadyRedriven > 0 ? "; \(alreadyRedriven) the console redrove before are not sent again" : "").</p>
+            <ul class="audiences">\(plan.audiences.map { "<li>\($0.count) processed again by \(HTML.text($0.seenBy))</li>" }.joined())</ul>
             <table class="destinations"><thead><tr><th>topic</th><th>partition</th><th>records</th></tr></thead><tbody>
             """
         for d in plan.destinations {

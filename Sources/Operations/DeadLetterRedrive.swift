@@ -78,6 +78,23 @@ public struct RedrivePlan: Sendable {
         }
     }
 
+    /// Who processes a sent record again, in words: the one stage named by
+    /// `dead-letter.redrive-for`, else every reader of its topic (an undelivered output, or a
+    /// dead letter written before stages were named in it).
+    public static func seenAgainBy(_ record: ProducerRecord) -> String {
+        if let stage = record.headers.first(where: { $0.key == DeadLetterHeader.redriveFor })?.value {
+            return "stage \(String(decoding: stage, as: UTF8.self)) only"
+        }
+        return "every stage reading \(record.topic)"
+    }
+
+    /// How many records each audience (``seenAgainBy(_:)``) gets, sorted.
+    public var audiences: [(seenBy: String, count: Int)] {
+        var counts: [String: Int] = [:]
+        for r in sends { counts[Self.seenAgainBy(r), default: 0] += 1 }
+        return counts.sorted { $0.key < $1.key }.map { ($0.key, $0.value) }
+    }
+
     /// Sends the records (in chunks of 10,000); returns how many were delivered and the errors.
     public func execute(with producer: KafkaProducer) async throws -> (sent: Int, failed: [KafkaError]) {
         var failed: [KafkaError] = []
@@ -92,12 +109,16 @@ public struct RedrivePlan: Sendable {
 public enum DeadLetterRedrive {
     /// The record to send back: the original key, value, timestamp and headers (without the
     /// `dead-letter.*` ones), to the origin topic and partition (an undelivered output: to the
-    /// topic and partition it was going to), with `dead-letter.redriven`
-    /// counting the redrives. A record that was redriven `maxRedrives` times already is not
-    /// sent again, so a record that keeps failing does not loop.
+    /// topic and partition it was going to), with `dead-letter.redriven` counting the redrives.
+    /// An input goes with `dead-letter.redrive-for` naming the stage that failed it: only that
+    /// stage processes it again, the others reading the topic skip it (a dead letter written
+    /// before stages were named in it, without `dead-letter.transform`, goes without: every
+    /// stage of the topic sees it). A record that was redriven `maxRedrives` times already is
+    /// not sent again, so a record that keeps failing does not loop.
     public static func decide(_ e: DeadLetterEntry, maxRedrives: Int, keepPartition: Bool = true) -> RedriveDecision {
         guard e.redriveCount < maxRedrives else { return .exhausted(redriven: e.redriveCount) }
-        var headers = e.letter.headers.filter { $0.name != DeadLetterHeader.redriven }.map { KafkaHeader(key: $0.name, value: $0.value) }
+        var headers = e.letter.headers.filter { $0.name != DeadLetterHeader.redriven && $0.name != DeadLetterHeader.redriveFor }
+            .map { KafkaHeader(key: $0.name, value: $0.value) }
         headers.append(KafkaHeader(key: DeadLetterHeader.redriven, string: String(e.redriveCount + 1)))
         if let destination = e.letter.destination {
             // An undelivered output goes where it was going: re-running its input could not make
@@ -106,6 +127,7 @@ public enum DeadLetterRedrive {
                 topic: destination.topic, partition: keepPartition ? destination.partition : nil,
                 key: e.letter.key, value: e.letter.value, headers: headers, timestamp: e.record.timestamp))
         }
+        if e.letter.transform != nil { headers.append(KafkaHeader(key: DeadLetterHeader.redriveFor, string: e.letter.stage)) }
         return .send(ProducerRecord(
             topic: e.letter.origin.topic, partition: keepPartition ? e.letter.origin.partition : nil,
             key: e.letter.key, value: e.letter.value, headers: headers, timestamp: e.record.timestamp))

@@ -269,7 +269,10 @@ struct DLQ: AsyncParsableCommand {
                 Each selected dead letter goes back to its origin topic and partition with its \
                 original key, value, timestamp and headers, plus dead-letter.redriven=N (the Nth \
                 redrive); an output that could not be delivered goes to its destination topic \
-                and partition instead (dead-letter.destination.topic), as it was produced. One \
+                and partition instead (dead-letter.destination.topic), as it was produced. An \
+                input goes with dead-letter.redrive-for naming the stage that failed it: only \
+                that stage processes it again, every other stage reading the topic skips it (the \
+                output says who processes what again). One \
                 that fails again comes back to the dead-letter topic carrying that header; once \
                 it was redriven --max-redrives times it is left where it is and reported (exit \
                 code 4), so a record that keeps failing does not loop. The dead-letter topic is \
@@ -323,6 +326,7 @@ struct DLQ: AsyncParsableCommand {
                 for (topic, n) in byTopic.sorted(by: { $0.key < $1.key }) {
                     print("\(execute ? "redrove" : "would redrive") \(n) dead letters to \(topic)")
                 }
+                for (seenBy, n) in plan.audiences { print("  \(n) processed again by \(seenBy)") }
                 if entries.isEmpty { print(selection.nothingMatched(stages: seen)) }
                 if !exhausted.isEmpty {
                     print("left \(exhausted.count) dead letters redriven \(maxRedrives) times already:")

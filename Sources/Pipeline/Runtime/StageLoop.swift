@@ -40,6 +40,17 @@ struct LoopContext: Sendable {
         return nil
     }
 
+    /// An input a redrive sent back for another stage (`dead-letter.redrive-for` names it):
+    /// this stage skips it, its offset settles like any other.
+    @inline(__always)
+    func isRedriveForAnotherStage(_ record: borrowing ConsumerRecord) -> Bool {
+        if record.headers.isEmpty { return false }
+        for h in record.headers where h.key == DeadLetterHeader.redriveFor {
+            return !(h.value ?? []).elementsEqual(definition.name.utf8)
+        }
+        return false
+    }
+
     /// The dead letters of `failures` (all of `input`), logged, rate-limited.
     func deadLetters(_ failures: some Collection<DecodeFailure>, of input: InputRecord) -> [ProducerRecord] {
         for f in failures {
@@ -337,7 +348,13 @@ final class StageLoop {
         sources.reserveCapacity(records.count)
         inputs.reserveCapacity(records.count)
         var last: Int64 = first.offset
+        var skipped = 0
         for record in records where record.offset >= skipBelow {
+            if context.isRedriveForAnotherStage(record) {
+                last = record.offset
+                skipped += 1
+                continue
+            }
             let input = RecordMapping.input(record, now: now)
             let index = Int32(inputs.count)
             let failed = out.failures.count
@@ -358,10 +375,10 @@ final class StageLoop {
         context.health.progressed()
         if let changelog {
             lane.dirty = true
-            try await submit(outgoing, sources: sources, inputs: inputs, to: lane, offsets: [])
+            try await submit(outgoing, sources: sources, inputs: inputs, skipped: skipped, to: lane, offsets: [])
             if guarantee.checkpointDue(lane) { try lane.checkpoint(to: changelog) }
         } else {
-            try await submit(outgoing, sources: sources, inputs: inputs, to: lane, offsets: [TopicPartitionOffset(tp.topic, tp.partition, offset: last + 1)])
+            try await submit(outgoing, sources: sources, inputs: inputs, skipped: skipped, to: lane, offsets: [TopicPartitionOffset(tp.topic, tp.partition, offset: last + 1)])
         }
     }
 
@@ -380,11 +397,15 @@ final class StageLoop {
             let input = RecordMapping.input(record, now: now)
             let bytes = (record.valueBytes?.count ?? 0) + (record.key?.count ?? 0)
             let earlier = lane.lastTask(forKey: record.key)
+            let skip = context.isRedriveForAnotherStage(record)
             let task = Task<SettlementQueue.Delivery, Never> {
                 await gate.acquire()
                 let began = ContinuousClock.now
                 var out: TransformOutput
-                if let budget {
+                if skip {
+                    // Redriven for another stage: nothing to do, the offset settles in order.
+                    out = TransformOutput()
+                } else if let budget {
                     // The record's outputs must reach the open transaction before the broker
                     // aborts it: past the budget the record is dead-lettered instead (its work
                     // goes on in the background and is dropped).
@@ -417,13 +438,14 @@ final class StageLoop {
     }
 
     private func submit(
-        _ records: ProducerBatch, sources: [Int32], inputs: [InputRecord], to lane: PartitionLane, offsets: [TopicPartitionOffset]
+        _ records: ProducerBatch, sources: [Int32], inputs: [InputRecord], skipped: Int = 0, to lane: PartitionLane, offsets: [TopicPartitionOffset]
     ) async throws {
         let bytes = records.byteCount
         let ticket = try await producer.submit(records)
         lane.enqueue(.delivery(SettlementQueue.Delivery(
             records: records, sources: sources, inputs: inputs, ticket: ticket, offsets: offsets,
-            inputCount: inputs.count, heldRecords: records.count, heldBytes: bytes)))
+            // Inputs redriven for another stage were skipped: settled all the same.
+            inputCount: inputs.count + skipped, heldRecords: records.count, heldBytes: bytes)))
         if backpressure.add(records: records.count, bytes: bytes) { boundReached() }
     }
 

@@ -19,6 +19,9 @@ public enum DeadLetterHeader {
     public static let firstFailure = "dead-letter.first-failure"
     /// Set on a record that `pipelinectl dlq redrive` sent back: its value is the redrive count.
     public static let redriven = "dead-letter.redriven"
+    /// Set on an input a redrive sent back to its origin topic: the one stage that processes it
+    /// again (the stage that dead-lettered it). Every other stage reading the topic skips it.
+    public static let redriveFor = "dead-letter.redrive-for"
     /// Set on an undelivered output: the topic it was produced to. Such a dead letter is the
     /// output itself (key, value, headers, timestamp), not the input; a redrive sends it there.
     public static let destinationTopic = "dead-letter.destination.topic"
