@@ -167,3 +167,25 @@ let badTick = #"{"type":"ticker","code":"KRW-ETH","trade_price":-1,"signed_chang
         #expect(window.begin("k3", client: "a", digest: 1, now: t0 + .seconds(61)) == .new)
     }
 }
+
+/// The ingest answer, written by hand, is byte for byte what `JSONEncoder` wrote.
+@Suite struct IngestAnswerTests {
+    static func encoder(_ body: IngestHTTPService.AcceptedBody) throws -> [UInt8] {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return Array(try encoder.encode(body)) + [0x0A]
+    }
+
+    @Test func theAnswerIsWhatJSONEncoderWrites() throws {
+        typealias R = IngestHTTPService.RecordResult
+        let awkward = "a \"quoted\" \\ path/with/slashes\n\r\t\u{08}\u{0C}\u{01}\u{1F} é 한 😀"
+        let bodies: [IngestHTTPService.AcceptedBody] = [
+            .init(accepted: 0, records: [], error: nil),
+            .init(accepted: 2, records: [R(index: 0, topic: "prices.raw", partition: 3, offset: 1_234_567_890_123), R(index: 1, topic: "prices.raw", partition: 0, offset: 0)], error: nil),
+            .init(accepted: 1, records: [R(index: 0, topic: "t", partition: nil, offset: nil, error: awkward), R(index: 7, topic: awkward, partition: -1, offset: -1)], error: awkward),
+        ]
+        for body in bodies {
+            #expect(body.json() == (try Self.encoder(body)), "\(String(decoding: body.json(), as: UTF8.self))")
+        }
+    }
+}

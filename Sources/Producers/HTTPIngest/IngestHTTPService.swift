@@ -241,7 +241,7 @@ public final class IngestHTTPService: Service, Sendable {
         }
         health.delivered()
         count(stream, "accepted", acknowledged.count - resumed)
-        let answer = Self.encode(AcceptedBody(accepted: records.count, records: records, error: nil))
+        let answer = AcceptedBody(accepted: records.count, records: records, error: nil).json()
         if let key = idempotencyKey { await answered(key, client: client.name, digest: digest, status: 201, body: answer) }
         return Self.response(201, answer)
     }
@@ -296,6 +296,67 @@ public final class IngestHTTPService: Service, Sendable {
         var accepted: Int
         var records: [RecordResult]
         var error: String?
+
+        /// The same bytes as `JSONEncoder` with sorted keys and unescaped slashes, written by
+        /// hand: the answer to every post, where the encoder cost an eighth of the endpoint's CPU.
+        func json() -> [UInt8] {
+            var out: [UInt8] = []
+            out.reserveCapacity(32 + records.count * 64)
+            out.append(contentsOf: #"{"accepted":"#.utf8)
+            out.append(contentsOf: String(accepted).utf8)
+            if let error {
+                out.append(contentsOf: #","error":"#.utf8)
+                Self.string(error, into: &out)
+            }
+            out.append(contentsOf: #","records":["#.utf8)
+            for (i, r) in records.enumerated() {
+                if i > 0 { out.append(UInt8(ascii: ",")) }
+                out.append(UInt8(ascii: "{"))
+                if let error = r.error {
+                    out.append(contentsOf: #""error":"#.utf8)
+                    Self.string(error, into: &out)
+                    out.append(UInt8(ascii: ","))
+                }
+                out.append(contentsOf: #""index":"#.utf8)
+                out.append(contentsOf: String(r.index).utf8)
+                if let offset = r.offset {
+                    out.append(contentsOf: #","offset":"#.utf8)
+                    out.append(contentsOf: String(offset).utf8)
+                }
+                if let partition = r.partition {
+                    out.append(contentsOf: #","partition":"#.utf8)
+                    out.append(contentsOf: String(partition).utf8)
+                }
+                out.append(contentsOf: #","topic":"#.utf8)
+                Self.string(r.topic, into: &out)
+                out.append(UInt8(ascii: "}"))
+            }
+            out.append(contentsOf: "]}\n".utf8)
+            return out
+        }
+
+        /// A JSON string as `JSONEncoder` writes one (slashes unescaped).
+        static func string(_ text: String, into out: inout [UInt8]) {
+            out.append(UInt8(ascii: "\""))
+            for b in text.utf8 {
+                switch b {
+                case UInt8(ascii: "\""): out += [UInt8(ascii: "\\"), UInt8(ascii: "\"")]
+                case UInt8(ascii: "\\"): out += [UInt8(ascii: "\\"), UInt8(ascii: "\\")]
+                case 0x0A: out += [UInt8(ascii: "\\"), UInt8(ascii: "n")]
+                case 0x0D: out += [UInt8(ascii: "\\"), UInt8(ascii: "r")]
+                case 0x09: out += [UInt8(ascii: "\\"), UInt8(ascii: "t")]
+                case 0x08: out += [UInt8(ascii: "\\"), UInt8(ascii: "b")]
+                case 0x0C: out += [UInt8(ascii: "\\"), UInt8(ascii: "f")]
+                case 0..<0x20:
+                    let hex = Array("0123456789abcdef".utf8)
+                    out.append(contentsOf: "\\u00".utf8)
+                    out.append(hex[Int(b >> 4)])
+                    out.append(hex[Int(b & 0xF)])
+                default: out.append(b)
+                }
+            }
+            out.append(UInt8(ascii: "\""))
+        }
     }
 
     private static func encode(_ value: some Encodable) -> [UInt8] {
