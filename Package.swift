@@ -155,13 +155,14 @@ let package = Package(
             ]
         ),
 
-        // Test doubles: TestDriver (a stage without a broker), librdkafka's mock cluster, a
-        // scriptable WebSocket server.
+        // Test doubles: TestDriver (a stage without a broker), a stage's metrics as tests read
+        // them (MetricsTestKit), a scriptable WebSocket server.
         .target(name: "WorkersTesting", dependencies: ["Workers"]),
         .target(
             name: "PipelineTesting",
             dependencies: [
-                "Kafka", "Workers", .product(name: "Logging", package: "swift-log"),
+                "Kafka", "Pipeline", "Workers", .product(name: "Logging", package: "swift-log"),
+                .product(name: "MetricsTestKit", package: "swift-metrics"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -256,6 +257,7 @@ let package = Package(
                 "Thumbnails",
                 "Kafka",
                 "Pipeline",
+                "PipelineTesting",
                 "Operations",
                 "Workers",
                 .product(name: "NIOCore", package: "swift-nio"),

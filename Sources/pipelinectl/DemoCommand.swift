@@ -70,14 +70,14 @@ struct Demo: AsyncParsableCommand {
             try await service.run()
             let elapsed = clock.now - consumeStart
             await producer.close()
-            let counts = service.counters
-            print("consumed:  \(formatRate(counts.inputsDone.value, elapsed)) (includes joining the group)")
-            print("forwarded: \(counts.produced.value) messages to \(output), \(counts.deadLettered.value) to \(deadLetters)")
+            let counts = service.progress
+            print("consumed:  \(formatRate(counts.inputsSettled, elapsed)) (includes joining the group)")
+            print("forwarded: \(counts.produced) messages to \(output), \(counts.deadLettered) to \(deadLetters)")
             let committed = try await admin.committedOffsets(group: "demo-pass-through").reduce(Int64(0)) { $0 + $1.offset }
             await admin.close()
             print("committed offsets of group demo-pass-through add up to \(committed)")
-            guard counts.inputsDone.value == delivered, counts.produced.value == delivered, committed == Int64(delivered) else {
-                throw ValidationError("counts do not match: produced \(delivered), consumed \(counts.inputsDone.value), forwarded \(counts.produced.value), committed \(committed)")
+            guard counts.inputsSettled == delivered, counts.produced == delivered, committed == Int64(delivered) else {
+                throw ValidationError("counts do not match: produced \(delivered), consumed \(counts.inputsSettled), forwarded \(counts.produced), committed \(committed)")
             }
             print("ok: every message produced, consumed, forwarded and committed once")
         }

@@ -62,7 +62,7 @@ import Workers
                 #expect(report.error == nil)
                 inputs.append((r, report))
             }
-            try await eventually("abort \(wave + 1)", within: .seconds(60)) { service.counters.transactionsAborted.value >= wave + 1 }
+            try await eventually("abort \(wave + 1)", within: .seconds(60)) { service.readings.transactionsAborted >= wave + 1 }
         }
         await producer.close()
         return (inputs, garbage)
@@ -78,7 +78,7 @@ import Workers
     ) async throws {
         let reference = try PriceTicks.reference(
             inputs: inputs, stages: ["prices.candles"], options: try topology.stage(named: "prices-candles").options)
-        let aborted = service.counters.abortedOutputs.value
+        let aborted = service.readings.abortedOutputs
         let outputs = try await WorkerProcessTests.readAll("prices.candles", partitions: 4, bootstrap: bootstrap) { outputs in
             outputs.count >= reference.count + aborted
         }
@@ -86,7 +86,7 @@ import Workers
         #expect(report.lost.isEmpty && report.wrong.isEmpty && report.unexpected.isEmpty, "\(report)")
         #expect(aborted > 0, "the aborted transactions held candles (the check is not vacuous)")
         #expect(report.duplicates == aborted, "every extra copy was written in an aborted transaction: \(report), aborted outputs \(aborted)")
-        let abortedLetters = service.counters.abortedDeadLetters.value
+        let abortedLetters = service.readings.abortedDeadLetters
         let letters = try await WorkerProcessTests.readAll("dead-letters", partitions: 1, bootstrap: bootstrap) { $0.count >= garbage + abortedLetters }
         let origins = letters.map { letter in
             [DeadLetterHeader.originPartition, DeadLetterHeader.originOffset].map { letter.header($0).map { String(decoding: $0, as: UTF8.self) } ?? "?" }
@@ -94,8 +94,8 @@ import Workers
         }
         #expect(Set(origins).count == garbage, "every bad input dead-lettered")
         #expect(letters.count == garbage + abortedLetters, "each once, but for aborted copies (\(letters.count) for \(garbage) + \(abortedLetters))")
-        #expect(service.counters.transactionsAborted.value == 3, "one abort per refusal")
-        #expect(service.counters.transactionsCommitted.value > 0)
+        #expect(service.readings.transactionsAborted == 3, "one abort per refusal")
+        #expect(service.readings.transactionsCommitted > 0)
     }
 
     /// Waits until the group's committed offsets cover every input.
@@ -127,7 +127,7 @@ import Workers
                     return KafkaError(code: .broker, message: "injected: the coordinator refused the offsets", rdKafkaCode: 22)
                 }
             }
-            let service = try StageService(definition: try topology.stage(named: "prices-candles"), topology: topology, settings: settings)
+            let service = try StageService(definition: try topology.stage(named: "prices-candles"), topology: topology, settings: settings.measured())
             let running = Task { try await service.run() }
             let (inputs, garbage) = try await Self.runAborting(service, bootstrap: bootstrap) { armed.withLock { $0 += 1 } }
 
@@ -148,7 +148,7 @@ import Workers
         let topology = try Self.topology()
         for t in topology.topics { try mock.createTopic(t.name, partitions: t.partitions) }
         let bootstrap = mock.bootstrapServers
-        let service = try StageService(definition: try topology.stage(named: "prices-candles"), topology: topology, settings: Self.settings(bootstrap))
+        let service = try StageService(definition: try topology.stage(named: "prices-candles"), topology: topology, settings: Self.settings(bootstrap).measured())
         let running = Task { try await service.run() }
         // TxnOffsetCommit (API key 28) answers ILLEGAL_GENERATION (22) once per wave.
         let (inputs, garbage) = try await Self.runAborting(service, bootstrap: bootstrap) { mock.pushRequestErrors(apiKey: 28, errorCodes: [22]) }
@@ -229,13 +229,13 @@ import Workers
         let bootstrap = mock.bootstrapServers
         // EndTxn (API key 26) answers INVALID_PRODUCER_EPOCH (47): the first commit is refused.
         mock.pushRequestErrors(apiKey: 26, errorCodes: [47])
-        let service = try StageService(definition: try topology.stage(named: "prices-candles"), topology: topology, settings: Self.settings(bootstrap))
+        let service = try StageService(definition: try topology.stage(named: "prices-candles"), topology: topology, settings: Self.settings(bootstrap).measured())
         let running = Task { try await service.run() }
         let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [bootstrap]))
         _ = try await producer.send((0..<2_000).map { PriceTicks.tick($0) })
         await producer.close()
         await #expect(throws: KafkaError.self) { try await running.value }
-        #expect(service.counters.processed.value > 0)
+        #expect(service.readings.processed > 0)
         let admin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: [bootstrap]))
         let offsets = try await admin.committedOffsets(group: "prices-candles", partitions: (0..<4).map { TopicPartition("prices.raw", $0) })
         await admin.close()

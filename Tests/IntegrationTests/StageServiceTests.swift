@@ -51,11 +51,11 @@ import Operations
             settings.sessionTimeout = .milliseconds(2000)
             settings.heartbeatInterval = .milliseconds(300)
             settings.stopAfterInputs = 30
-            let service = try StageService(definition: try topology.stage(named: "decoder"), topology: topology, settings: settings)
+            let service = try StageService(definition: try topology.stage(named: "decoder"), topology: topology, settings: settings.measured())
             try await service.run()
-            #expect(service.counters.inputsDone.value == 30)
-            #expect(service.counters.produced.value == 20)
-            #expect(service.counters.deadLettered.value == 10)
+            #expect(service.readings.inputsSettled == 30)
+            #expect(service.readings.produced == 20)
+            #expect(service.readings.deadLettered == 10)
 
             // Read both output topics back.
             let readConfig = { (group: String) in
@@ -131,7 +131,7 @@ import Operations
             settings.heartbeatInterval = .milliseconds(300)
             settings.stopAfterInputs = 10
             let definition = try topology.stage(named: "candles")
-            let first = try StageService(definition: definition, topology: topology, settings: settings)
+            let first = try StageService(definition: definition, topology: topology, settings: settings.measured())
             try await first.run()
             let tp = TopicPartition("prices.raw", 0)
             #expect(try await admin.committedOffsets(group: "candles", partitions: [tp]).first?.offset == 10)
@@ -139,7 +139,7 @@ import Operations
             // The commit after the checkpoint never happened.
             try await admin.alterCommittedOffsets(group: "candles", offsets: [TopicPartitionOffset("prices.raw", 0, offset: 4)])
             settings.stopAfterInputs = nil
-            let second = try StageService(definition: definition, topology: topology, settings: settings)
+            let second = try StageService(definition: definition, topology: topology, settings: settings.measured())
             let running = Task { try await second.run() }
             var committed: Int64 = -1
             try? await eventually("the restored offset committed") {
@@ -149,8 +149,8 @@ import Operations
             second.requestStop()
             try await running.value
             #expect(committed == 10, "the restored checkpoint's offset is committed")
-            #expect(second.counters.restoredPartitions.value == 1)
-            #expect(second.counters.processed.value == 0, "inputs the state already holds are skipped")
+            #expect(second.readings.restoredPartitions == 1)
+            #expect(second.readings.processed == 0, "inputs the state already holds are skipped")
             await admin.close()
         }
     }
@@ -201,7 +201,7 @@ import Operations
             settings.sessionTimeout = .milliseconds(2000)
             settings.heartbeatInterval = .milliseconds(300)
             let definition = try topology.stage(named: "news")
-            let first = try StageService(definition: definition, topology: topology, settings: settings)
+            let first = try StageService(definition: definition, topology: topology, settings: settings.measured())
             let running = Task { try await first.run() }
             // Every window closes (2 s on the wall clock after the records' time): one
             // notification per product, each with its own product's thumbnail.
@@ -233,7 +233,7 @@ import Operations
 
             // A restart restores the three joined lanes and reprocesses nothing.
             try await admin.alterCommittedOffsets(group: "news", offsets: committed.map { TopicPartitionOffset($0.topic, $0.partition, offset: 0) })
-            let second = try StageService(definition: definition, topology: topology, settings: settings)
+            let second = try StageService(definition: definition, topology: topology, settings: settings.measured())
             let again = Task { try await second.run() }
             try? await eventually("the restored offsets committed") {
                 committed = try await admin.committedOffsets(group: "news")
@@ -241,8 +241,8 @@ import Operations
             }
             second.requestStop()
             try await again.value
-            #expect(second.counters.restoredPartitions.value == 3, "three lanes, each across both topics")
-            #expect(second.counters.processed.value == 0, "everything is in the restored state")
+            #expect(second.readings.restoredPartitions == 3, "three lanes, each across both topics")
+            #expect(second.readings.processed == 0, "everything is in the restored state")
             #expect(committed.reduce(0) { $0 + $1.offset } == Int64(2 * ids.count), "the restored offsets of both topics are committed")
             await admin.close()
         }

@@ -32,11 +32,11 @@ import Workers
         #expect(try await producer.send(records).allSatisfy { $0.error == nil })
 
         let topology = try Topology.parse(Self.topology)
-        let a = try StageService(definition: try topology.stage(named: "stage-a"), topology: topology, settings: SettlementTests.settings(mock))
-        let b = try StageService(definition: try topology.stage(named: "stage-b"), topology: topology, settings: SettlementTests.settings(mock))
+        let a = try StageService(definition: try topology.stage(named: "stage-a"), topology: topology, settings: SettlementTests.settings(mock).measured())
+        let b = try StageService(definition: try topology.stage(named: "stage-b"), topology: topology, settings: SettlementTests.settings(mock).measured())
         let runA = Task { try await a.run() }
         let runB = Task { try await b.run() }
-        try await eventually("both stages settled every input") { a.counters.inputsDone.value == 23 && b.counters.inputsDone.value == 23 }
+        try await eventually("both stages settled every input") { a.readings.inputsSettled == 23 && b.readings.inputsSettled == 23 }
         let first = try await SettlementTests.read("dlq", from: mock).compactMap(DeadLetterEntry.init)
         #expect(first.count == 6, "each stage dead-letters the 3 garbage records")
         #expect(Set(first.map(\.letter.stage)) == ["stage-a", "stage-b"])
@@ -59,9 +59,9 @@ import Workers
 
         // Both stages settle the 3 redriven records (their offsets move on); only stage-a
         // processes them: 3 new dead letters, all of stage-a, marked as redriven once.
-        try await eventually("both stages settled the redriven inputs") { a.counters.inputsDone.value == 26 && b.counters.inputsDone.value == 26 }
-        let processedByB = b.counters.processed.value
-        #expect(a.counters.processed.value == 26, "stage-a processed the redriven inputs")
+        try await eventually("both stages settled the redriven inputs") { a.readings.inputsSettled == 26 && b.readings.inputsSettled == 26 }
+        let processedByB = b.readings.processed
+        #expect(a.readings.processed == 26, "stage-a processed the redriven inputs")
         #expect(processedByB == 23, "stage-b skipped them")
         try await eventually("stage-a's dead letters of the redriven inputs") { try await SettlementTests.read("dlq", from: mock).count == 9 }
         let again = Array(try await SettlementTests.read("dlq", from: mock).compactMap(DeadLetterEntry.init).dropFirst(6))

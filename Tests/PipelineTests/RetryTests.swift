@@ -25,8 +25,8 @@ import Workers
             """)
     }
 
-    static func run(attempts: Int, slowFor condition: @escaping @Sendable (StageCounters) -> Bool) async throws
-        -> (counters: StageCounters, outputs: [ConsumerRecord], deadLetters: [ConsumerRecord], committed: Int64)
+    static func run(attempts: Int, slowFor condition: @escaping @Sendable (StageReadings) -> Bool) async throws
+        -> (readings: StageReadings, outputs: [ConsumerRecord], deadLetters: [ConsumerRecord], committed: Int64)
     {
         let mock = try KafkaMockCluster(brokers: 1)
         for (t, p) in [("in", 2), ("out", 2), ("dlq", 1)] { try mock.createTopic(t, partitions: p) }
@@ -41,13 +41,13 @@ import Workers
         settings.heartbeatInterval = .milliseconds(300)
         settings.messageTimeout = .milliseconds(300)
         settings.maxBatchSize = 20
-        let service = try StageService(definition: try topology.stage(named: "relay"), topology: topology, settings: settings)
+        let service = try StageService(definition: try topology.stage(named: "relay"), topology: topology, settings: settings.measured())
         let running = Task { try await service.run() }
         // Responses slower than the message timeout: every delivery fails until the broker recovers.
         mock.setBrokerRoundTrip(1, milliseconds: 1000)
-        try await eventually("failures while the broker is slow") { condition(service.counters) }
+        try await eventually("failures while the broker is slow") { condition(service.readings) }
         mock.setBrokerRoundTrip(1, milliseconds: 0)
-        try await eventually("every input settled") { service.counters.inputsDone.value >= 200 }
+        try await eventually("every input settled") { service.readings.inputsSettled >= 200 }
         service.requestStop()
         try await running.value
 
@@ -69,12 +69,12 @@ import Workers
         let admin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: [mock.bootstrapServers]))
         let committed = try await admin.committedOffsets(group: "relay", partitions: [TopicPartition("in", 0), TopicPartition("in", 1)])
         await admin.close()
-        return (service.counters, try await read("out", 2), try await read("dlq", 1), committed.reduce(0) { $0 + max(0, $1.offset) })
+        return (service.readings, try await read("out", 2), try await read("dlq", 1), committed.reduce(0) { $0 + max(0, $1.offset) })
     }
 
     @Test func transientDeliveryFailuresAreRetriedUntilDelivered() async throws {
-        let (counters, outputs, deadLetters, committed) = try await Self.run(attempts: 1000) { $0.retries.value >= 3 }
-        #expect(counters.retries.value >= 3)
+        let (readings, outputs, deadLetters, committed) = try await Self.run(attempts: 1000) { $0.retries >= 3 }
+        #expect(readings.retries >= 3)
         #expect(deadLetters.isEmpty)
         let values = Set(outputs.compactMap(\.value).map { String(decoding: $0, as: UTF8.self) })
         #expect(values == Set((0..<200).map { "v\($0)" }), "every input delivered (duplicates allowed)")
@@ -82,8 +82,8 @@ import Workers
     }
 
     @Test func outputsThatKeepFailingSendTheirInputsToTheDeadLetterTopic() async throws {
-        let (counters, outputs, deadLetters, committed) = try await Self.run(attempts: 2) { $0.deadLettered.value == 0 && $0.retries.value >= 6 }
-        #expect(counters.retries.value >= 6)
+        let (readings, outputs, deadLetters, committed) = try await Self.run(attempts: 2) { $0.deadLettered == 0 && $0.retries >= 6 }
+        #expect(readings.retries >= 6)
         #expect(!deadLetters.isEmpty, "some inputs ran out of attempts while the broker was slow")
         for letter in deadLetters {
             #expect(letter.header(DeadLetterHeader.reason) == Array("delivery-failed".utf8))

@@ -90,33 +90,38 @@ import Workers
     /// A checkpoint must not become durable before the outputs of the inputs it covers: a
     /// crash would restore it and skip those inputs, whose outputs were never delivered. Here
     /// the candle topic's leader is down while 3,000 ticks are processed: no checkpoint may
-    /// cover the input that closed the first candle until that candle is delivered. (Watched for
-    /// three seconds, sixty checkpoint intervals: a checkpoint that shows up is the defect.)
-    /// Once the broker is back everything is delivered and the last checkpoint covers every input.
+    /// cover the input that closed the first candle until that candle is delivered. The test
+    /// waits until a checkpoint of the state after every input is taken and waiting, and the
+    /// producer holds nothing but the undelivered candles (anything handed to it for the
+    /// changelog's broker, which is up, has been delivered by then); only then does it read the
+    /// changelog. Once the broker is back everything is delivered and the last checkpoint
+    /// covers every input.
     @Test func aCheckpointIsNeverDurableBeforeTheOutputsItCovers() async throws {
         let (mock, inputs) = try await Self.cluster(onBroker2: ["prices.candles"], inputs: 3_000)
         // The input after which the first candle is due: a checkpoint covering it covers that candle.
         var runner = try TransformCatalog().runner(for: ["prices.candles"])
         var firstCandle: Int64?
-        for (i, (record, _)) in inputs.enumerated() where firstCandle == nil {
+        var candlesDue = 0
+        for (i, (record, _)) in inputs.enumerated() {
             let input = InputRecord(key: record.key, value: record.value, timestamp: record.timestamp ?? 0, origin: RecordOrigin(topic: "prices.raw", partition: 0, offset: Int64(i)))
-            if !runner.process(input, context: TransformContext(now: input.timestamp)).records.isEmpty { firstCandle = Int64(i) }
+            let made = runner.process(input, context: TransformContext(now: input.timestamp)).records.count
+            if made > 0, firstCandle == nil { firstCandle = Int64(i) }
+            candlesDue += made
         }
         let first = try #require(firstCandle)
         mock.setBrokerDown(2)
         let topology = try Topology.parse(Self.candlesTopology)
-        let service = try StageService(definition: try topology.stage(named: "candles"), topology: topology, settings: Self.settings(mock))
+        let service = try StageService(definition: try topology.stage(named: "candles"), topology: topology, settings: Self.settings(mock).measured())
         let running = Task { try await service.run() }
-        try await eventually("every input processed") { service.counters.processed.value == 3_000 }
-        var premature: Int64?
-        try? await eventually("a checkpoint past an undelivered candle", within: .seconds(3)) {
-            premature = try await Self.read("prices.changelog", from: mock).compactMap(Self.coveredOffset).last { $0 > first }
-            return premature != nil
+        try await eventually("every input processed") { service.readings.processed == 3_000 }
+        try await eventually("a checkpoint of every input waiting, and only the \(candlesDue) candles in the producer (a timeout: the checkpoint did not wait for them)") {
+            service.readings.checkpointsWaiting >= 1 && service.readings.producerQueue == candlesDue
         }
+        let premature = try await Self.read("prices.changelog", from: mock).compactMap(Self.coveredOffset).last { $0 > first }
         #expect(premature == nil, "a checkpoint covers the inputs up to offset \(premature ?? -1) while the candle of input \(first) is undelivered")
 
         mock.setBrokerUp(2)
-        try await eventually("every input settled", within: .seconds(60)) { service.counters.inputsDone.value == 3_000 }
+        try await eventually("every input settled", within: .seconds(60)) { service.readings.inputsSettled == 3_000 }
         service.requestStop()
         try await running.value
         let checkpoints = try await Self.read("prices.changelog", from: mock)
@@ -149,9 +154,9 @@ import Workers
             mock.pushRequestErrors(brokerID: 2, apiKey: 0, errorCodes: Array(repeating: 29, count: 400))
         }
         let topology = try Topology.parse(yaml)
-        let service = try StageService(definition: try topology.stage(named: "candles"), topology: topology, settings: settings)
+        let service = try StageService(definition: try topology.stage(named: "candles"), topology: topology, settings: settings.measured())
         let running = Task { try await service.run() }
-        try await eventually("every input settled", within: .seconds(90)) { service.counters.inputsDone.value == 3_000 }
+        try await eventually("every input settled", within: .seconds(90)) { service.readings.inputsSettled == 3_000 }
         service.requestStop()
         try await running.value
         // The operator's fix: the broker is back (or the topic moves to a broker that takes it).
@@ -174,7 +179,7 @@ import Workers
         #expect(failed.isEmpty && sent == entries.count)
 
         // A worker started again (as the operator's stage keeps running) redoes nothing.
-        let again = try StageService(definition: try topology.stage(named: "candles"), topology: topology, settings: Self.settings(mock))
+        let again = try StageService(definition: try topology.stage(named: "candles"), topology: topology, settings: Self.settings(mock).measured())
         let rerun = Task { try await again.run() }
         var candles: [String: [UInt8]] = [:]
         try? await eventually("every candle in its topic", within: .seconds(20)) {
@@ -190,7 +195,7 @@ import Workers
         #expect(missing.isEmpty, "\(missing.count) of \(reference.count) candles missing after the redrive, e.g. \(missing.sorted().prefix(3))")
         let different = reference.keys.filter { candles[$0] != nil && candles[$0] != reference[$0] }
         #expect(different.isEmpty, "\(different.count) candles differ from an uninterrupted run's, e.g. \(different.sorted().prefix(3))")
-        #expect(again.counters.processed.value == 0, "nothing to redo from the input topic")
+        #expect(again.readings.processed == 0, "nothing to redo from the input topic")
     }
 
     /// An evicted member's checkpoints never land after the new owner's. Member A's candle
@@ -216,30 +221,30 @@ import Workers
         // from the coordinator past its session, which no mock fault does to one client alone.)
         settings.kafka.raw["partition.assignment.strategy"] = "range"
         _ = try await Self.produce(0..<1_500, to: mock)
-        let a = try StageService(definition: try topology.stage(named: "candles"), topology: topology, settings: settings)
+        let a = try StageService(definition: try topology.stage(named: "candles"), topology: topology, settings: settings.measured())
         let runningA = Task { try await a.run() }
-        try await eventually("A settled the first inputs") { a.counters.inputsDone.value == 1_500 }
-        try await eventually("A's checkpoints of them") { a.counters.checkpoints.value >= 2 }
+        try await eventually("A settled the first inputs") { a.readings.inputsSettled == 1_500 }
+        try await eventually("A's checkpoints of them") { a.readings.checkpoints >= 2 }
 
         mock.setBrokerDown(2)
         _ = try await Self.produce(1_500..<3_000, to: mock)
-        try await eventually("A processed the inputs whose candles are stuck") { a.counters.processed.value == 3_000 }
+        try await eventually("A processed the inputs whose candles are stuck") { a.readings.processed == 3_000 }
         // B may wait longer in a revocation of its own (A rejoins once its revocation ends): on
         // a loaded machine its outputs can take more than A's 7 s, and B would be evicted too.
         var settingsB = settings
         settingsB.maxPollInterval = .seconds(60)
-        let b = try StageService(definition: try topology.stage(named: "candles"), topology: topology, settings: settingsB)
+        let b = try StageService(definition: try topology.stage(named: "candles"), topology: topology, settings: settingsB.measured())
         let runningB = Task { try await b.run() }
-        try await eventually("A evicted, B owns both partitions", within: .seconds(60)) { b.counters.restoredPartitions.value >= 2 }
-        let checkpointsOfA = a.counters.checkpoints.value
+        try await eventually("A evicted, B owns both partitions", within: .seconds(60)) { b.readings.restoredPartitions >= 2 }
+        let checkpointsOfA = a.readings.checkpoints
         _ = try await Self.produce(3_000..<3_600, to: mock)
         a.requestStop()
         mock.setBrokerUp(2)
-        try await eventually("B settled every input it owns", within: .seconds(60)) { b.counters.processed.value > 0 && b.counters.inputsDone.value == b.counters.processed.value }
+        try await eventually("B settled every input it owns", within: .seconds(60)) { b.readings.processed > 0 && b.readings.inputsSettled == b.readings.processed }
         _ = try? await runningA.value  // A stops once its revocation and shutdown are done (or given up)
         b.requestStop()
         try await runningB.value
-        #expect(a.counters.checkpoints.value == checkpointsOfA, "A wrote \(a.counters.checkpoints.value - checkpointsOfA) checkpoints after it was evicted")
+        #expect(a.readings.checkpoints == checkpointsOfA, "A wrote \(a.readings.checkpoints - checkpointsOfA) checkpoints after it was evicted")
 
         let reader = try KafkaConsumer(configuration: {
             var c = ConsumerConfiguration(bootstrapServers: [mock.bootstrapServers], groupID: "check")
@@ -305,13 +310,13 @@ import Workers
         var settings = Self.settings(mock)
         settings.kafka.raw["enable.idempotence"] = "false"
         settings.kafka.raw["retries"] = "0"
-        let service = try StageService(definition: try topology.stage(named: "new-products"), topology: topology, settings: settings)
+        let service = try StageService(definition: try topology.stage(named: "new-products"), topology: topology, settings: settings.measured())
         let running = Task { try await service.run() }
         // Restored (an empty changelog) and processed; the first checkpoint is due 500 ms after the assignment.
-        try await eventually("the product processed") { service.counters.processed.value == 1 }
+        try await eventually("the product processed") { service.readings.processed == 1 }
         // Produce (API key 0): the next request, the first checkpoint's, is refused.
         mock.pushRequestErrors(apiKey: 0, errorCodes: [19])
-        try await eventually("the first checkpoint failed") { service.counters.retries.value >= 1 }
+        try await eventually("the first checkpoint failed") { service.readings.retries >= 1 }
         func windows(_ checkpoint: ConsumerRecord) -> String {
             let json = String(decoding: checkpoint.value ?? [], as: UTF8.self)
             return json.contains(#""windows":{}"#) ? "empty" : "holding"
@@ -332,9 +337,9 @@ import Workers
     @Test func aRestoredPartitionStartsWhereItsStateDoes() async throws {
         let (mock, inputs) = try await Self.cluster(onBroker2: [], inputs: 1_000)
         let topology = try Topology.parse(Self.candlesTopology)
-        let first = try StageService(definition: try topology.stage(named: "candles"), topology: topology, settings: Self.settings(mock))
+        let first = try StageService(definition: try topology.stage(named: "candles"), topology: topology, settings: Self.settings(mock).measured())
         let running = Task { try await first.run() }
-        try await eventually("every input settled") { first.counters.inputsDone.value == 1_000 }
+        try await eventually("every input settled") { first.readings.inputsSettled == 1_000 }
         first.requestStop()
         try await running.value
         // An older checkpoint lands last: the state after inputs 0..<500.
@@ -349,13 +354,13 @@ import Workers
         #expect(try await producer.send(older).error == nil)
         await producer.close()
 
-        let second = try StageService(definition: try topology.stage(named: "candles"), topology: topology, settings: Self.settings(mock))
+        let second = try StageService(definition: try topology.stage(named: "candles"), topology: topology, settings: Self.settings(mock).measured())
         let again = Task { try await second.run() }
-        try await eventually("the inputs after the restored state read again") { second.counters.processed.value >= 500 }
+        try await eventually("the inputs after the restored state read again") { second.readings.processed >= 500 }
         second.requestStop()
         try await again.value
-        #expect(second.counters.restoredPartitions.value == 1)
-        #expect(second.counters.processed.value == 500, "inputs 500..<1000, once each")
+        #expect(second.readings.restoredPartitions == 1)
+        #expect(second.readings.processed == 500, "inputs 500..<1000, once each")
         #expect(try await Self.read("prices.changelog", from: mock).last.flatMap(Self.coveredOffset) == 1_000, "and the state covers them again")
     }
 
@@ -385,22 +390,22 @@ import Workers
         let topology = try Topology.parse(Self.candlesTopology + "\n    delivery: exactly-once")
         var settings = Self.settings(mock)
         settings.transactionTimeout = .seconds(20)
-        let service = try StageService(definition: try topology.stage(named: "candles"), topology: topology, settings: settings)
+        let service = try StageService(definition: try topology.stage(named: "candles"), topology: topology, settings: settings.measured())
         let running = Task { try await service.run() }
         await admin.close()
         // The newer checkpoint becomes visible only after the worker has had its partition for
         // a while (as when an open transaction ends): a worker that restores the older one does
         // so as soon as it joins (about 3 s on the mock; watched for 8 s), one that waits for a
         // covering checkpoint restores nothing meanwhile.
-        try? await eventually("a restore of the older checkpoint", within: .seconds(8)) { service.counters.restoredPartitions.value == 1 }
+        try? await eventually("a restore of the older checkpoint", within: .seconds(8)) { service.readings.restoredPartitions == 1 }
         #expect(try await producer.send(try checkpoint(after: 1_000)).error == nil)
         await producer.close()
-        try await eventually("the partition restored", within: .seconds(30)) { service.counters.restoredPartitions.value == 1 }
+        try await eventually("the partition restored", within: .seconds(30)) { service.readings.restoredPartitions == 1 }
         _ = try await Self.produce(1_000..<1_010, to: mock)
-        try await eventually("the new inputs processed") { service.counters.processed.value >= 10 }
+        try await eventually("the new inputs processed") { service.readings.processed >= 10 }
         service.requestStop()
         try await running.value
-        #expect(service.counters.processed.value == 10, "only the inputs after the committed offset: \(service.counters.processed.value) processed")
+        #expect(service.readings.processed == 10, "only the inputs after the committed offset: \(service.readings.processed) processed")
     }
 
     /// A record too large for `message.max.bytes` can never be delivered. A checkpoint or a dead
@@ -417,7 +422,7 @@ import Workers
         let topology = try Topology.parse(Self.candlesTopology)
         var settings = Self.settings(mock)
         settings.kafka.raw["message.max.bytes"] = "1000"
-        let service = try StageService(definition: try topology.stage(named: "candles"), topology: topology, settings: settings)
+        let service = try StageService(definition: try topology.stage(named: "candles"), topology: topology, settings: settings.measured())
         let message = try #require(await Self.stopped(service, within: .seconds(60)), "the worker stopped within 60 s")
         #expect(message.contains(what) && message.contains("message.max.bytes"), "\(message)")
         let admin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: [mock.bootstrapServers]))
@@ -436,7 +441,7 @@ import Workers
         var settings = Self.settings(mock)
         settings.stopAfterInputs = 3_000
         settings.shutdownDeadline = .seconds(2)
-        let service = try StageService(definition: try topology.stage(named: "candles"), topology: topology, settings: settings)
+        let service = try StageService(definition: try topology.stage(named: "candles"), topology: topology, settings: settings.measured())
         let clock = ContinuousClock()
         let start = clock.now
         let outcome = await Self.stopped(service, within: .seconds(30))
@@ -483,12 +488,12 @@ import Workers
         mock.setBrokerDown(2)
         let service = try StageService(definition: try topology.stage(named: "relay"), topology: topology, settings: settings)
         let running = Task { try await service.run() }
-        try await eventually("a retry") { service.counters.retries.value >= 1 }
+        try await eventually("a retry") { service.readings.retries >= 1 }
         mock.setBrokerUp(2)
-        try await eventually("every input settled") { service.counters.inputsDone.value == 200 }
+        try await eventually("every input settled") { service.readings.inputsSettled == 200 }
         service.requestStop()
         try await running.value
-        #expect(service.counters.produced.value == 200)
+        #expect(service.readings.produced == 200)
         let out = metrics.counterTotal(label: MetricName.recordsOut, dimensions: [("stage", "relay"), ("topic", "out")])
         #expect(out == 200, "pipeline_records_out_total counts every delivered output once: \(out)")
         #expect(metrics.counterTotal(label: MetricName.recordsIn, dimensions: [("stage", "relay")]) == 200)
@@ -531,9 +536,9 @@ import Workers
         var settings = Self.settings(mock)
         settings.transactionFault = { KafkaError(code: .broker, message: "injected: the coordinator refused the offsets") }
         let service = try StageService(
-            definition: try topology.stage(named: "io"), topology: topology, settings: settings, concurrent: RelayIO())
+            definition: try topology.stage(named: "io"), topology: topology, settings: settings.measured(), concurrent: RelayIO())
         await #expect(throws: KafkaError.self) { try await service.run() }
-        #expect(service.counters.transactionsAborted.value >= 3)
+        #expect(service.readings.transactionsAborted >= 3)
         let admin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: [mock.bootstrapServers]))
         let committed = try await admin.committedOffsets(group: "io", partitions: [TopicPartition("in", 0)])
         await admin.close()
@@ -574,9 +579,9 @@ import Workers
             """)
         var settings = Self.settings(mock)
         settings.transactionTimeout = .seconds(4)
-        let service = try StageService(definition: try topology.stage(named: "io"), topology: topology, settings: settings, concurrent: HangingIO())
+        let service = try StageService(definition: try topology.stage(named: "io"), topology: topology, settings: settings.measured(), concurrent: HangingIO())
         let running = Task { try await service.run() }
-        try await eventually("every input settled", within: .seconds(30)) { service.counters.inputsDone.value == 20 }
+        try await eventually("every input settled", within: .seconds(30)) { service.readings.inputsSettled == 20 }
         service.requestStop()
         try await running.value
         let letters = try await Self.read("dlq", from: mock).compactMap(DeadLetterEntry.init)

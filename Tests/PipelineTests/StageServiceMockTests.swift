@@ -78,7 +78,7 @@ import Workers
         _ = try await producer.send(ProducerRecord(topic: "products.raw", key: Array("2012".utf8), value: Array(Self.product.utf8)))
         await producer.close()
 
-        let service = try StageService(definition: try topology.stage(named: "new-products"), topology: topology, settings: Self.settings(mock))
+        let service = try StageService(definition: try topology.stage(named: "new-products"), topology: topology, settings: Self.settings(mock).measured())
         let running = Task { try await service.run() }
         var config = ConsumerConfiguration(bootstrapServers: [mock.bootstrapServers], groupID: "reader")
         config.sessionTimeout = .seconds(6)
@@ -96,7 +96,7 @@ import Workers
         try await running.value
         let value = String(decoding: notification?.value ?? [], as: UTF8.self)
         #expect(value.contains("Apple Watch"), "\(value)")
-        #expect(service.counters.processed.value == 1, "no later record closed it")
+        #expect(service.readings.processed == 1, "no later record closed it")
     }
 
     /// A failed commit on the revocation path (a lost assignment, a group mid-rebalance) never
@@ -113,9 +113,9 @@ import Workers
         mock.pushRequestErrors(apiKey: 8, errorCodes: Array(repeating: 22, count: 4))
         let health = WorkerHealth(readinessTimeout: .milliseconds(300))
         let service = try StageService(
-            definition: try topology.stage(named: "relay"), topology: topology, settings: Self.settings(mock), health: health)
+            definition: try topology.stage(named: "relay"), topology: topology, settings: Self.settings(mock).measured(), health: health)
         let running = Task { try await service.run() }
-        try await eventually("a commit failure") { service.counters.commitFailures.value >= 2 }
+        try await eventually("a commit failure") { service.readings.commitFailures >= 2 }
         try await eventually("not ready while commits fail") { !health.readiness().ok }
         // (ILLEGAL_GENERATION also makes librdkafka rejoin: the assignment is lost and the
         // worker rejoins instead of exiting.)
@@ -124,7 +124,7 @@ import Workers
         // The worker keeps going: more input is processed, and commits recover.
         _ = try await producer.send((100..<200).map { ProducerRecord(topic: "in", partition: Int32($0 % 2), value: Array("\($0)".utf8)) })
         await producer.close()
-        try await eventually("every input settled") { service.counters.inputsDone.value >= 200 }
+        try await eventually("every input settled") { service.readings.inputsSettled >= 200 }
         try await eventually("ready again") { health.readiness().ok }
         // Once the injected errors are used up, the tick commits carry everything.
         let admin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: [mock.bootstrapServers]))
@@ -152,16 +152,16 @@ import Workers
         var settings = Self.settings(mock)
         settings.statisticsInterval = .milliseconds(100)
         settings.maxBatchSize = 100
-        let service = try StageService(definition: try topology.stage(named: "relay"), topology: topology, settings: settings)
+        let service = try StageService(definition: try topology.stage(named: "relay"), topology: topology, settings: settings.measured())
         let running = Task { try await service.run() }
-        try await eventually("every input settled", within: .seconds(90)) { service.counters.inputsDone.value >= inputs }
+        try await eventually("every input settled", within: .seconds(90)) { service.readings.inputsSettled >= inputs }
         // The statistics lag by up to an interval: wait until they count every input.
-        try await eventually("statistics counting every input") { service.counters.fetchedRecords.value >= inputs }
+        try await eventually("statistics counting every input") { service.readings.fetchedRecords >= inputs }
         service.requestStop()
         try await running.value
-        #expect(service.counters.backpressureWaits.value > 3, "the bound was crossed again and again")
-        #expect(service.counters.processed.value == inputs)
-        #expect(service.counters.fetchedRecords.value == inputs, "records fetched from the broker (librdkafka's rxmsgs)")
+        #expect(service.readings.backpressureWaits > 3, "the bound was crossed again and again")
+        #expect(service.readings.processed == inputs)
+        #expect(service.readings.fetchedRecords == inputs, "records fetched from the broker (librdkafka's rxmsgs)")
     }
 
     /// The other half of the in-flight bound: when deliveries are stuck (here the broker refuses
@@ -181,14 +181,14 @@ import Workers
         var settings = Self.settings(mock)
         settings.maxPollInterval = .seconds(7)  // at least the session timeout (6 s)
         settings.backpressurePauseAfter = .milliseconds(200)
-        let service = try StageService(definition: try topology.stage(named: "relay"), topology: topology, settings: settings)
+        let service = try StageService(definition: try topology.stage(named: "relay"), topology: topology, settings: settings.measured())
         let running = Task { try await service.run() }
-        try await eventually("every input settled", within: .seconds(90)) { service.counters.inputsDone.value >= inputs }
+        try await eventually("every input settled", within: .seconds(90)) { service.readings.inputsSettled >= inputs }
         service.requestStop()
         try await running.value
-        #expect(service.counters.activeSeconds > 8, "the stall outlasted the poll interval")
-        #expect(service.counters.backpressureWaits.value >= 1)
-        #expect(service.counters.rebalances.value == 1, "assigned once, never taken out of the group")
-        #expect(service.counters.processed.value == inputs)
+        #expect(service.progress.activeSeconds > 8, "the stall outlasted the poll interval")
+        #expect(service.readings.backpressureWaits >= 1)
+        #expect(service.readings.rebalances == 1, "assigned once, never taken out of the group")
+        #expect(service.readings.processed == inputs)
     }
 }

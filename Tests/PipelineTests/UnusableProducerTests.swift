@@ -88,7 +88,7 @@ import Workers
         settings.sessionTimeout = .seconds(6)
         settings.heartbeatInterval = .milliseconds(300)
         settings.statisticsInterval = nil
-        let service = try StageService(definition: try topology.stage(named: "relay"), topology: topology, settings: settings)
+        let service = try StageService(definition: try topology.stage(named: "relay"), topology: topology, settings: settings.measured())
         let outcome = Task { () -> String in
             do {
                 try await service.run()
@@ -97,12 +97,12 @@ import Workers
                 return "\(error)"
             }
         }
-        try await eventually("the first inputs settled") { service.counters.inputsDone.value == 20 }
+        try await eventually("the first inputs settled") { service.readings.inputsSettled == 20 }
         mock.pushRequestErrors(brokerID: 2, apiKey: 0, errorCodes: Array(repeating: 90, count: 500))
         _ = try await producer.send((20..<40).map { ProducerRecord(topic: "in", partition: 0, key: Array("k\($0)".utf8), value: Array("v\($0)".utf8)) })
         await producer.close()
         let message = await Deadline.race(.seconds(60)) { await outcome.value }
         #expect(message?.contains("cannot deliver any more") == true, "\(message ?? "still running after 60 s")")
-        #expect(service.counters.deadLettered.value == 0, "nothing dead-lettered for a broken producer")
+        #expect(service.readings.deadLettered == 0, "nothing dead-lettered for a broken producer")
     }
 }

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import Pipeline
+import PipelineTesting
 import Workers
 @testable import Thumbnails
 import Kafka
@@ -81,10 +82,10 @@ import Operations
             settings.sessionTimeout = .milliseconds(2000)
             settings.heartbeatInterval = .milliseconds(300)
             settings.stopAfterInputs = records.count
-            let service = try StageService(definition: definition, topology: topology, settings: settings, concurrent: stage)
+            let service = try StageService(definition: definition, topology: topology, settings: settings.measured(), concurrent: stage)
             try await service.run()
-            #expect(service.counters.inputsDone.value == records.count)
-            #expect(service.counters.activeSeconds > 0, "first input to last settled output is measured")
+            #expect(service.readings.inputsSettled == records.count)
+            #expect(service.progress.activeSeconds > 0, "first input to last settled output is measured")
 
             // Read everything back, to the end of every partition (past the expected count).
             let ready = try await Self.readAll("thumbnails.ready", partitions: 4, bootstrap: broker.bootstrapServers)

@@ -123,10 +123,10 @@ public final class WorkerStatusReporter: Service, Sendable {
     }
 
     func status(previous: inout (processed: Int, produced: Int, at: ContinuousClock.Instant)) -> WorkerStatus {
-        let counters = service.counters
+        let progress = service.progress
         let health = service.health.snapshot()
-        let processed = counters.processed.load(ordering: .relaxed)
-        let produced = counters.produced.load(ordering: .relaxed)
+        let processed = progress.processed
+        let produced = progress.produced
         let now = ContinuousClock.now
         let seconds = (now - previous.at).asSeconds
         let rate = seconds > 0 ? Double(processed - previous.processed) / seconds : 0
@@ -138,8 +138,8 @@ public final class WorkerStatusReporter: Service, Sendable {
             stage: service.definition.name, group: service.definition.group, version: WorkerStatus.version, host: host, pid: pid,
             clientID: kafka.clientID ?? WorkerStatus.clientID(stage: service.definition.name, host: host, pid: pid),
             startedAt: startedAt, reportedAt: Int64(Date().timeIntervalSince1970 * 1000), assignedPartitions: health.assigned,
-            inFlightRecords: counters.inFlightRecords.load(ordering: .relaxed), lagRecords: health.lagRecords, inRate: rate, outRate: outRate,
-            processed: processed, produced: produced, deadLettered: counters.deadLettered.load(ordering: .relaxed),
+            inFlightRecords: progress.inFlightRecords, lagRecords: health.lagRecords, inRate: rate, outRate: outRate,
+            processed: processed, produced: produced, deadLettered: progress.deadLettered,
             rssBytes: Self.rss(), cpuSeconds: Self.cpuSeconds(), lastLoopTurnAge: health.loopAge.asSeconds, lastError: health.lastError)
     }
 

@@ -20,6 +20,10 @@ protocol DeliveryGuarantee: AnyObject, Sendable {
     /// them, are settled.
     func settled(_ offsets: [TopicPartitionOffset])
 
+    /// From a settlement queue: these outputs and dead letters were delivered (exactly once
+    /// counts what an abort discards).
+    func delivered(outputs: Int, deadLetters: Int)
+
     /// From a settlement queue, before a checkpoint of `partitions` is handed to the producer:
     /// whether the group coordinator still counts this worker as their owner. `covered` are the
     /// offsets of the lane's last durable checkpoint (or restored state): committing them again
@@ -35,6 +39,10 @@ protocol DeliveryGuarantee: AnyObject, Sendable {
     /// Makes what is settled durable at this moment of the loop. Throws only when the worker
     /// must stop.
     func makeDurable(_ moment: DurableMoment, lanes: [PartitionLane]) async throws
+}
+
+extension DeliveryGuarantee {
+    func delivered(outputs: Int, deadLetters: Int) {}
 }
 
 /// What a settlement queue does with a failed delivery.

@@ -40,9 +40,9 @@ final class ExactlyOnce: DeliveryGuarantee {
     /// The open transaction (settlement tasks record failures and offsets; the loop the rest).
     struct Open {
         var since: ContinuousClock.Instant?
-        /// Outputs and dead letters delivered when it began (to count what an abort discards).
-        var producedBefore = 0
-        var deadLetteredBefore = 0
+        /// Outputs and dead letters delivered since it began (what an abort discards).
+        var outputs = 0
+        var deadLetters = 0
         var undo: [TopicPartition: Undo] = [:]
         /// The first delivery failure: the transaction cannot commit.
         var failure: KafkaError?
@@ -80,15 +80,18 @@ final class ExactlyOnce: DeliveryGuarantee {
         open.withLock { s in for o in offsets { s.offsets[o.topicPartition] = max(s.offsets[o.topicPartition] ?? -1, o.offset) } }
     }
 
+    func delivered(outputs: Int, deadLetters: Int) {
+        open.withLock { s in
+            guard s.since != nil else { return }
+            s.outputs += outputs
+            s.deadLetters += deadLetters
+        }
+    }
+
     func willChange(_ lane: PartitionLane, first: [TopicPartition: Int64]) throws(KafkaError) {
         if open.withLock({ $0.since == nil }) {
             try producer.beginTransaction()
-            let produced = recorder.counters.produced.value, deadLettered = recorder.counters.deadLettered.value
-            open.withLock { s in
-                s.since = .now
-                s.producedBefore = produced
-                s.deadLetteredBefore = deadLettered
-            }
+            open.withLock { s in s.since = .now }
         }
         let snapshot = Undo(lane: lane.snapshot())
         open.withLock { s in
@@ -196,9 +199,7 @@ final class ExactlyOnce: DeliveryGuarantee {
             }
             return s
         }
-        recorder.transactionAborted(
-            outputs: recorder.counters.produced.value - aborted.producedBefore,
-            deadLetters: recorder.counters.deadLettered.value - aborted.deadLetteredBefore)
+        recorder.transactionAborted(outputs: aborted.outputs, deadLetters: aborted.deadLetters)
         var rewind: [TopicPartitionOffset] = []
         var rewound: [(PartitionLane, TopicPartition)] = []
         for lane in lanes where !excluding.contains(lane.id) {

@@ -34,7 +34,7 @@ final class SettlementQueue: Sendable {
         /// The next input offsets once this is settled; empty: none (a stateful lane's offsets
         /// come with its checkpoints).
         var offsets: [TopicPartitionOffset]
-        /// Inputs this settles (for the counters).
+        /// Inputs this settles (for the metrics).
         var inputCount: Int
         /// Counted in flight by ``Backpressure``.
         var heldRecords: Int
@@ -80,6 +80,7 @@ final class SettlementQueue: Sendable {
 
     private let queue: AsyncStream<Entry>.Continuation
     private let task: Task<Void, Never>
+    private let recorder: StageRecorder
     /// Entries settled so far (the task counts, the loop reads).
     private final class Count: Sendable { let value = Atomic<Int>(0) }
     private let settledCount = Count()
@@ -91,6 +92,7 @@ final class SettlementQueue: Sendable {
     init(partitions: [TopicPartition], context: Context) {
         let (stream, continuation) = AsyncStream<Entry>.makeStream()
         queue = continuation
+        recorder = context.recorder
         let settled = settledCount
         let abandoned = abandoned
         let settler = Settler(partitions: partitions, context: context)
@@ -112,6 +114,7 @@ final class SettlementQueue: Sendable {
                 case .running(let task):
                     if !(await settler.settle(await task.value, durable: !broken)) { broken = true }
                 case .checkpoint(let record, let offsets):
+                    defer { context.recorder.checkpointsWaiting(-1) }
                     if !broken {
                         // Not once this worker has lost the partition (nor while it may have
                         // unawares, nor once the coordinator says another member has it): its
@@ -137,7 +140,10 @@ final class SettlementQueue: Sendable {
         }
     }
 
-    func enqueue(_ entry: Entry) { queue.yield(entry) }
+    func enqueue(_ entry: Entry) {
+        if case .checkpoint = entry { recorder.checkpointsWaiting(1) }
+        queue.yield(entry)
+    }
 
     /// The partitions were lost (another member owns them): checkpoints and offsets not yet
     /// durable never become so; deliveries already submitted are still settled.
@@ -322,6 +328,7 @@ private struct Settler: Sendable {
         }
         if durable, !delivery.offsets.isEmpty { context.guarantee.settled(delivery.offsets) }
         context.recorder.settled(inputs: delivery.inputCount, delivered: delivered, newestInput: delivery.inputs.last?.timestamp)
+        context.guarantee.delivered(outputs: delivered.outputs, deadLetters: delivered.deadLetters)
         return true
     }
 

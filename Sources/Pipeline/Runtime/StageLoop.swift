@@ -107,6 +107,8 @@ final class StageLoop {
     private var lanes: [TopicPartition: PartitionLane] = [:]
     /// Consumer events received so far (the consumer's numbering: the forwarder hands on each).
     private var eventIndex = 0
+    /// Inputs handed to the stage so far (`stopAfterInputs`).
+    private var processedInputs = 0
     /// Bytes of output per input in the last batch: what the next batch's buffer reserves.
     private var outputBytesPerInput = 256
     private var definition: Topology.Stage { context.definition }
@@ -142,7 +144,7 @@ final class StageLoop {
                     throw error
                 }
                 ack.resume()
-                if let limit = context.settings.stopAfterInputs, context.recorder.counters.processed.value >= limit { context.requestStop() }
+                if let limit = context.settings.stopAfterInputs, processedInputs >= limit { context.requestStop() }
             case .tick:
                 try await advance(now: Self.wallClock())
                 try await guarantee.makeDurable(.tick, lanes: Array(lanes.values))
@@ -371,6 +373,7 @@ final class StageLoop {
         outputBytesPerInput = max(16, out.byteCount / max(1, inputs.count))
         let outgoing: ProducerBatch
         (outgoing, sources) = context.outgoing(&out, sources: sources, timestamp: { inputs[Int($0)].timestamp }, deadLetters: deadLetters)
+        processedInputs += inputs.count
         context.recorder.processed(inputs.count, startedAt: started, took: ContinuousClock.now - started)
         context.health.progressed()
         if let changelog {
@@ -432,6 +435,7 @@ final class StageLoop {
             lane.lastTimestamp = input.timestamp
             heldBytes += bytes
         }
+        processedInputs += records.count
         context.recorder.processed(records.count, startedAt: .now, took: nil)
         context.health.progressed()
         if backpressure.add(records: records.count, bytes: heldBytes) { boundReached() }

@@ -3,16 +3,30 @@ import Kafka
 import Metrics
 import Workers
 
-/// The one place where what a stage did is counted: each method moves the counter that tests
-/// and the demo read (``StageCounters``) and the exported metric (``StageMetrics``) together,
-/// so that the two cannot drift.
+/// The one place where what a stage did is counted: each method moves the stage's metrics
+/// (``StageMetrics``), the one store of those counts. Tests read them through the metrics
+/// factory they pass in; the worker reads back the few totals it reports about itself
+/// (``progress``).
 struct StageRecorder: Sendable {
-    let counters: StageCounters
     let metrics: StageMetrics
 
-    init(stage: String, counters: StageCounters, factory: any MetricsFactory) {
-        self.counters = counters
+    init(stage: String, factory: any MetricsFactory) {
         self.metrics = StageMetrics(stage: stage, factory: factory)
+    }
+
+    /// What the worker reports about itself (its status report, its summary).
+    var progress: StageProgress {
+        let r = metrics.readBack
+        let active: Double
+        if let first = r.firstProcessed.withLock({ $0 }), let last = r.lastSettled.withLock({ $0 }), last > first {
+            active = (last - first).asSeconds
+        } else {
+            active = 0
+        }
+        return StageProgress(
+            processed: r.processed.value, inputsSettled: r.inputsSettled.value, produced: r.produced.value,
+            deadLettered: r.deadLettered.value, inFlightRecords: r.inFlightRecords.value,
+            activeSeconds: active, loopBusySeconds: r.loopBusy.value)
     }
 
     // MARK: The loop
@@ -21,8 +35,7 @@ struct StageRecorder: Sendable {
     /// stage started), and how long the ordered stage took over them.
     func processed(_ count: Int, startedAt started: ContinuousClock.Instant, took: Duration?) {
         guard count > 0 else { return }
-        if counters.processed.value == 0 { counters.firstProcessed.withLock { $0 = $0 ?? started } }
-        counters.processed.add(count)
+        if metrics.readBack.processed.value == 0 { metrics.readBack.firstProcessed.withLock { $0 = $0 ?? started } }
         metrics.recordsIn.increment(by: Int64(count))
         if let took { metrics.batchProcessing.record(duration: took) }
     }
@@ -30,51 +43,36 @@ struct StageRecorder: Sendable {
     /// One record of a concurrent stage took this long.
     func concurrentRecordTook(_ duration: Duration) { metrics.batchProcessing.record(duration: duration) }
 
-    func loopTurned(busy: Duration) {
-        counters.loopBusy.withLock { $0 += busy }
-        metrics.loopBusy.increment(by: busy.asSeconds)
-    }
+    func loopTurned(busy: Duration) { metrics.loopBusy.increment(by: busy.asSeconds) }
 
     func rebalanced(assigned: Int) {
-        counters.rebalances.add(1)
         metrics.rebalances.increment()
         metrics.assignedPartitions.record(assigned)
     }
 
-    func restored() { counters.restoredPartitions.add(1) }
+    func restored() { metrics.restoredPartitions.increment() }
 
     /// The in-flight bound was just crossed: the worker waits for deliveries before it takes more input.
-    func boundReached() {
-        counters.backpressureWaits.add(1)
-        metrics.backpressureWaits.increment()
-    }
+    func boundReached() { metrics.backpressureWaits.increment() }
 
-    func commitFailed() {
-        counters.commitFailures.add(1)
-        metrics.commitFailures.increment()
-    }
+    func commitFailed() { metrics.commitFailures.increment() }
 
-    func transactionCommitted() {
-        counters.transactionsCommitted.add(1)
-        metrics.transactionsCommitted.increment()
-    }
+    func transactionCommitted() { metrics.transactionsCommitted.increment() }
 
     /// An aborted transaction and what was delivered in it (hidden from `read_committed` readers).
     func transactionAborted(outputs: Int, deadLetters: Int) {
-        counters.transactionsAborted.add(1)
-        counters.abortedOutputs.add(outputs)
-        counters.abortedDeadLetters.add(deadLetters)
         metrics.transactionsAborted.increment()
+        metrics.abortedOutputs.increment(by: Int64(outputs))
+        metrics.abortedDeadLetters.increment(by: Int64(deadLetters))
     }
 
     /// Once per tick: queue depths and librdkafka's view.
     func observed(producerQueue: Int, inFlightRecords: Int, consumer: KafkaStatistics?, producer: KafkaStatistics?, group: String) {
         metrics.producerQueue.record(producerQueue)
         metrics.inFlightRecords.record(inFlightRecords)
-        counters.inFlightRecords.store(inFlightRecords, ordering: .relaxed)
-        metrics.pausedPartitions.record(counters.pausedPartitions.value)
+        metrics.pausedPartitions.record(pausedLanes.value)
         if let consumer {
-            counters.fetchedRecords.store(Int(consumer.receivedMessages), ordering: .relaxed)
+            metrics.fetchedRecords.record(consumer.receivedMessages)
             StageMetrics.report(consumer, group: group)
         }
         if let producer { StageMetrics.report(producer, group: nil) }
@@ -85,27 +83,30 @@ struct StageRecorder: Sendable {
     /// Records of one attempt failed; `retrying` unless they doom a transaction.
     func deliveryFailed(records: Int, retrying: Bool) {
         metrics.deliveryErrors.increment(by: Int64(records))
-        if retrying {
-            counters.retries.add(1)
-            metrics.retries.increment()
-        }
+        if retrying { metrics.retries.increment() }
     }
 
-    func pausedForRetry(_ delta: Int) { counters.pausedPartitions.add(delta) }
+    /// Lanes paused while their deliveries are retried (the paused-partitions gauge, recorded
+    /// once per tick).
+    private let pausedLanes = Total()
+
+    func pausedForRetry(_ delta: Int) { pausedLanes.add(delta) }
+
+    /// Checkpoints taken and not yet durable (or dropped) changed by `delta`: they wait for every
+    /// output before them.
+    func checkpointsWaiting(_ delta: Int) {
+        metrics.readBack.checkpointsWaiting.add(delta)
+        metrics.checkpointsWaiting.record(metrics.readBack.checkpointsWaiting.value)
+    }
 
     /// A checkpoint was delivered.
-    func checkpointed() {
-        counters.checkpoints.add(1)
-        metrics.checkpoints.increment()
-    }
+    func checkpointed() { metrics.checkpoints.increment() }
 
     /// A stretch of a partition is settled: `delivered` holds every record delivered for it,
     /// whichever attempt delivered it; `newestInput` is the timestamp of its newest input.
     func settled(inputs: Int, delivered: DeliveredRecords, newestInput: Int64?) {
-        counters.inputsDone.add(inputs)
-        counters.lastSettled.withLock { $0 = .now }
-        counters.produced.add(delivered.outputs)
-        counters.deadLettered.add(delivered.deadLetters)
+        if inputs > 0 { metrics.inputsSettled.increment(by: Int64(inputs)) }
+        metrics.readBack.lastSettled.withLock { $0 = .now }
         for (topic, count) in delivered.outputsByTopic { metrics.recordsOut(topic: topic).increment(by: Int64(count)) }
         for (reason, count) in delivered.deadLettersByReason { metrics.deadLetters(reason: reason).increment(by: Int64(count)) }
         if let newest = newestInput, newest > 0 {
@@ -113,6 +114,23 @@ struct StageRecorder: Sendable {
             if ms >= 0 { metrics.endToEndLatency.recordMilliseconds(ms) }
         }
     }
+}
+
+/// What a worker reports about itself, read back from its metrics (``StageRecorder/progress``).
+public struct StageProgress: Sendable {
+    /// Inputs handed to the stage (skipped restored ones not included).
+    public var processed: Int
+    /// Inputs whose outputs and dead letters are all delivered.
+    public var inputsSettled: Int
+    /// Outputs delivered (dead letters and checkpoints not included).
+    public var produced: Int
+    public var deadLettered: Int
+    /// Records taken in and not yet settled, as of the last tick.
+    public var inFlightRecords: Int
+    /// Seconds from the first processed input to the last settled output (0 before both).
+    public var activeSeconds: Double
+    /// Seconds the event loop was busy (the rest it waited for events).
+    public var loopBusySeconds: Double
 }
 
 /// What was delivered for one entry of a settlement queue, over all its attempts.

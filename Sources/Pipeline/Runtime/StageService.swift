@@ -14,7 +14,7 @@ import Workers
 /// `advance` timer, rebalances), ``SettlementQueue`` (per partition, what it owes the broker,
 /// settled strictly in order), ``DeliveryGuarantee`` (how a settled stretch becomes durable:
 /// ``AtLeastOnce`` or ``ExactlyOnce``), ``Changelog`` (state checkpoints and restore),
-/// ``Backpressure`` (the in-flight bound), ``StageRecorder`` (counters and metrics).
+/// ``Backpressure`` (the in-flight bound), ``StageRecorder`` (the metrics).
 ///
 /// - At least once: an input's offset becomes durable only after every output and dead letter
 ///   of it and of all earlier inputs of its partition is acknowledged; a stateful stage's
@@ -35,7 +35,6 @@ import Workers
 ///   all within ``WorkerSettings/shutdownDeadline``.
 public final class StageService: Service, Sendable {
     public let definition: Topology.Stage
-    public let counters = StageCounters()
     public let health: WorkerHealth
     let recorder: StageRecorder
     let work: StageWork
@@ -85,8 +84,15 @@ public final class StageService: Service, Sendable {
             }
             work = .ordered(template: template, changelog: changelog)
         }
-        recorder = StageRecorder(stage: definition.name, counters: counters, factory: settings.metricsFactory ?? MetricsSystem.factory)
+        recorder = StageRecorder(stage: definition.name, factory: settings.metricsFactory ?? MetricsSystem.factory)
     }
+
+    /// What the worker has done so far, read back from its metrics (its status report and
+    /// summary; tests read the metrics themselves through ``WorkerSettings/metricsFactory``).
+    public var progress: StageProgress { recorder.progress }
+
+    /// Where the stage's metrics go (``WorkerSettings/metricsFactory``, else the bootstrapped one).
+    public var metricsFactory: any MetricsFactory { recorder.metrics.factory }
 
     /// Begins a graceful stop: no more records are fetched; ``run()`` settles what is in flight,
     /// checkpoints, commits, leaves the group and returns.
@@ -259,12 +265,13 @@ public final class StageService: Service, Sendable {
             feed.finish()
             group.cancelAll()
         }
+        let progress = self.progress
         logger.info(
             "worker stopped",
             metadata: [
-                "processed": "\(counters.processed.value)", "produced": "\(counters.produced.value)",
-                "dead-lettered": "\(counters.deadLettered.value)",
-                "active-seconds": "\(counters.activeSeconds)", "loop-busy-seconds": "\(counters.loopBusySeconds)",
+                "processed": "\(progress.processed)", "produced": "\(progress.produced)",
+                "dead-lettered": "\(progress.deadLettered)",
+                "active-seconds": "\(progress.activeSeconds)", "loop-busy-seconds": "\(progress.loopBusySeconds)",
             ])
         if let failure { throw failure }
     }
