@@ -21,6 +21,9 @@ public struct KafkaError: Error, Sendable, Hashable, CustomStringConvertible {
         case timedOut
         /// The client was closed.
         case closed
+        /// The task waiting for it was cancelled (a record may still be delivered: its report
+        /// is no longer awaited).
+        case cancelled
         /// Any other librdkafka error.
         case other
     }
@@ -69,6 +72,7 @@ public struct KafkaError: Error, Sendable, Hashable, CustomStringConvertible {
     }
 
     static let closed = KafkaError(code: .closed, message: "the client is closed")
+    static let cancelled = KafkaError(code: .cancelled, message: "the waiting task was cancelled; the record's report is no longer awaited")
 
     package static func timedOut(_ what: String) -> KafkaError {
         KafkaError(code: .timedOut, message: "\(what) did not finish before its deadline", isRetriable: true)

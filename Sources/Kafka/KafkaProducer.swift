@@ -213,7 +213,8 @@ public struct DeliveryTicket: Sendable {
     let count: Int
 
     /// Waits until every record is delivered or failed; the report at index `i` belongs to record `i`.
-    /// Call it once.
+    /// Call it once. A cancelled task gets the reports at once, those still to come as
+    /// ``KafkaError/Code/cancelled`` (such a record may still be delivered).
     public func reports() async -> [DeliveryReport] {
         guard let batchID else { return [] }
         return await core.awaitBatch(batchID, count: count)
@@ -290,13 +291,23 @@ final class ProducerCore: Sendable {
             let generation = state.withLock { $0.deliveryGeneration }
             guard let error = batch.bytes.withUnsafeBytes({ client.produce(batch, index: index, bytes: $0, token: token, topics: &topics) }) else { return nil }
             guard error.code == .queueFull else { return error }
-            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                let resumeNow = state.withLock { s -> Bool in
-                    if s.deliveryGeneration != generation || s.closed { return true }
-                    s.spaceWaiters.append(continuation)
-                    return false
+            if Task.isCancelled { return KafkaError.cancelled }
+            await withTaskCancellationHandler {
+                await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                    let resumeNow = state.withLock { s -> Bool in
+                        if s.deliveryGeneration != generation || s.closed || Task.isCancelled { return true }
+                        s.spaceWaiters.append(continuation)
+                        return false
+                    }
+                    if resumeNow { continuation.resume() }
                 }
-                if resumeNow { continuation.resume() }
+            } onCancel: {
+                // Every waiter tries again (a waiter only loses a turn): the cancelled one returns.
+                let waiters = state.withLock { s in
+                    defer { s.spaceWaiters.removeAll() }
+                    return s.spaceWaiters
+                }
+                for waiter in waiters { waiter.resume() }
             }
         }
     }
@@ -307,21 +318,44 @@ final class ProducerCore: Sendable {
     }
 
     func awaitBatch(_ id: UInt64, count: Int) async -> [DeliveryReport] {
-        await withCheckedContinuation { continuation in
-            let done: [DeliveryReport]? = state.withLock { s in
-                guard let batch = s.batches[id] else {
-                    // Swept by close() before anyone waited: none of it can be delivered any more.
-                    return (0..<count).map { DeliveryReport(id: UInt64($0), partition: -1, offset: -1, error: KafkaError.closed) }
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                let done: [DeliveryReport]? = state.withLock { s in
+                    guard let batch = s.batches[id] else {
+                        // Swept by close() before anyone waited: none of it can be delivered any more.
+                        return (0..<count).map { DeliveryReport(id: UInt64($0), partition: -1, offset: -1, error: KafkaError.closed) }
+                    }
+                    if batch.remaining == 0 {
+                        s.batches[id] = nil
+                        return batch.reports
+                    }
+                    if Task.isCancelled {
+                        s.batches[id] = nil
+                        return Self.cancellingPending(batch.reports)
+                    }
+                    s.batches[id]!.continuation = continuation
+                    return nil
                 }
-                if batch.remaining == 0 {
-                    s.batches[id] = nil
-                    return batch.reports
-                }
-                s.batches[id]!.continuation = continuation
-                return nil
+                if let done { continuation.resume(returning: done) }
             }
-            if let done { continuation.resume(returning: done) }
+        } onCancel: {
+            // Later reports of the batch find no batch and are dropped.
+            let waiting = state.withLock { s -> (CheckedContinuation<[DeliveryReport], Never>, [DeliveryReport])? in
+                guard let batch = s.batches[id], let continuation = batch.continuation else { return nil }
+                s.batches[id] = nil
+                return (continuation, Self.cancellingPending(batch.reports))
+            }
+            if let (continuation, reports) = waiting { continuation.resume(returning: reports) }
         }
+    }
+
+    /// The reports with those still to come failed as cancelled.
+    private static func cancellingPending(_ reports: [DeliveryReport]) -> [DeliveryReport] {
+        var reports = reports
+        for i in reports.indices where reports[i].partition < 0 && reports[i].offset < 0 && reports[i].error == nil {
+            reports[i].error = KafkaError.cancelled
+        }
+        return reports
     }
 
     /// Routes reports to their batches (one lock per delivery event) and wakes waiters.

@@ -433,7 +433,9 @@ import Workers
 
     /// The shutdown deadline holds for every stop, not only a signal's: here `--stop-after` stops
     /// a worker whose outputs cannot be delivered (their leader is down), and it must give up
-    /// within its deadline instead of waiting for the broker.
+    /// within its deadline instead of waiting for the broker. The lane's settlement task is a
+    /// child of `run()`'s task group, so `run()` returns only once that task, cancelled at the
+    /// deadline, stops waiting for the delivery reports that do not come.
     @Test func aStopAfterTheInputLimitKeepsTheShutdownDeadline() async throws {
         let (mock, _) = try await Self.cluster(onBroker2: ["prices.candles"], inputs: 3_000)
         mock.setBrokerDown(2)

@@ -38,9 +38,10 @@ final class PartitionLane {
     var lastTimestamp: Int64 = 0
     let lagGauges: [TopicPartition: (records: Gauge, seconds: Gauge)]
     let settlement: SettlementQueue
-    /// Concurrent stage: the latest task per record key, so that a key's outputs are submitted in
-    /// input order. Entries of settled tasks are dropped as the map grows.
-    private var lastByKey: [[UInt8]: (sequence: Int, task: Task<SettlementQueue.Delivery, Never>)] = [:]
+    /// Concurrent stage: the latest record per key (its delivery, once submitted), so that a
+    /// key's outputs are submitted in input order. Entries of settled records are dropped as the
+    /// map grows.
+    private var lastByKey: [[UInt8]: (sequence: Int, delivery: Promise<SettlementQueue.Delivery>)] = [:]
     private var enqueued = 0
 
     init(id: TopicPartition, partitions: [TopicPartition], runner: TransformRunner?, settlement: SettlementQueue, lagGauges: [TopicPartition: (records: Gauge, seconds: Gauge)]) {
@@ -100,17 +101,17 @@ final class PartitionLane {
         restoredOffsets = []
     }
 
-    /// The task of the latest record with this key that may still be submitting.
-    func lastTask(forKey key: [UInt8]?) -> Task<SettlementQueue.Delivery, Never>? { lastByKey[key ?? []]?.task }
+    /// The delivery of the latest record with this key that may still be submitting.
+    func lastDelivery(forKey key: [UInt8]?) -> Promise<SettlementQueue.Delivery>? { lastByKey[key ?? []]?.delivery }
 
-    /// A concurrent stage's record, settled in offset order.
-    func enqueue(_ task: Task<SettlementQueue.Delivery, Never>, key: [UInt8]?) {
+    /// A concurrent stage's record, settled in offset order once its delivery is set.
+    func enqueue(_ delivery: Promise<SettlementQueue.Delivery>, key: [UInt8]?) {
         if lastByKey.count >= 4096 {
             let settled = settlement.settled
             lastByKey = lastByKey.filter { $0.value.sequence > settled }
         }
-        enqueue(.running(task))
-        lastByKey[key ?? []] = (enqueued, task)
+        enqueue(.running(delivery))
+        lastByKey[key ?? []] = (enqueued, delivery)
     }
 
     /// Waits until everything enqueued so far is settled; the lane goes on taking work.

@@ -5,8 +5,9 @@ import Synchronization
 import Workers
 
 /// What one input partition (a lane) owes the broker, in input order: the outputs and dead
-/// letters of each stretch of input, its checkpoints, its offsets. One task settles the entries
-/// strictly in order, and nothing behind an entry that is not settled becomes durable:
+/// letters of each stretch of input, its checkpoints, its offsets. One task (a child of the
+/// worker's task group, through ``Context/tasks``) settles the entries strictly in order, and
+/// nothing behind an entry that is not settled becomes durable:
 ///
 /// - a delivery is settled when every record of it is acknowledged (failed ones retried with
 ///   backoff while the lane's partitions are paused; inputs whose outputs keep failing, or fail
@@ -20,7 +21,8 @@ import Workers
 ///
 /// A record that can never be delivered and belongs to no input (a checkpoint or a dead letter
 /// larger than `message.max.bytes`, say) stops the worker with the reason; the lane settles
-/// nothing after it.
+/// nothing after it. Cancelled (the worker's shutdown ran past its deadline), the task stops
+/// waiting at once, and nothing it had not settled becomes durable.
 final class SettlementQueue: Sendable {
     /// Records handed to the producer for a stretch of input (or an `advance`).
     struct Delivery: Sendable {
@@ -46,16 +48,16 @@ final class SettlementQueue: Sendable {
 
     enum Entry: Sendable {
         case delivery(Delivery)
-        /// A concurrent stage's record: its task runs the stage and submits the outputs (a
-        /// delivery without a ticket if the producer was closed).
-        case running(Task<Delivery, Never>)
+        /// A concurrent stage's record: its task runs the stage, submits the outputs and sets
+        /// the delivery (one without a ticket if the producer was closed).
+        case running(Promise<Delivery>)
         /// A checkpoint record and the input offsets its state covers; handed to the producer
         /// when it reaches the head of the queue.
         case checkpoint(ProducerRecord, offsets: [TopicPartitionOffset])
         /// Input offsets alone (those of a restored checkpoint).
         case offsets([TopicPartitionOffset])
-        /// Resumed once everything enqueued before it is settled.
-        case barrier(CheckedContinuation<Void, Never>)
+        /// Its waiter (in ``Barriers``) is resumed once everything enqueued before it is settled.
+        case barrier(Int)
     }
 
     /// What the settlement task needs, for every lane alike.
@@ -76,10 +78,14 @@ final class SettlementQueue: Sendable {
         let logger: Logger
         /// Stops the worker: something can never be settled.
         let fail: @Sendable (WorkerError) -> Void
+        /// Where the settlement task runs: the worker's task group.
+        let tasks: ChildTasks
     }
 
     private let queue: AsyncStream<Entry>.Continuation
-    private let task: Task<Void, Never>
+    /// The settlement task has ended.
+    private let ended = OneShotEvent()
+    private let barriers = Barriers()
     private let recorder: StageRecorder
     /// Entries settled so far (the task counts, the loop reads).
     private final class Count: Sendable { let value = Atomic<Int>(0) }
@@ -96,7 +102,15 @@ final class SettlementQueue: Sendable {
         let settled = settledCount
         let abandoned = abandoned
         let settler = Settler(partitions: partitions, context: context)
-        task = Task {
+        let ended = self.ended
+        let barriers = self.barriers
+        let started = context.tasks.start {
+            defer {
+                // Ended (or cancelled): it takes nothing more, and nobody waits on it in vain.
+                continuation.finish()
+                barriers.resumeAll()
+                ended.fire()
+            }
             // Once something could not be settled, nothing after it becomes durable: it would
             // skip that input.
             var broken = false
@@ -106,13 +120,14 @@ final class SettlementQueue: Sendable {
             for await entry in stream {
                 if abandoned.value.load(ordering: .relaxed) { broken = true }
                 switch entry {
-                case .barrier(let continuation):
-                    continuation.resume()
+                case .barrier(let id):
+                    barriers.resume(id)
                     continue
                 case .delivery(let delivery):
                     if !(await settler.settle(delivery, durable: !broken)) { broken = true }
-                case .running(let task):
-                    if !(await settler.settle(await task.value, durable: !broken)) { broken = true }
+                case .running(let promise):
+                    guard let delivery = await promise.value() else { return }
+                    if !(await settler.settle(delivery, durable: !broken)) { broken = true }
                 case .checkpoint(let record, let offsets):
                     defer { context.recorder.checkpointsWaiting(-1) }
                     if !broken {
@@ -120,7 +135,7 @@ final class SettlementQueue: Sendable {
                         // unawares, nor once the coordinator says another member has it): its
                         // state is older than the new owner's.
                         await context.membership.waitUntilSure()
-                        if abandoned.value.load(ordering: .relaxed) || context.consumer.wasLost(partitions) {
+                        if Task.isCancelled || abandoned.value.load(ordering: .relaxed) || context.consumer.wasLost(partitions) {
                             broken = true
                         } else {
                             switch await settler.checkpoint(record, offsets: offsets, covered: covered) {
@@ -136,8 +151,11 @@ final class SettlementQueue: Sendable {
                     }
                 }
                 settled.value.add(1)
+                if Task.isCancelled { return }
             }
         }
+        // Only once the worker's tasks have ended (nothing is assigned then): nothing to settle.
+        if !started { ended.fire() }
     }
 
     func enqueue(_ entry: Entry) {
@@ -155,14 +173,39 @@ final class SettlementQueue: Sendable {
     /// Waits until everything enqueued so far is settled; the queue goes on taking entries.
     func settledSoFar() async {
         await withCheckedContinuation { continuation in
-            if case .terminated = queue.yield(.barrier(continuation)) { continuation.resume() }
+            let id = barriers.add(continuation)
+            if case .terminated = queue.yield(.barrier(id)) { barriers.resume(id) }
         }
     }
 
     /// Waits until everything enqueued is settled; the queue takes nothing more.
     func finish() async {
         queue.finish()
-        await task.value
+        await ended.wait()
+    }
+}
+
+/// Waiters of ``SettlementQueue/settledSoFar()``, resumed in turn, or all at once when the
+/// settlement task ends.
+private final class Barriers: Sendable {
+    private let waiters = Mutex<(next: Int, waiting: [Int: CheckedContinuation<Void, Never>])>((0, [:]))
+
+    func add(_ continuation: CheckedContinuation<Void, Never>) -> Int {
+        waiters.withLock { w in
+            w.next += 1
+            w.waiting[w.next] = continuation
+            return w.next
+        }
+    }
+
+    func resume(_ id: Int) { waiters.withLock { $0.waiting.removeValue(forKey: id) }?.resume() }
+
+    func resumeAll() {
+        let all = waiters.withLock { w in
+            defer { w.waiting = [:] }
+            return Array(w.waiting.values)
+        }
+        for waiter in all { waiter.resume() }
     }
 }
 
@@ -180,7 +223,7 @@ private struct Settler: Sendable {
     func checkpoint(_ record: ProducerRecord, offsets: [TopicPartitionOffset], covered: [TopicPartitionOffset]) async -> Ownership {
         let confirm = { await context.guarantee.confirmOwnership(of: partitions, committing: covered) }
         let ownership = await confirm()
-        guard case .confirmed = ownership else { return ownership }
+        guard case .confirmed = ownership, !Task.isCancelled else { return .fenced }
         let batch = ProducerBatch([record])
         let bytes = batch.byteCount
         context.backpressure.add(records: 1, bytes: bytes)
@@ -204,6 +247,7 @@ private struct Settler: Sendable {
         var records = delivery.records
         var sources = delivery.sources
         var reports = await ticket.reports()
+        if Task.isCancelled { return false }
         var attempt = 1
         var firstFailure: Int64?
         var paused = false
@@ -320,11 +364,14 @@ private struct Settler: Sendable {
             attempt += 1
             // Only fresh dead letters to send: no reason to wait.
             if retried > 0 { try? await Task.sleep(for: context.retry.backoff(beforeAttempt: min(attempt, 30))) }
+            if Task.isCancelled { return false }
             if let beforeRetry, !(await beforeRetry()) { return false }
             guard let next = try? await context.producer.submit(again) else { return producerClosed() }
             records = again
             sources = againSources
             reports = await next.reports()
+            // Cancelled (the shutdown ran past its deadline): what is not settled stays so.
+            if Task.isCancelled { return false }
         }
         if durable, !delivery.offsets.isEmpty { context.guarantee.settled(delivery.offsets) }
         context.recorder.settled(inputs: delivery.inputCount, delivered: delivered, newestInput: delivery.inputs.last?.timestamp)

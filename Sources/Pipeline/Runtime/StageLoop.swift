@@ -399,9 +399,13 @@ final class StageLoop {
         for record in records {
             let input = RecordMapping.input(record, now: now)
             let bytes = (record.valueBytes?.count ?? 0) + (record.key?.count ?? 0)
-            let earlier = lane.lastTask(forKey: record.key)
+            let earlier = lane.lastDelivery(forKey: record.key)
             let skip = context.isRedriveForAnotherStage(record)
-            let task = Task<SettlementQueue.Delivery, Never> {
+            let delivery = Promise<SettlementQueue.Delivery>()
+            // The record's work is the transform's, which may not end when cancelled: it runs in
+            // a task of its own, so that past the shutdown deadline the worker gives it up (the
+            // settlement stops waiting for its delivery) instead of waiting for it.
+            Task {
                 await gate.acquire()
                 let began = ContinuousClock.now
                 var out: TransformOutput
@@ -421,16 +425,16 @@ final class StageLoop {
                 context.recorder.concurrentRecordTook(ContinuousClock.now - began)
                 let (outgoing, sources) = context.outgoing(&out, of: input, source: 0)
                 // Same key, input order: submit after the earlier record of the key submitted.
-                _ = await earlier?.value
+                _ = await earlier?.value()
                 // No ticket when the producer was closed: settled as not delivered, and what it
                 // holds in flight is released all the same.
                 let ticket = try? await producer.submit(outgoing)
-                return SettlementQueue.Delivery(
+                delivery.fulfil(SettlementQueue.Delivery(
                     records: outgoing, sources: sources, inputs: [input], ticket: ticket,
                     offsets: [TopicPartitionOffset(record.topic, record.partition, offset: record.offset + 1)],
-                    inputCount: 1, heldRecords: 1, heldBytes: bytes)
+                    inputCount: 1, heldRecords: 1, heldBytes: bytes))
             }
-            lane.enqueue(task, key: record.key)
+            lane.enqueue(delivery, key: record.key)
             lane.next[record.topicPartition] = record.offset + 1
             lane.lastTimestamp = input.timestamp
             heldBytes += bytes

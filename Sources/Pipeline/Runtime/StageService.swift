@@ -168,6 +168,7 @@ public final class StageService: Service, Sendable {
                 consumer: consumer, checkpointInterval: definition.checkpointInterval, recorder: recorder, membership: membership, health: health,
                 logLimiter: logLimiter, logger: logger)
         let backpressure = Backpressure(maxRecords: definition.maxInFlightRecords, maxBytes: definition.maxInFlightBytes)
+        let settlementTasks = ChildTasks()
         let settlement = SettlementQueue.Context(
             stageName: definition.name, transformName: transformName, deadLetterTopic: definition.deadLetterTopic, retry: definition.retry, consumer: consumer, producer: producer,
             backpressure: backpressure, guarantee: guarantee, recorder: recorder, membership: membership, logLimiter: logLimiter, logger: logger,
@@ -175,7 +176,8 @@ public final class StageService: Service, Sendable {
                 // Also while stopping, when the loop no longer reads its input.
                 logger.error("a partition cannot settle: \(error)")
                 feed.yield(.failed(error))
-            })
+            },
+            tasks: settlementTasks)
         // Used by this task alone: it runs the loop, then (after run returned) hands the loop's
         // shutdown to the deadline race; the two never overlap.
         nonisolated(unsafe) let loop = StageLoop(
@@ -183,13 +185,14 @@ public final class StageService: Service, Sendable {
             settlement: settlement)
 
         // The worker's tasks, all children of this one: the membership clock, the forwarder of
-        // consumer events, the loop's timer and, while stopping, the drain of what the
-        // forwarder still hands over. None outlives run().
+        // consumer events, the loop's timer, the lanes' settlement tasks and, while stopping,
+        // the drain of what the forwarder still hands over. None outlives run().
         let loopEnded = OneShotEvent()
         let forwarded = OneShotEvent()
         var failure: (any Error)?
         await withTaskGroup(of: Void.self) { group in
             group.addTask { await membership.run() }
+            group.addTask { await settlementTasks.run() }
             group.addTask { [stopping, logger, settings] in
                 await stopping.cancelling {
                     await Self.forward(consumer: consumer, to: feed, backpressure: backpressure, pauseAfter: settings.backpressurePauseAfter, logger: logger)
@@ -261,6 +264,8 @@ public final class StageService: Service, Sendable {
                 break
             }
             membership.stop()
+            // Every lane is finished (or, past the deadline, given up: cancelled below).
+            settlementTasks.finish()
             // Past the deadline the forwarder may still wait for the consumer: it ends with it.
             feed.finish()
             group.cancelAll()
