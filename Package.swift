@@ -14,6 +14,7 @@ let package = Package(
         // Test doubles: linked by tests, never by the binaries.
         .library(name: "WorkersTesting", targets: ["WorkersTesting"]),
         .library(name: "PipelineTesting", targets: ["PipelineTesting"]),
+        .library(name: "HTTPTesting", targets: ["HTTPTesting"]),
         .executable(name: "pipelinectl", targets: ["pipelinectl"]),
     ],
     dependencies: [
@@ -167,6 +168,17 @@ let package = Package(
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOWebSocket", package: "swift-nio"),
             ]),
+        // A scriptable HTTP server for tests on Hummingbird (scripted answers per path: status,
+        // headers, body, redirects, hangs, trickled bodies; handlers for fake list APIs).
+        .target(
+            name: "HTTPTesting",
+            dependencies: [
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]),
 
         .executableTarget(
             name: "pipelinectl",
@@ -258,9 +270,7 @@ let package = Package(
                 "Pipeline",
                 "Operations",
                 "Workers",
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOPosix", package: "swift-nio"),
-                .product(name: "NIOHTTP1", package: "swift-nio"),
+                "HTTPTesting",
             ]
         ),
         .testTarget(
