@@ -232,7 +232,8 @@ let package = Package(
         .testTarget(
             name: "IntegrationTests",
             dependencies: [
-                "Kafka", "Pipeline", "Console", "Operations", "Producers", "PipelineTesting", "SafeFetch", "Workers", "WorkersTesting",
+                "Kafka", "Pipeline", "Console", "Operations", "Producers", "PipelineTesting", "HTTPTesting", "SafeFetch", "Workers",
+                "WorkersTesting",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
