@@ -192,9 +192,9 @@ let package = Package(
                 "Workers",
                 "Thumbnails",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                // The sample server of `pipelinectl dev`.
+                .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOPosix", package: "swift-nio"),
-                .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Metrics", package: "swift-metrics"),
