@@ -14,6 +14,7 @@ let package = Package(
         // Test doubles: linked by tests, never by the binaries.
         .library(name: "WorkersTesting", targets: ["WorkersTesting"]),
         .library(name: "PipelineTesting", targets: ["PipelineTesting"]),
+        .library(name: "HTTPTesting", targets: ["HTTPTesting"]),
         .executable(name: "pipelinectl", targets: ["pipelinectl"]),
     ],
     dependencies: [
@@ -168,6 +169,17 @@ let package = Package(
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOWebSocket", package: "swift-nio"),
             ]),
+        // A scriptable HTTP server for tests on Hummingbird (scripted answers per path: status,
+        // headers, body, redirects, hangs, trickled bodies; handlers for fake list APIs).
+        .target(
+            name: "HTTPTesting",
+            dependencies: [
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]),
 
         .executableTarget(
             name: "pipelinectl",
@@ -181,9 +193,9 @@ let package = Package(
                 "Workers",
                 "Thumbnails",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                // The sample server of `pipelinectl dev`.
+                .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOPosix", package: "swift-nio"),
-                .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Metrics", package: "swift-metrics"),
@@ -221,7 +233,8 @@ let package = Package(
         .testTarget(
             name: "IntegrationTests",
             dependencies: [
-                "Kafka", "Pipeline", "Console", "Operations", "Producers", "PipelineTesting", "SafeFetch", "Workers", "WorkersTesting",
+                "Kafka", "Pipeline", "Console", "Operations", "Producers", "PipelineTesting", "HTTPTesting", "SafeFetch", "Workers",
+                "WorkersTesting",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -260,9 +273,7 @@ let package = Package(
                 "PipelineTesting",
                 "Operations",
                 "Workers",
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOPosix", package: "swift-nio"),
-                .product(name: "NIOHTTP1", package: "swift-nio"),
+                "HTTPTesting",
             ]
         ),
         .testTarget(

@@ -7,6 +7,15 @@ import Synchronization
 /// A WebSocket server on 127.0.0.1 and a free port, for tests. Every connection runs the
 /// handler with a ``WebSocketTestPeer``; when the handler returns the TCP connection is closed
 /// without a close frame (a dropped connection, as the client sees it).
+///
+/// On NIO, not hummingbird-websocket (the HTTP test server is on Hummingbird): its handlers
+/// see data frames only. WSCore's inbound stream answers every ping with a pong and consumes
+/// pongs and close frames itself, and frames reach the handler unmasked, so a test could not
+/// script a server that reads the client's pings without answering them, check that they are
+/// masked, read the payload of the pong to its own ping, or read the code the client echoes
+/// in its close frame; and when a handler returns, WSCore sends a close frame and waits for
+/// the handshake, so a drop without a close frame cannot be scripted either (short of closing
+/// the raw channel behind WSCore's back).
 public final class WebSocketTestServer: Sendable {
     public let port: Int
     private let serverTask: Task<Void, Never>

@@ -1,9 +1,10 @@
 import Foundation
+import Hummingbird
+import Logging
 import NIOCore
-import NIOHTTP1
-import NIOPosix
 import Operations
 import Producers
+import ServiceLifecycle
 import Thumbnails
 import Workers
 
@@ -16,32 +17,47 @@ import Workers
 ///   `/upstream/products?page_no&items_per_page` (the open market, new era),
 ///   `/upstream/hangout/list/<page>` (Bappy), `/upstream/challenges/notstarted?lastId&pageSize`
 ///   (iGoMoney). Every list answer has an ETag; If-None-Match with it gets 304.
-/// Any other path is a 404.
+/// Any other path is a 404. The request target alone decides the answer, whatever the method.
 final class DevSampleServer: Sendable {
     static let port = 8089
     static let base = "http://127.0.0.1:\(port)"
-    private let channel: any Channel
     let names: Set<String>
     let catalogue: DevCatalogue
+    private let group: ServiceGroup
+    private let run: Task<Void, any Error>
 
+    /// Returns once the server is listening.
     init(imageList: String, catalogue: DevCatalogue) async throws {
         let text = (try? String(contentsOfFile: imageList, encoding: .utf8)) ?? ""
         let names = Set(text.split(whereSeparator: \.isNewline).map(String.init).filter { !$0.isEmpty })
         self.names = names
         self.catalogue = catalogue
-        do {
-            channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
-                .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
-                .childChannelInitializer { channel in
-                    channel.pipeline.configureHTTPServerPipeline().flatMap {
-                        channel.pipeline.addHandler(Handler(names: names, catalogue: catalogue))
-                    }
-                }
-                .bind(host: "127.0.0.1", port: Self.port).get()
-        } catch {
+        var logger = Logger(label: "dev-sample-server")
+        logger.logLevel = .warning  // dev says itself where the server is
+        // Nil once listening, or why the server stopped before.
+        let (started, starting) = AsyncStream.makeStream(of: (any Error)?.self)
+        let app = Application(
+            responder: SampleResponder(names: names, catalogue: catalogue),
+            configuration: ApplicationConfiguration(address: .hostname("127.0.0.1", port: Self.port), serverName: nil),
+            onServerRunning: { _ in starting.yield(nil) },
+            logger: logger)
+        let group = ServiceGroup(configuration: ServiceGroupConfiguration(services: [app], logger: logger))
+        let run = Task {
+            do {
+                try await group.run()
+                starting.yield(DevSampleServerError(description: "the server stopped before it was listening"))
+            } catch {
+                starting.yield(error)
+                throw error
+            }
+        }
+        var first = started.makeAsyncIterator()
+        if case .some(.some(let error)) = await first.next() {
             throw DevSampleServerError(
                 description: "cannot serve the samples on 127.0.0.1:\(Self.port) (the samples' image URLs point there): \(error)")
         }
+        self.group = group
+        self.run = run
     }
 
     /// The list URL a poller of `source` reads here.
@@ -54,59 +70,44 @@ final class DevSampleServer: Sendable {
         }
     }
 
-    func close() async { try? await channel.close() }
+    /// Stops listening and closes the connections once their answers are written.
+    func close() async {
+        await group.triggerGracefulShutdown()
+        try? await run.value
+    }
 
     struct DevSampleServerError: Error, CustomStringConvertible { var description: String }
 
-    private final class Handler: ChannelInboundHandler, Sendable {
-        typealias InboundIn = HTTPServerRequestPart
-        typealias OutboundOut = HTTPServerResponsePart
+    private struct SampleResponder: HTTPResponder {
         let names: Set<String>
         let catalogue: DevCatalogue
-        init(names: Set<String>, catalogue: DevCatalogue) {
-            self.names = names
-            self.catalogue = catalogue
-        }
 
-        func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-            guard case .head(let head) = unwrapInboundIn(data) else { return }
-            var status = HTTPResponseStatus.notFound
-            var headers = HTTPHeaders()
-            var body: [UInt8]?
-            if head.uri.hasPrefix("/upstream/") {
-                switch catalogue.page(uri: head.uri) {
+        func respond(to request: Request, context: BasicRequestContext) async throws -> Response {
+            let target = request.head.path ?? "/"
+            var headers = HTTPFields()
+            if target.hasPrefix("/upstream/") {
+                switch catalogue.page(uri: target) {
                 case .none:
-                    break
+                    return Response(status: .notFound)
                 case .some(.failure(let refusal)):
-                    status = .badRequest
-                    body = Array(#"{"status":400,"error":"Bad Request","message":"\#(refusal.message)"}"#.utf8)
-                    headers.add(name: "Content-Type", value: "application/json")
+                    headers[.contentType] = "application/json"
+                    let body = #"{"status":400,"error":"Bad Request","message":"\#(refusal.message)"}"#
+                    return Response(status: .badRequest, headers: headers, body: ResponseBody(byteBuffer: ByteBuffer(string: body)))
                 case .some(.success(let page)):
                     let etag = "\"\(ContentHash.hex(ContentHash.of(page)))\""
-                    headers.add(name: "ETag", value: etag)
-                    if head.headers.first(name: "If-None-Match") == etag {
-                        status = .notModified
-                    } else {
-                        status = .ok
-                        body = page
-                        headers.add(name: "Content-Type", value: "application/json")
-                    }
-                }
-            } else {
-                // /images/<name> (products, spending proofs) and /static-file/<name> (the meetup app's images).
-                let name =
-                    head.uri.hasPrefix("/images/") ? String(head.uri.dropFirst("/images/".count))
-                    : head.uri.hasPrefix("/static-file/") ? String(head.uri.dropFirst("/static-file/".count)) : ""
-                if names.contains(name) {
-                    body = SampleImage.png(named: name)
-                    status = .ok
-                    headers.add(name: "Content-Type", value: "image/png")
+                    headers[.eTag] = etag
+                    if request.headers[.ifNoneMatch] == etag { return Response(status: .notModified, headers: headers) }
+                    headers[.contentType] = "application/json"
+                    return Response(status: .ok, headers: headers, body: ResponseBody(byteBuffer: ByteBuffer(bytes: page)))
                 }
             }
-            headers.add(name: "Content-Length", value: String(body?.count ?? 0))
-            context.write(wrapOutboundOut(.head(HTTPResponseHead(version: head.version, status: status, headers: headers))), promise: nil)
-            if let body { context.write(wrapOutboundOut(.body(.byteBuffer(context.channel.allocator.buffer(bytes: body)))), promise: nil) }
-            context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
+            // /images/<name> (products, spending proofs) and /static-file/<name> (the meetup app's images).
+            let name =
+                target.hasPrefix("/images/") ? String(target.dropFirst("/images/".count))
+                : target.hasPrefix("/static-file/") ? String(target.dropFirst("/static-file/".count)) : ""
+            guard names.contains(name) else { return Response(status: .notFound) }
+            headers[.contentType] = "image/png"
+            return Response(status: .ok, headers: headers, body: ResponseBody(byteBuffer: ByteBuffer(bytes: SampleImage.png(named: name))))
         }
     }
 }

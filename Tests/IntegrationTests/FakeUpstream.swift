@@ -1,13 +1,10 @@
-// An upstream list API for the poller tests: a real HTTP/1.1 server on 127.0.0.1, port 0,
-// serving the open market's product list (new era, `page_no` / `items_per_page`) from a
-// catalogue the test changes. ETag and If-None-Match as a real server does them (304 when the
-// page is the same), and faults the test queues per page: a status, a malformed body, or no
-// answer at all. A new catalogue takes effect at the next request for page 1, so that one poll
-// never reads two versions.
-import Foundation
-import NIOCore
-import NIOHTTP1
-import NIOPosix
+// An upstream list API for the poller tests: a TestHTTPServer whose handler serves the open
+// market's product list (new era, `page_no` / `items_per_page`) from a catalogue the test
+// changes. ETag and If-None-Match as a real server does them (304 when the page is the same),
+// and faults the test queues per page: a status, a malformed body, or no answer at all. A new
+// catalogue takes effect at the next request for page 1, so that one poll never reads two
+// versions.
+import HTTPTesting
 import Synchronization
 
 final class FakeUpstream: Sendable {
@@ -34,31 +31,18 @@ final class FakeUpstream: Sendable {
         init(_ state: State) { self.state = Mutex(state) }
     }
 
+    static let path = "/api/products"
     private let store: Store
-    private let channel: any Channel
-    let port: Int
+    private let server: TestHTTPServer
 
     /// `catalogue`: the products' JSON objects, in listing order.
     init(catalogue: [String]) async throws {
         let store = Store(State(catalogue: catalogue))
         self.store = store
-        let respond: @Sendable (String, String?) -> (Int, [(String, String)], String)? = { uri, ifNoneMatch in
-            FakeUpstream.respond(store, uri: uri, ifNoneMatch: ifNoneMatch)
-        }
-        self.channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
-            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
-            .childChannelInitializer { channel in
-                channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.configureHTTPServerPipeline()
-                    try channel.pipeline.syncOperations.addHandler(Handler(respond: respond))
-                }
-            }
-            .bind(host: "127.0.0.1", port: 0)
-            .get()
-        self.port = channel.localAddress!.port!
+        self.server = try await TestHTTPServer(handlers: [Self.path: { FakeUpstream.respond(store, $0) }])
     }
 
-    var url: String { "http://127.0.0.1:\(port)/api/products" }
+    var url: String { server.baseURL + Self.path }
 
     /// The next request for page 1 starts serving `catalogue`.
     func publish(_ catalogue: [String]) { store.state.withLock { $0.pending = catalogue } }
@@ -68,15 +52,15 @@ final class FakeUpstream: Sendable {
 
     var requests: [Request] { store.state.withLock { $0.requests } }
 
-    func close() async throws { try await channel.close() }
+    func close() async throws { try await server.close() }
 
-    private static func respond(_ store: Store, uri: String, ifNoneMatch: String?) -> (Int, [(String, String)], String)? {
-        let query = URLComponents(string: uri)?.queryItems ?? []
-        let page = query.first { $0.name == "page_no" }?.value.flatMap(Int.init) ?? 1
-        let size = query.first { $0.name == "items_per_page" }?.value.flatMap(Int.init) ?? 20
+    private static func respond(_ store: Store, _ request: RecordedRequest) -> ScriptedResponse {
+        let page = request.query("page_no").flatMap(Int.init) ?? 1
+        let size = request.query("items_per_page").flatMap(Int.init) ?? 20
         // Refused like a server refuses a page number or size it cannot use (never a crash here).
-        guard page >= 1, size >= 1 else { return (400, [("Content-Type", "application/json")], #"{"error":"page_no and items_per_page must be at least 1"}"#) }
-        return store.state.withLock { s -> (Int, [(String, String)], String)? in
+        guard page >= 1, size >= 1 else { return .json(#"{"error":"page_no and items_per_page must be at least 1"}"#, status: .badRequest) }
+        let ifNoneMatch = request.header("If-None-Match")
+        return store.state.withLock { s -> ScriptedResponse in
             s.requests.append(Request(page: page, ifNoneMatch: ifNoneMatch))
             if page == 1, let next = s.pending {
                 s.catalogue = next
@@ -86,9 +70,9 @@ final class FakeUpstream: Sendable {
                 let fault = queued.removeFirst()
                 s.faults[page] = queued
                 switch fault {
-                case .status(let code): return (code, [], #"{"error":"injected"}"#)
-                case .body(let text): return (200, [("Content-Type", "application/json")], text)
-                case .hang: return nil
+                case .status(let code): return ScriptedResponse(status: .init(code: code), body: Array(#"{"error":"injected"}"#.utf8))
+                case .body(let text): return .json(text)
+                case .hang: return .hang
                 }
             }
             let total = s.catalogue.count
@@ -96,38 +80,8 @@ final class FakeUpstream: Sendable {
             let items = s.catalogue.dropFirst((page - 1) * size).prefix(size)
             let body = #"{"pageNo":\#(page),"itemsPerPage":\#(size),"totalCount":\#(total),"offset":\#((page - 1) * size),"limit":\#(size),"lastPage":\#(last),"hasNext":\#(page < last),"hasPrev":\#(page > 1),"pages":[\#(items.joined(separator: ","))]}"#
             let etag = "\"\(String(body.hashValue, radix: 16))\""
-            if ifNoneMatch == etag { return (304, [("ETag", etag)], "") }
-            return (200, [("Content-Type", "application/json"), ("ETag", etag)], body)
-        }
-    }
-
-    private final class Handler: ChannelInboundHandler {
-        typealias InboundIn = HTTPServerRequestPart
-        typealias OutboundOut = HTTPServerResponsePart
-
-        let respond: @Sendable (String, String?) -> (Int, [(String, String)], String)?
-        var head: HTTPRequestHead?
-
-        init(respond: @escaping @Sendable (String, String?) -> (Int, [(String, String)], String)?) {
-            self.respond = respond
-        }
-
-        func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-            switch unwrapInboundIn(data) {
-            case .head(let h):
-                head = h
-            case .body:
-                break
-            case .end:
-                guard let head, let (status, fields, body) = respond(head.uri, head.headers.first(name: "If-None-Match")) else { return }
-                var headers = HTTPHeaders(fields)
-                headers.add(name: "Content-Length", value: "\(body.utf8.count)")
-                context.write(wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: HTTPResponseStatus(statusCode: status), headers: headers))), promise: nil)
-                if !body.isEmpty {
-                    context.write(wrapOutboundOut(.body(.byteBuffer(context.channel.allocator.buffer(string: body)))), promise: nil)
-                }
-                context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
-            }
+            if ifNoneMatch == etag { return ScriptedResponse(status: .notModified, headers: [.eTag: etag]) }
+            return .json(body, headers: [.eTag: etag])
         }
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import HTTPTesting
 import Synchronization
 import Testing
 import Thumbnails
@@ -51,7 +52,7 @@ struct HTTPFetchTests {
 
     @Test("200 returns the body")
     func ok() async throws {
-        let server = try await TestHTTPServer(routes: ["/img": [.ok(image)]])
+        let server = try await TestHTTPServer(routes: ["/img": [.ok(image, contentType: "image/png")]])
         let fetched = try await SafeFetcher(configuration: testFetchConfiguration()).fetch(server.baseURL + "/img")
         #expect(fetched.bytes == image)
         #expect(fetched.contentType == "image/png")
@@ -72,7 +73,7 @@ struct HTTPFetchTests {
 
     @Test("503 then 200 succeeds after one retry")
     func retryAfter503() async throws {
-        let server = try await TestHTTPServer(routes: ["/flaky": [ScriptedResponse(status: .serviceUnavailable), .ok(image)]])
+        let server = try await TestHTTPServer(routes: ["/flaky": [.status(.serviceUnavailable), .ok(image, contentType: "image/png")]])
         let fetched = try await SafeFetcher(configuration: testFetchConfiguration()).fetch(server.baseURL + "/flaky")
         #expect(fetched.bytes == image)
         #expect(fetched.attempts == 2)
@@ -82,7 +83,7 @@ struct HTTPFetchTests {
 
     @Test("a 5xx that persists stops after maxAttempts")
     func retriesAreBounded() async throws {
-        let server = try await TestHTTPServer(routes: ["/down": [ScriptedResponse(status: .badGateway)]])
+        let server = try await TestHTTPServer(routes: ["/down": [.status(.badGateway)]])
         let fetcher = SafeFetcher(configuration: testFetchConfiguration())
         await expectFetchError({ $0 == .httpStatus(url: server.baseURL + "/down", status: 502) }) {
             try await fetcher.fetch(server.baseURL + "/down")
@@ -93,7 +94,7 @@ struct HTTPFetchTests {
 
     @Test("a read timeout is retried, then reported as timedOut")
     func readTimeout() async throws {
-        let server = try await TestHTTPServer(routes: ["/hang": [ScriptedResponse(status: .ok, hang: true)]])
+        let server = try await TestHTTPServer(routes: ["/hang": [.hang]])
         var configuration = testFetchConfiguration()
         configuration.readTimeout = .milliseconds(100)
         configuration.maxAttempts = 2
@@ -108,7 +109,7 @@ struct HTTPFetchTests {
     @Test("a body trickled a byte at a time is bounded by the attempt's time limit, not only its head")
     func trickledBodyTimesOut() async throws {
         // 80 bytes, one per 250 ms: 20 s in all, never silent for the 5 s read timeout.
-        let server = try await TestHTTPServer(routes: ["/slow": [ScriptedResponse(status: .ok, body: Array(repeating: 0x61, count: 80), trickle: .milliseconds(250))]])
+        let server = try await TestHTTPServer(routes: ["/slow": [.trickle(Array(repeating: 0x61, count: 80), every: .milliseconds(250))]])
         var configuration = testFetchConfiguration(maxAttempts: 1)
         configuration.readTimeout = .seconds(5)
         configuration.attemptTimeout = .seconds(1)
@@ -155,7 +156,7 @@ struct HTTPFetchTests {
 
     @Test("a host name is resolved once, checked, and the connection pinned to that address")
     func pinnedResolution() async throws {
-        let server = try await TestHTTPServer(routes: ["/img": [.ok(image)]])
+        let server = try await TestHTTPServer(routes: ["/img": [.ok(image, contentType: "image/png")]])
         // "images.invalid" cannot resolve through real DNS (.invalid is reserved), so a
         // successful fetch shows AsyncHTTPClient connected to the address the guard checked.
         let resolver = StubResolver(["images.invalid": ["127.0.0.1"]])
@@ -178,7 +179,7 @@ struct HTTPFetchTests {
 
     @Test("a relative redirect on an allowed host is followed")
     func redirectFollowed() async throws {
-        let server = try await TestHTTPServer(routes: ["/old": [.redirect(to: "/new")], "/new": [.ok(image)]])
+        let server = try await TestHTTPServer(routes: ["/old": [.redirect(to: "/new")], "/new": [.ok(image, contentType: "image/png")]])
         let fetched = try await SafeFetcher(configuration: testFetchConfiguration()).fetch(server.baseURL + "/old")
         #expect(fetched.bytes == image)
         #expect(fetched.finalURL == server.baseURL + "/new")
@@ -201,7 +202,7 @@ struct HTTPFetchTests {
 
     @Test("loopback is refused unless allow-listed, and nothing is sent")
     func loopbackRefusedByDefault() async throws {
-        let server = try await TestHTTPServer(routes: ["/img": [.ok(image)]])
+        let server = try await TestHTTPServer(routes: ["/img": [.ok(image, contentType: "image/png")]])
         let fetcher = SafeFetcher(configuration: testFetchConfiguration(allowLoopback: false))
         await expectFetchError({ $0 == .destinationNotAllowed(url: server.baseURL + "/img", address: "127.0.0.1") }) {
             try await fetcher.fetch(server.baseURL + "/img")
@@ -214,8 +215,8 @@ struct HTTPFetchTests {
     func sizeCap() async throws {
         let big = [UInt8](repeating: 1, count: 200_000)
         let server = try await TestHTTPServer(routes: [
-            "/declared": [.ok(big)],
-            "/chunked": [ScriptedResponse(status: .ok, body: big, chunked: true)],
+            "/declared": [.ok(big, contentType: "image/png")],
+            "/chunked": [.chunked(big)],
         ])
         let fetcher = SafeFetcher(configuration: testFetchConfiguration(maxBytes: 100_000))
         for path in ["/declared", "/chunked"] {

@@ -1,4 +1,5 @@
 import Foundation
+import HTTPTesting
 import Synchronization
 import Testing
 @testable import Thumbnails

@@ -1,4 +1,5 @@
 import Foundation
+import HTTPTesting
 import Testing
 import Pipeline
 import PipelineTesting
@@ -26,9 +27,9 @@ import Operations
             let image = Fixtures.jpeg(width: 40 + i, height: 30 + i % 17)
             switch kind {
             case .good: routes["/img/\(i).jpg"] = [.ok(image, contentType: "image/jpeg")]
-            case .slow: routes["/img/\(i).jpg"] = [ScriptedResponse(status: .ok, hang: true), .ok(image, contentType: "image/jpeg")]
+            case .slow: routes["/img/\(i).jpg"] = [.hang, .ok(image, contentType: "image/jpeg")]
             case .corrupt: routes["/img/\(i).jpg"] = [.ok(Array(image.prefix(image.count / 3)), contentType: "image/jpeg")]
-            case .bomb: routes["/img/\(i).jpg"] = [.ok(Fixtures.pngBomb())]
+            case .bomb: routes["/img/\(i).jpg"] = [.ok(Fixtures.pngBomb(), contentType: "image/png")]
             case .missing, .privateAddress: break
             }
         }
