@@ -53,12 +53,17 @@ let package = Package(
         // Pure stages: values in, values out. No Kafka, no sockets, no clocks.
         .target(name: "Workers"),
 
+        // Deadline: bounds work that may not end in time (a blocking librdkafka call, a
+        // trickled body, a blocked write), for the Kafka client and the fetchers alike.
+        .target(name: "Deadlines"),
+
         // SafeFetch: HTTP(S) and file reads from untrusted URLs (destination checks before any
         // connection, pinned addresses, re-checked redirects, size and time limits, retries);
         // used by the thumbnail fetcher and the upstream pollers.
         .target(
             name: "SafeFetch",
             dependencies: [
+                "Deadlines",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
@@ -70,6 +75,7 @@ let package = Package(
         .target(
             name: "Thumbnails",
             dependencies: [
+                "Deadlines",
                 "CVips",
                 "SafeFetch",
                 "Workers",
@@ -82,6 +88,7 @@ let package = Package(
         .target(
             name: "Kafka",
             dependencies: [
+                "Deadlines",
                 "CKafka",
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -91,6 +98,7 @@ let package = Package(
         .target(
             name: "Pipeline",
             dependencies: [
+                "Deadlines",
                 "Kafka",
                 "Workers",
                 .product(name: "Logging", package: "swift-log"),
@@ -109,6 +117,7 @@ let package = Package(
         .target(
             name: "Operations",
             dependencies: [
+                "Deadlines",
                 "Kafka",
                 "Workers",
                 .product(name: "Logging", package: "swift-log"),
@@ -184,6 +193,7 @@ let package = Package(
         .executableTarget(
             name: "pipelinectl",
             dependencies: [
+                "Deadlines",
                 "Kafka",
                 "Pipeline",
                 "Console",
@@ -224,6 +234,7 @@ let package = Package(
         .testTarget(
             name: "PipelineTests",
             dependencies: [
+                "Deadlines",
                 "Kafka", "Pipeline", "Operations", "PipelineTesting", "Workers", "WorkersTesting",
                 .product(name: "MetricsTestKit", package: "swift-metrics"),
             ]),
@@ -233,6 +244,7 @@ let package = Package(
         .testTarget(
             name: "IntegrationTests",
             dependencies: [
+                "Deadlines",
                 "Kafka", "Pipeline", "Console", "Operations", "Producers", "PipelineTesting", "HTTPTesting", "SafeFetch", "Workers",
                 "WorkersTesting",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),

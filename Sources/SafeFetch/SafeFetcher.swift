@@ -1,4 +1,5 @@
 import AsyncHTTPClient
+import Deadlines
 import Foundation
 import Logging
 import NIOCore
@@ -81,7 +82,7 @@ public struct SafeFetcher: Sendable {
     /// at a time keeps the read timeout from firing, not this one). Past the deadline the attempt
     /// is cancelled and left to end in the background; the caller gets `timedOut` at once.
     private func fetchOnce(_ start: URL, headers: [(String, String)], accept: String) async throws(FetchError) -> FetchedResponse {
-        let result = await TimeLimit.race(until: .now + configuration.attemptTimeout) { () async -> Result<FetchedResponse, FetchError> in
+        let result = await Deadline.race(until: .now + configuration.attemptTimeout) { () async -> Result<FetchedResponse, FetchError> in
             do throws(FetchError) {
                 return .success(try await self.fetchAttempt(start, headers: headers, accept: accept))
             } catch {

@@ -1,4 +1,5 @@
 import ArgumentParser
+import Deadlines
 import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking

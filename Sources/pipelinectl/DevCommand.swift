@@ -1,4 +1,5 @@
 import ArgumentParser
+import Deadlines
 import Dispatch
 import Foundation
 #if canImport(FoundationNetworking)

@@ -1,3 +1,4 @@
+import Deadlines
 import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking

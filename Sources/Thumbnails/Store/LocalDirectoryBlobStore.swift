@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import Deadlines
 import Dispatch
 import SafeFetch
 
@@ -56,7 +57,7 @@ public struct LocalDirectoryBlobStore: BlobStore {
                 }
             }
         }
-        guard let result = await TimeLimit.race(until: .now + timeout, write) else {
+        guard let result = await Deadline.race(until: .now + timeout, write) else {
             throw .timedOut(path: root + "/" + key, after: timeout)
         }
         try result.get()
