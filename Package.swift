@@ -36,6 +36,9 @@ let package = Package(
         .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
         // Already in the graph through hummingbird; named for its header field types.
         .package(url: "https://github.com/apple/swift-http-types", from: "1.8.0"),
+        // Already in the graph through hummingbird; named for the HTTP parts a console channel
+        // handler sees (NIOHTTPTypes).
+        .package(url: "https://github.com/apple/swift-nio-extras", from: "1.35.2"),
     ],
     targets: [
         // C modules: the only doors into C libraries.
@@ -152,6 +155,7 @@ let package = Package(
         .target(
             name: "Console",
             dependencies: [
+                .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
                 "Kafka",
                 "Pipeline",
                 "Operations",

@@ -13,9 +13,13 @@ import Synchronization
 public struct ConsoleSettings: Sendable {
     public var host = "127.0.0.1"
     public var port = 8090
-    /// Required when `host` is not a loopback address: every request then carries it, as
-    /// `Authorization: Bearer …` or the cookie `/login` sets.
-    public var token: String?
+    /// Tokens and their owners' roles, required when `host` is not a loopback address: every
+    /// request then carries one, as `Authorization: Bearer …` or the session cookie `/login` sets.
+    public var access = ConsoleAccess.open
+    /// How long a session `/login` starts lasts.
+    public var sessionLifetime: Duration = .seconds(12 * 3600)
+    /// A connection that sends nothing for this long (between requests, or within one) is closed.
+    public var idleTimeout: Duration = .seconds(15)
     /// The newest dead letters read per partition of each dead-letter topic.
     public var deadLettersPerPartition: Int64 = 10_000
     /// No actions: the redrive forms are not shown and their POSTs are refused.
@@ -59,6 +63,7 @@ public final class ConsoleService: Service, Sendable {
     let producers: ProducerSlot?
     /// The token every form carries (a POST without it is refused): random per process.
     let csrf: String
+    let sessions: Sessions
     let kafka: KafkaConfiguration
     let logger: Logger
     /// The port of each start of the server (port 0 picks a free one).
@@ -68,6 +73,7 @@ public final class ConsoleService: Service, Sendable {
 
     public init(settings: ConsoleSettings, state: ConsoleState, kafka: KafkaConfiguration, logger: Logger) throws {
         self.settings = settings
+        self.sessions = Sessions(lifetime: settings.sessionLifetime)
         self.state = state
         self.pages = ConsolePages(state: state)
         self.deadLetterTopics = Array(Set(state.topology.stages.map(\.deadLetterTopic))).sorted()
@@ -116,7 +122,7 @@ public final class ConsoleService: Service, Sendable {
         router.get("/stages/:name/reset") { request, context in await self.resetPage(context.parameters.get("name") ?? "", try Self.query(request), execute: false) }
         router.post("/stages/:name/reset") { request, context in
             let form = try await Self.form(request)
-            guard !self.settings.readOnly, ConstantTime.equal(Array((form["csrf"] ?? "").utf8), Array(self.csrf.utf8)) else { return self.refused() }
+            guard self.mayAct, ConstantTime.equal(Array((form["csrf"] ?? "").utf8), Array(self.csrf.utf8)) else { return self.refused() }
             return await self.resetPage(context.parameters.get("name") ?? "", form, execute: true)
         }
         router.post("/dead-letters/redrive/preview") { request, _ in try await self.redrive(request, execute: false) }
@@ -125,6 +131,7 @@ public final class ConsoleService: Service, Sendable {
         router.get("/static/console.js") { _, _ in Self.asset(Assets.js, type: "text/javascript; charset=utf-8") }
         router.get("/login") { _, _ in self.html(Self.loginPage(failed: false)) }
         router.post("/login") { request, _ in try await self.login(request) }
+        router.post("/logout") { request, _ in self.logout(request) }
         router.get("/healthz") { _, _ in Self.plain(200, "ok\n") }
         router.get("/favicon.ico") { _, _ in Response(status: .noContent, headers: Self.securityHeaders) }
 
@@ -132,9 +139,14 @@ public final class ConsoleService: Service, Sendable {
             do { try await redriveLog.ensure() } catch { logger.warning("cannot create the redrive log \(settings.auditTopic): \(error)") }
         }
         let responder = router.buildResponder()
-        let guarded = Guarded(inner: responder, token: settings.token.map { Array($0.utf8) }, hosts: HostPolicy(listening: settings.host, allowed: settings.allowedHosts))
+        let guarded = Guarded(inner: responder, access: settings.access, sessions: sessions, hosts: HostPolicy(listening: settings.host, allowed: settings.allowedHosts))
         let app = Application(
             responder: guarded,
+            // A refused request's connection is closed once it is answered; one that says nothing
+            // for `idleTimeout` (between requests, or in the middle of one) is closed too.
+            server: .http1(configuration: .init(
+                additionalChannelHandlers: [CloseAfterRefusal()], idleTimeout: .nanoseconds(Int64(settings.idleTimeout.components.seconds) * 1_000_000_000
+                    + settings.idleTimeout.components.attoseconds / 1_000_000_000))),
             configuration: ApplicationConfiguration(address: .hostname(settings.host, port: settings.port), serverName: nil),
             onServerRunning: { [self] channel in
                 let port = channel.localAddress?.port ?? settings.port
@@ -181,7 +193,7 @@ public final class ConsoleService: Service, Sendable {
     func deadLettersPage(_ query: [String: String]) async -> Response {
         let (entries, redrives, error) = await entries()
         return html(pages.deadLetters(entries, filter: DeadLetterSelection(query: query), redrives: redrives,
-                                      actions: settings.readOnly ? nil : csrf, readError: error))
+                                      actions: mayAct ? csrf : nil, readError: error))
     }
 
     func findPage(_ query: [String: String]) async -> Response {
@@ -217,7 +229,7 @@ public final class ConsoleService: Service, Sendable {
     /// POST from the dead-letters page (preview) or the preview (execute): the form carries the
     /// selection and the CSRF token; execute also carries the count previewed.
     func redrive(_ request: Request, execute: Bool) async throws -> Response {
-        guard !settings.readOnly, let producer = producers?.current() else { return refused() }
+        guard mayAct, let producer = producers?.current() else { return refused() }
         let form = try await Self.form(request)
         guard ConstantTime.equal(Array((form["csrf"] ?? "").utf8), Array(csrf.utf8)) else { return refused() }
         let expected = try execute ? form["expected"].map { try RequestParameters.number($0, name: "expected", 0...Int64.max, what: "a count") } : nil
@@ -235,31 +247,37 @@ public final class ConsoleService: Service, Sendable {
         let outcome = try await plan.execute(with: producer)
         let sentEntries = selected.filter { e in if case .send = DeadLetterRedrive.decide(e, maxRedrives: settings.maxRedrives) { true } else { false } }
         let record = RedriveRecord(
-            time: Self.now(), who: settings.token == nil ? "loopback" : "token holder", selection: selection, maxRedrives: settings.maxRedrives,
+            time: Self.now(), who: CurrentUser.user.name, selection: selection, maxRedrives: settings.maxRedrives,
             sent: outcome.sent, failed: outcome.failed.count, exhausted: plan.exhausted.count, redriven: sentEntries)
         try await redriveLog.append(record, with: producer)
         cache.withLock { $0 = nil }
-        logger.notice("redrive", metadata: ["selection": "\(selection.flags)", "sent": "\(outcome.sent)", "failed": "\(outcome.failed.count)"])
+        logger.notice("redrive", metadata: ["who": "\(CurrentUser.user.name)", "selection": "\(selection.flags)", "sent": "\(outcome.sent)", "failed": "\(outcome.failed.count)"])
         return html(pages.redriveDone(record))
     }
 
     /// 400 for a parameter a route cannot take, with the reason.
     static func badRequest(_ error: BadParameter) -> Response {
         var fields = securityHeaders
+        fields[.connection] = "close"
         fields[.contentType] = "text/html; charset=utf-8"
         let page = HTML.page(title: "Bad request", nav: "", body: "<h1>Bad request</h1><p class=\"error\">\(HTML.text(error.description))</p><p><a href=\"/\">stages</a></p>")
         return Response(status: .badRequest, headers: fields, body: ResponseBody(byteBuffer: ByteBuffer(string: page)))
     }
 
+    /// Whether the request being answered may change anything: not with --read-only, not as a viewer.
+    var mayAct: Bool { !settings.readOnly && CurrentUser.user.role == .operator }
+
     func refused() -> Response {
-        html(HTML.page(title: "Refused", nav: "", body: "<h1>Refused</h1><p>The console is read-only, or the form is not one this console served (CSRF token missing or stale): open the page again.</p>"), status: 403)
+        var response = html(HTML.page(title: "Refused", nav: "", body: "<h1>Refused</h1><p>The console is read-only, your token's role is viewer, or the form is not one this console served (CSRF token missing or stale): open the page again.</p>"), status: 403)
+        response.headers[.connection] = "close"
+        return response
     }
 
     /// The reset page: the form; with a target, the diff (`execute`: commit it if the plan is
     /// still the one shown, else show the new one).
     func resetPage(_ name: String, _ values: [String: String], execute: Bool) async -> Response {
         guard let stage = state.row(name) else { return html(notFound("no stage \(name)"), status: 404) }
-        let csrf = settings.readOnly ? nil : csrf
+        let csrf = mayAct ? csrf : nil
         guard let to = values["to"] else {
             return html(pages.reset(stage: stage, request: values, prepared: nil, error: nil, csrf: csrf, done: false))
         }
@@ -294,7 +312,7 @@ public final class ConsoleService: Service, Sendable {
                 return html(pages.reset(stage: stage, request: values, prepared: prepared, error: "The offsets changed since the diff was shown: nothing was committed. Check this diff.", csrf: csrf, done: false), status: 409)
             }
             try await prepared.execute(admin: admin)
-            logger.notice("offsets reset", metadata: ["group": "\(stage.group)", "topic": "\(topic)", "plan": "\(fingerprint)"])
+            logger.notice("offsets reset", metadata: ["who": "\(CurrentUser.user.name)", "group": "\(stage.group)", "topic": "\(topic)", "plan": "\(fingerprint)"])
             return html(pages.reset(stage: stage, request: values, prepared: prepared, error: nil, csrf: csrf, done: true))
         } catch {
             return html(pages.reset(stage: stage, request: values, prepared: nil, error: "\(error)", csrf: csrf, done: false), status: 409)
@@ -347,20 +365,31 @@ public final class ConsoleService: Service, Sendable {
 
     static func loginPage(failed: Bool) -> String {
         HTML.page(title: "Sign in", nav: "", body: """
-            <h1>Sign in</h1>\(failed ? "<p class=\"error\">That is not the console's token.</p>" : "")
+            <h1>Sign in</h1>\(failed ? "<p class=\"error\">That is not one of the console's tokens.</p>" : "")
             <form method="post" action="/login"><label>Token <input type="password" name="token" autocomplete="current-password"></label> \
             <button type="submit">Sign in</button></form>
             """)
     }
 
+    /// Starts a session for the token's owner (a random identifier in the cookie, nothing of the token).
     func login(_ request: Request) async throws -> Response {
         let presented = try await Self.form(request)["token"] ?? ""
-        guard let token = settings.token, ConstantTime.equal(Array(presented.utf8), Array(token.utf8)) else {
-            return html(Self.loginPage(failed: settings.token != nil), status: settings.token == nil ? 404 : 401)
+        guard settings.access.requiresToken, let user = settings.access.user(presenting: Array(presented.utf8)) else {
+            return html(Self.loginPage(failed: settings.access.requiresToken), status: settings.access.requiresToken ? 401 : 404)
         }
         var fields = Self.securityHeaders
         fields[.location] = "/"
-        fields[.setCookie] = "\(SessionCookie.name)=\(SessionCookie.value(Array(token.utf8))); HttpOnly; SameSite=Strict; Path=/"
+        fields[.setCookie] = sessions.setCookie(sessions.start(user))
+        logger.info("signed in", metadata: ["who": "\(user.name)", "role": "\(user.role.rawValue)"])
+        return Response(status: .seeOther, headers: fields)
+    }
+
+    /// Ends the request's session (its cookie is then refused, also if kept) and clears the cookie.
+    func logout(_ request: Request) -> Response {
+        if let id = Sessions.id(inCookies: request.headers[.cookie]) { sessions.end(id) }
+        var fields = Self.securityHeaders
+        fields[.location] = settings.access.requiresToken ? "/login" : "/"
+        fields[.setCookie] = Sessions.clearCookie
         return Response(status: .seeOther, headers: fields)
     }
 
@@ -379,23 +408,16 @@ public final class ConsoleService: Service, Sendable {
         return Response(status: .ok, headers: fields, body: ResponseBody(byteBuffer: ByteBuffer(string: text)))
     }
 
+    /// A refusal in plain text; the connection is closed once it is written.
+    static func refusal(_ status: Int, _ text: String) -> Response {
+        var response = plain(status, text)
+        response.headers[.connection] = "close"
+        return response
+    }
+
     static func plain(_ status: Int, _ text: String) -> Response {
         var fields = securityHeaders
         fields[.contentType] = "text/plain; charset=utf-8"
         return Response(status: HTTPResponse.Status(code: status), headers: fields, body: ResponseBody(byteBuffer: ByteBuffer(string: text)))
-    }
-}
-
-/// The cookie `/login` sets: a digest of the token rather than the token, HttpOnly, SameSite=Strict.
-enum SessionCookie {
-    static let name = "pipeline_console"
-
-    static func value(_ token: [UInt8]) -> String {
-        var a: UInt64 = 0xcbf2_9ce4_8422_2325, b: UInt64 = 0x8422_2325_cbf2_9ce4
-        for byte in token + Array("pipeline-console".utf8) {
-            a = (a ^ UInt64(byte)) &* 0x0000_0100_0000_01B3
-            b = (b ^ UInt64(byte) ^ (a >> 29)) &* 0x0000_0100_0000_01B3
-        }
-        return String(a, radix: 16) + String(b, radix: 16)
     }
 }

@@ -38,12 +38,18 @@ public enum HTML {
         let links = [("/", "Stages"), ("/workers", "Workers"), ("/dead-letters", "Dead letters"), ("/redrives", "Redrives"), ("/find", "Find a message")].map { href, name in
             "<a href=\"\(href)\"\(href == nav ? " class=\"current\"" : "")>\(name)</a>"
         }.joined(separator: " ")
+        // Signed in with a token: who, as what, and the way out.
+        let user = CurrentUser.user
+        let who = user == .loopback ? "" : """
+             <span class="who">\(text(user.name)) (\(user.role.rawValue))</span> \
+            <form method="post" action="/logout" class="signout"><button type="submit">Sign out</button></form>
+            """
         return """
             <!doctype html>
             <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
             <title>\(text(title)) · pipeline console</title>
             <link rel="stylesheet" href="/static/console.css"><script src="/static/console.js" defer></script></head>
-            <body\(live.map { " data-live=\"\(text($0))\"" } ?? "")><header><strong>pipeline console</strong> <nav>\(links)</nav></header>
+            <body\(live.map { " data-live=\"\(text($0))\"" } ?? "")><header><strong>pipeline console</strong> <nav>\(links)</nav>\(who)</header>
             <main>\(body)</main></body></html>
             """
     }

@@ -8,7 +8,8 @@ import Workers
 /// leave out of the next preview) the dead letters it sent back.
 public struct RedriveRecord: Sendable, Codable, Hashable {
     public var time: Int64
-    /// How the operator was authenticated ("token holder" or "loopback").
+    /// Who redrove: the name of the token's owner (`--tokens-file`), "token holder" (one token)
+    /// or "loopback" (a console without tokens).
     public var who: String
     public var stage: String
     public var reason: String

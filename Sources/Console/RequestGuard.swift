@@ -2,6 +2,7 @@ import Foundation
 import HTTPTypes
 import Hummingbird
 import NIOCore
+import NIOHTTPTypes
 import Operations
 
 /// Which names a request may carry in `Host`, against DNS rebinding: a page of another site
@@ -129,20 +130,23 @@ enum SameOrigin {
 /// 1. `Host` must be one of the console's names (``HostPolicy``), or 421;
 /// 2. a state change (anything but GET and HEAD) must come from the console's own pages
 ///    (``SameOrigin``), or 403;
-/// 3. with a token, every request but `/login`, the static files, `/healthz` and the icon must
-///    carry it (`Authorization: Bearer TOKEN`, or the cookie `/login` sets): a page request
-///    without it is sent to `/login`, anything else gets 401.
-/// A parameter a route cannot take (``BadParameter``) is answered 400 with the reason.
+/// 3. with tokens, every request but `/login`, `/logout`, the static files, `/healthz` and the
+///    icon must carry one (`Authorization: Bearer TOKEN`, or the session cookie `/login` sets):
+///    a page request without it is sent to `/login`, anything else gets 401;
+/// 4. a state change by a viewer (``ConsoleAccess/Role/viewer``) is refused with 403.
+/// The routes run as the token's owner (``CurrentUser``; "loopback" without tokens). A
+/// parameter a route cannot take (``BadParameter``) is answered 400 with the reason.
 struct Guarded<Inner: HTTPResponder>: HTTPResponder where Inner.Context == BasicRequestContext {
     typealias Context = BasicRequestContext
     let inner: Inner
-    let token: [UInt8]?
+    let access: ConsoleAccess
+    let sessions: Sessions
     let hosts: HostPolicy
 
     func respond(to request: Request, context: Context) async throws -> Response {
         guard hosts.allows(authority: request.head.authority) else {
             let host = request.head.authority.map { "'\($0)'" } ?? "missing"
-            return ConsoleService.plain(421, """
+            return ConsoleService.refusal(421, """
                 Refused: the Host \(host) is not a name of this console. A page of another site can reach a console \
                 on this machine under a name of its own (DNS rebinding), so only localhost, the loopback addresses, the \
                 address the console listens on and the names given with --allowed-host are answered. If this is how you \
@@ -150,42 +154,76 @@ struct Guarded<Inner: HTTPResponder>: HTTPResponder where Inner.Context == Basic
 
                 """)
         }
-        if request.method != .get, request.method != .head, let problem = SameOrigin.problem(request.head) {
-            return ConsoleService.plain(403, """
+        let changes = request.method != .get && request.method != .head
+        if changes, let problem = SameOrigin.problem(request.head) {
+            return ConsoleService.refusal(403, """
                 Refused: a cross-site request (\(problem)). The console takes state changes only from its own pages: \
                 open it at its own address and submit the form there.
 
                 """)
         }
         do {
-            guard let token else { return try await inner.respond(to: request, context: context) }
-            return try await authorized(request, context: context, token: token)
+            let path = request.uri.path
+            guard access.requiresToken, !TokenFree.paths.contains(path), !path.hasPrefix("/static/") else {
+                return try await inner.respond(to: request, context: context)
+            }
+            guard let user = user(of: request) else { return Self.unauthorized(request) }
+            if changes, user.role == .viewer {
+                return ConsoleService.refusal(403, """
+                    Refused: \(user.name)'s token is a viewer's; redrives and offset resets need an operator's token.
+
+                    """)
+            }
+            return try await CurrentUser.$user.withValue(user) { try await inner.respond(to: request, context: context) }
         } catch let error as BadParameter {
             return ConsoleService.badRequest(error)
         }
     }
 
-    private func authorized(_ request: Request, context: Context, token: [UInt8]) async throws -> Response {
-        let path = request.uri.path
-        if path == "/login" || path == "/healthz" || path == "/favicon.ico" || path.hasPrefix("/static/") { return try await inner.respond(to: request, context: context) }
-        if let authorization = request.headers[.authorization], authorization.hasPrefix("Bearer "),
-            ConstantTime.equal(Array(authorization.dropFirst("Bearer ".count).utf8), token)
-        {
-            return try await inner.respond(to: request, context: context)
+
+    /// The owner of the request's bearer token or session, if any.
+    private func user(of request: Request) -> ConsoleAccess.User? {
+        if let authorization = request.headers[.authorization], authorization.hasPrefix("Bearer ") {
+            return access.user(presenting: Array(authorization.dropFirst("Bearer ".count).utf8))
         }
-        let expected = Array(SessionCookie.value(token).utf8)
-        for cookie in (request.headers[.cookie] ?? "").split(separator: ";") {
-            let parts = cookie.trimmingCharacters(in: .whitespaces).split(separator: "=", maxSplits: 1).map(String.init)
-            if parts.count == 2, parts[0] == SessionCookie.name, ConstantTime.equal(Array(parts[1].utf8), expected) {
-                return try await inner.respond(to: request, context: context)
-            }
-        }
+        return Sessions.id(inCookies: request.headers[.cookie]).flatMap { sessions.user($0) }
+    }
+
+    private static func unauthorized(_ request: Request) -> Response {
         var fields = ConsoleService.securityHeaders
-        if request.method == .get, !path.hasPrefix("/api/") {
+        if request.method == .get, !request.uri.path.hasPrefix("/api/") {
             fields[.location] = "/login"
             return Response(status: .seeOther, headers: fields)
         }
         fields[.wwwAuthenticate] = #"Bearer realm="console""#
+        fields[.connection] = "close"
         return Response(status: .unauthorized, headers: fields)
+    }
+}
+
+/// Paths answered without a token (besides the static files).
+enum TokenFree {
+    static let paths: Set<String> = ["/login", "/logout", "/healthz", "/favicon.ico"]
+}
+
+/// Closes a connection once a response that says `Connection: close` (a refusal, a bad
+/// request) is written, instead of waiting for the rest of what the client sends (a refused
+/// body, the next request).
+final class CloseAfterRefusal: ChannelOutboundHandler, RemovableChannelHandler {
+    typealias OutboundIn = HTTPResponsePart
+    typealias OutboundOut = HTTPResponsePart
+    private var closing = false
+
+    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        switch unwrapOutboundIn(data) {
+        case .head(let head):
+            if head.headerFields[.connection] == "close" { closing = true }
+            context.write(data, promise: promise)
+        case .end where closing:
+            context.writeAndFlush(data, promise: promise)
+            context.close(promise: nil)
+        default:
+            context.write(data, promise: promise)
+        }
     }
 }

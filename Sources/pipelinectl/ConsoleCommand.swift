@@ -29,10 +29,14 @@ struct ConsoleCommand: AsyncParsableCommand {
             actions. The overview updates itself every 5 s, but not while \
             text is selected or a form is in use.
 
-            It listens on 127.0.0.1 by default. Listening elsewhere needs a token, from \
-            --token-file or $PIPELINE_CONSOLE_TOKEN (never a flag): requests then carry it as \
-            `Authorization: Bearer TOKEN` or sign in once at /login (an HttpOnly, SameSite=Strict \
-            cookie). Every page is sent with a strict Content-Security-Policy.
+            It listens on 127.0.0.1 by default. Listening elsewhere needs tokens (never a flag): \
+            named ones with roles from --tokens-file (lines `name: token role`, role viewer or \
+            operator; a viewer sees every page and can act on none), or one operator token from \
+            --token-file or $PIPELINE_CONSOLE_TOKEN. Requests then carry a token as \
+            `Authorization: Bearer TOKEN` or sign in at /login (a session of 12 hours in an \
+            HttpOnly, SameSite=Strict cookie that holds nothing of the token; Sign out ends it). \
+            The redrive log and the log name the token's owner. Every page is sent with a strict \
+            Content-Security-Policy.
 
             Only requests whose Host is localhost, a loopback address, the --listen address or a \
             name given with --allowed-host are answered (421 otherwise: DNS rebinding). A form \
@@ -54,6 +58,8 @@ struct ConsoleCommand: AsyncParsableCommand {
     @Option(help: "Where to listen (host:port; port 0 picks a free one, logged at start).") var listen = "127.0.0.1:8090"
     @Option(help: "The token file (one line) required when --listen is not a loopback address. Default: $PIPELINE_CONSOLE_TOKEN.")
     var tokenFile: String?
+    @Option(help: "Named tokens with roles, one per line: `name: token role` (viewer or operator). Instead of --token-file.")
+    var tokensFile: String?
     @Option(name: .customLong("allowed-host"), help: ArgumentHelp(
         "A name or address the console is reached by, besides localhost, the loopback addresses and --listen's (repeatable).",
         valueName: "name"))
@@ -91,10 +97,20 @@ struct ConsoleCommand: AsyncParsableCommand {
         return nil
     }
 
+    /// Who may use the console: `--tokens-file`, else the one token, else nobody needs one.
+    func access() throws -> ConsoleAccess {
+        if let tokensFile {
+            guard tokenFile == nil else { throw ValidationError("--tokens-file and --token-file: give one of them") }
+            guard let text = try? String(contentsOfFile: tokensFile, encoding: .utf8) else { throw ValidationError("--tokens-file: cannot read '\(tokensFile)'") }
+            do { return try ConsoleAccess.parse(tokensFile: text, source: tokensFile) } catch { throw ValidationError("--tokens-file: \(error.description)") }
+        }
+        return try token().map { ConsoleAccess.single($0) } ?? .open
+    }
+
     func validate() throws {
         let (host, _) = try listenAddress()
-        if try token() == nil, !ConsoleSettings.isLoopback(host) {
-            throw ValidationError("--listen \(listen) is not a loopback address: give a token with --token-file or PIPELINE_CONSOLE_TOKEN (never a flag), or listen on 127.0.0.1")
+        if try !access().requiresToken, !ConsoleSettings.isLoopback(host) {
+            throw ValidationError("--listen \(listen) is not a loopback address: give tokens with --tokens-file, --token-file or PIPELINE_CONSOLE_TOKEN (never a flag), or listen on 127.0.0.1")
         }
         for name in allowedHosts where HostPolicy.normalize(name) == nil {
             throw ValidationError("--allowed-host: '\(name)' is not a host name or an IP address (no scheme, port or path), e.g. console.example.org")
@@ -113,7 +129,7 @@ struct ConsoleCommand: AsyncParsableCommand {
         let endpoint = try metricsEndpoint(metricsAddress, health: state, logger: logger)
         var settings = ConsoleSettings()
         (settings.host, settings.port) = try listenAddress()
-        settings.token = try token()
+        settings.access = try access()
         settings.allowedHosts = allowedHosts
         settings.deadLettersPerPartition = Int64(deadLettersPerPartition)
         settings.readOnly = readOnly

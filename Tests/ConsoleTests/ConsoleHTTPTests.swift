@@ -1,4 +1,7 @@
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 import HTTPTypes
 import HummingbirdTesting
 import Kafka
@@ -31,7 +34,8 @@ struct ConsoleUnderTest {
 
     /// Runs `body` against a console started for it, then stops the console.
     static func with(
-        token: String? = nil, allowedHosts: [String] = [], _ body: (ConsoleUnderTest) async throws -> Void
+        token: String? = nil, access: ConsoleAccess? = nil, allowedHosts: [String] = [], idleTimeout: Duration = .seconds(15),
+        _ body: (ConsoleUnderTest) async throws -> Void
     ) async throws {
         let mock = try KafkaMockCluster(brokers: 1)
         for (topic, partitions) in [("prices.raw", 2), ("prices.ticks", 1), ("pipeline.dead-letters", 1), ("pipeline.console.redrives", 1)] {
@@ -51,8 +55,9 @@ struct ConsoleUnderTest {
 
         var settings = ConsoleSettings()
         settings.port = 0
-        settings.token = token
+        settings.access = access ?? token.map { ConsoleAccess.single($0) } ?? .open
         settings.allowedHosts = allowedHosts
+        settings.idleTimeout = idleTimeout
         var logger = Logger(label: "console-under-test")
         logger.logLevel = .warning
         let service = try ConsoleService(settings: settings, state: ConsoleState(topology: topology), kafka: kafka, logger: logger)
@@ -326,6 +331,111 @@ struct ConsoleUnderTest {
             // Reads are not state changes: a GET from another site is answered (the CSP and
             // the browser's same-origin policy keep its answer from that site).
             #expect(try await console.request(.get, "/healthz", headers: [HTTPField.Name("Sec-Fetch-Site")!: "cross-site"]).status == 200)
+        }
+    }
+
+    /// Named tokens: each request acts as its token's owner. A viewer sees the pages and can
+    /// change nothing; an operator's redrive is recorded under the operator's name. A sign-in
+    /// starts a session whose cookie holds nothing of the token and differs per sign-in; signing
+    /// out ends it, so the same cookie is refused afterwards.
+    @Test func namedTokensActAsTheirOwnersAndViewersCannotAct() async throws {
+        let alice = "alice-token-0123456789", bob = "bob-token-01234567890"
+        let access = try ConsoleAccess.parse(tokensFile: "alice: \(alice) operator\nbob: \(bob) viewer\n", source: "tokens")
+        try await Console.with(access: access) { console in
+            let own: HTTPFields = [.origin: "http://\(console.own)"]
+            func bearer(_ token: String) -> HTTPFields {
+                var fields = own
+                fields[.authorization] = "Bearer \(token)"
+                return fields
+            }
+            let page = try await console.request(.get, "/", headers: bearer(bob))
+            #expect(page.status == 200 && page.body.contains("bob (viewer)"), "\(page.status)")
+            for (path, form) in [
+                ("/dead-letters/redrive/preview", "csrf=\(console.csrf)"),
+                ("/dead-letters/redrive", "csrf=\(console.csrf)&expected=0"),
+                ("/stages/prices-decode/reset", "csrf=\(console.csrf)&topic=prices.raw&to=earliest"),
+            ] {
+                let refused = try await console.request(.post, path, headers: bearer(bob), form: form)
+                #expect(refused.status == 403 && refused.text.contains("bob's token is a viewer's"), "\(path) → \(refused.status)")
+            }
+            #expect(try await console.request(.post, "/dead-letters/redrive/preview", headers: bearer(alice), form: "csrf=\(console.csrf)").status == 200)
+            let done = try await console.request(.post, "/dead-letters/redrive", headers: bearer(alice), form: "csrf=\(console.csrf)&expected=0")
+            #expect(done.status == 200, "\(done.status): \(done.body.prefix(300))")
+            let log = try await console.request(.get, "/redrives", headers: bearer(bob))
+            #expect(log.body.contains("<td>alice</td>"), "the redrive log names the token's owner")
+
+            // Sessions.
+            func signIn(_ token: String) async throws -> String {
+                let answer = try await console.request(.post, "/login", headers: own, form: "token=\(token)")
+                #expect(answer.status == 303)
+                let cookie = try #require(answer.headers[.setCookie])
+                #expect(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict") && cookie.contains("Max-Age="))
+                return String(try #require(cookie.split(separator: ";").first))
+            }
+            let first = try await signIn(alice), second = try await signIn(alice)
+            #expect(first != second, "each sign-in gets a session of its own")
+            #expect(!first.contains(alice) && !first.contains("alice"), "the cookie holds nothing of the token or the name: \(first)")
+            var withCookie = own
+            withCookie[.cookie] = first
+            #expect(try await console.request(.get, "/", headers: withCookie).body.contains("alice (operator)"))
+            let out = try await console.request(.post, "/logout", headers: withCookie)
+            #expect(out.status == 303 && out.headers[.location] == "/login" && out.headers[.setCookie]?.contains("Max-Age=0") == true)
+            let after = try await console.request(.get, "/", headers: withCookie)
+            #expect(after.status == 303 && after.headers[.location] == "/login", "a signed-out session's cookie is refused")
+            withCookie[.cookie] = second
+            #expect(try await console.request(.get, "/", headers: withCookie).status == 200, "the other session goes on")
+        }
+    }
+
+    /// Sends `text` on a connection of its own and reads until the console closes it or
+    /// `limit` passes: what came back, and whether and when it closed.
+    static func raw(port: Int, _ text: String, limit: Int = 10) -> (answer: String, closedAfter: Duration?) {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard connected == 0 else { return ("connect failed", nil) }
+        var timeout = timeval(tv_sec: limit, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        let start = ContinuousClock.now
+        _ = text.withCString { send(fd, $0, strlen($0), 0) }
+        var answer: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let n = recv(fd, &buffer, buffer.count, 0)
+            if n == 0 { return (String(decoding: answer, as: UTF8.self), ContinuousClock.now - start) }
+            if n < 0 { return (String(decoding: answer, as: UTF8.self), nil) }
+            answer += buffer[0..<n]
+        }
+    }
+
+    /// A refused or bad request is answered at once and its connection closed then, whatever
+    /// the client still sends or withholds; a connection that goes silent in the middle of a
+    /// request is closed after the idle timeout (2 s here), not held for good.
+    @Test func refusedAndSilentConnectionsAreClosed() async throws {
+        try await Console.with(token: "console-token-0123456789", idleTimeout: .seconds(2)) { console in
+            let port = console.port
+            let refusals = [
+                ("GET / HTTP/1.1\r\nHost: rebind.attacker.example\r\n\r\n", "421"),
+                ("GET / HTTP/1.1\r\n\r\n", "421"),
+                ("POST /dead-letters/redrive HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: https://evil.example\r\nContent-Length: 500\r\n\r\nab", "403"),
+                ("GET /api/stages HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", "401"),
+                ("GET /dead-letters/0/abc HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer console-token-0123456789\r\n\r\n", "400"),
+                ("GARBAGE\r\n\r\n", "400"),
+            ]
+            for (request, status) in refusals {
+                let (answer, closed) = Self.raw(port: port, request)
+                #expect(answer.hasPrefix("HTTP/1.1 \(status)"), "\(request.debugDescription): \(answer.prefix(80))")
+                #expect(closed.map { $0 < .seconds(1) } == true, "\(request.debugDescription) closed after \(closed.map { "\($0)" } ?? "more than 10 s")")
+            }
+            // A body announced and never sent: closed by the idle timeout.
+            let (_, silent) = Self.raw(port: port, "POST /login HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\nabc")
+            #expect(silent.map { $0 >= .seconds(2) && $0 < .seconds(8) } == true, "a silent request body closed after \(silent.map { "\($0)" } ?? "more than 10 s")")
         }
     }
 }

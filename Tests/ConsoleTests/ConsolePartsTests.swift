@@ -157,7 +157,52 @@ import Workers
     @Test func onlyLoopbackListensWithoutAToken() {
         #expect(ConsoleSettings.isLoopback("127.0.0.1") && ConsoleSettings.isLoopback("localhost") && ConsoleSettings.isLoopback("::1"))
         #expect(!ConsoleSettings.isLoopback("0.0.0.0") && !ConsoleSettings.isLoopback("10.0.0.5"))
-        #expect(SessionCookie.value(Array("a-token-of-16-chars".utf8)) != "a-token-of-16-chars", "the cookie is not the token")
+    }
+
+    /// A tokens file is `name: token role` per line; every mistake is refused with its line.
+    @Test func aTokensFileNamesEachTokensOwnerAndRole() throws {
+        let access = try ConsoleAccess.parse(tokensFile: """
+            # who may use the console
+            alice: alice-token-0123456789 operator
+
+            bob:   bob-token-01234567890   viewer
+            """, source: "tokens")
+        #expect(access.user(presenting: Array("alice-token-0123456789".utf8)) == ConsoleAccess.User(name: "alice", role: .operator))
+        #expect(access.user(presenting: Array("bob-token-01234567890".utf8)) == ConsoleAccess.User(name: "bob", role: .viewer))
+        #expect(access.user(presenting: Array("bob-token-0123456789".utf8)) == nil)
+        for (text, says) in [
+            ("alice alice-token-0123456789 operator", "tokens:1: expected `name: token role`"),
+            ("alice: short operator", "tokens:1: the token of 'alice' is shorter than 16"),
+            ("alice: alice-token-0123456789 admin", "tokens:1: the role of 'alice' is 'admin'"),
+            ("alice: alice-token-0123456789", "tokens:1: expected `alice: token role`"),
+            ("al ice: alice-token-0123456789 viewer", "tokens:1: the name 'al ice'"),
+            ("\nalice: alice-token-0123456789 viewer\nalice: other-token-0123456789 viewer", "tokens:3: 'alice' is named twice"),
+            ("a: same-token-0123456789 viewer\nb: same-token-0123456789 viewer", "tokens:2: the token of 'b' is another name's too"),
+            ("loopback: alice-token-0123456789 viewer", "tokens:1: 'loopback'"),
+            ("# nothing\n", "tokens: no token in it"),
+        ] {
+            #expect(throws: ConsoleAccess.AccessError.self) { try ConsoleAccess.parse(tokensFile: text, source: "tokens") }
+            do {
+                _ = try ConsoleAccess.parse(tokensFile: text, source: "tokens")
+            } catch {
+                #expect(error.description.hasPrefix(says), "\(error.description)")
+            }
+        }
+    }
+
+    /// A session is a random identifier, unrelated to the token, that ends with its lifetime or
+    /// with a sign-out.
+    @Test func sessionsAreRandomExpireAndEnd() {
+        let sessions = Sessions(lifetime: .seconds(60))
+        let alice = ConsoleAccess.User(name: "alice", role: .operator)
+        let now = ContinuousClock.now
+        let first = sessions.start(alice, now: now), second = sessions.start(alice, now: now)
+        #expect(first != second && first.count == 64, "two sign-ins, two random identifiers")
+        #expect(sessions.user(first, now: now + .seconds(59)) == alice)
+        #expect(sessions.user(first, now: now + .seconds(61)) == nil, "expired")
+        sessions.end(second)
+        #expect(sessions.user(second, now: now) == nil, "signed out")
+        #expect(sessions.setCookie(first).contains("HttpOnly; SameSite=Strict; Path=/; Max-Age=60"))
     }
 
     @Test func hostsAreTheConsolesOwnNamesOnly() {

@@ -155,7 +155,12 @@ import Operations
         #expect(message(poll + ["--allow-network", "10.0.0.0/40"]).contains("--allow-network: '10.0.0.0/40' is not a network"))
         #expect(message(poll + ["--json"]).contains("--json prints the summary of --once"))
         #expect(message(poll + ["--page-size", "0"]).contains("--page-size must be positive"))
-        #expect(message(["console", "--listen", "0.0.0.0:8090"] + b).contains("is not a loopback address: give a token with --token-file or PIPELINE_CONSOLE_TOKEN"))
+        #expect(message(["console", "--listen", "0.0.0.0:8090"] + b).contains("is not a loopback address: give tokens with --tokens-file, --token-file or PIPELINE_CONSOLE_TOKEN"))
+        let tokens = FileManager.default.temporaryDirectory.appendingPathComponent("console-tokens-\(getpid())").path
+        try? "alice: alice-token-0123456789 admin\n".write(toFile: tokens, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(atPath: tokens) }
+        #expect(message(["console", "--tokens-file", tokens] + b).contains("--tokens-file: \(tokens):1: the role of 'alice' is 'admin'; it is viewer or operator"))
+        #expect(message(["console", "--tokens-file", "/nonexistent/tokens"] + b).contains("--tokens-file: cannot read '/nonexistent/tokens'"))
         #expect(message(["console", "--listen", "nowhere"] + b).contains("--listen: 'nowhere' is not host:port"))
         #expect(message(["console"] + b).isEmpty, "valid")
         for name in ["http://console.example.org", "console.example.org:8090", "a/b", "", "a b", "[console]"] {
