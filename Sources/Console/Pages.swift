@@ -471,16 +471,26 @@ struct ConsolePages {
     }
 
     func deadLetter(_ e: DeadLetterEntry) -> String {
+        // The bytes as they are; JSON also laid out (whitespace only: duplicate keys, the
+        // keys' order and numbers as written stay), with the exact bytes one click away; bytes
+        // that are not UTF-8 also as a hex dump.
         func block(_ bytes: [UInt8]?) -> String {
             guard let bytes else { return "<p class=\"muted\">(none: a tombstone)</p>" }
             let (text, valid) = HTML.bytes(bytes)
-            var shown = text
-            if valid, let object = try? JSONSerialization.jsonObject(with: Data(bytes), options: [.fragmentsAllowed]),
-                let pretty = try? JSONSerialization.data(withJSONObject: object, options: [.prettyPrinted, .sortedKeys, .fragmentsAllowed, .withoutEscapingSlashes])
-            {
-                shown = String(decoding: pretty, as: UTF8.self)
+            let size = "\(bytes.count) byte\(bytes.count == 1 ? "" : "s")"
+            if valid, let laidOut = ExactView.laidOut(bytes), laidOut != text {
+                return """
+                    <pre class="value">\(HTML.text(laidOut))</pre>\
+                    <details class="exact"><summary>exact bytes (\(size), as sent)</summary><pre class="value">\(HTML.text(text))</pre></details>
+                    """
             }
-            return "<pre class=\"value\">\(HTML.text(shown))</pre>" + (valid ? "" : "<p class=\"warning\">not valid UTF-8: invalid bytes shown as \u{FFFD}</p>")
+            guard valid else {
+                return """
+                    <pre class="value">\(HTML.text(text))</pre><p class="warning">not valid UTF-8: invalid bytes shown as \u{FFFD}</p>\
+                    <details class="exact"><summary>exact bytes (\(size), hex)</summary><pre class="value">\(HTML.text(ExactView.hexDump(bytes)))</pre></details>
+                    """
+            }
+            return "<pre class=\"value\">\(HTML.text(text))</pre>"
         }
         let l = e.letter
         var body = """

@@ -89,6 +89,44 @@ import Workers
         #expect(record.covers(entries[0]) && record.covers(entries[1]) && !record.covers(entries[2]))
     }
 
+    /// The dead-letter page shows what was sent: JSON laid out changes whitespace only (the
+    /// duplicate key that was the defect, the number as written, the keys' order all stay), the
+    /// exact bytes are one click away, and bytes that are not UTF-8 are also a hex dump.
+    @Test func aDeadLetterShowsTheExactBytes() throws {
+        let sent = #"{"market":"KRW-BTC","trade_price":"oops","trade_price":2874000.00000000,"esc":"a\"b\u00e9","list":[1,{},[]],"z":null}"#
+        let laidOut = try #require(ExactView.laidOut(Array(sent.utf8)))
+        #expect(laidOut == """
+            {
+              "market": "KRW-BTC",
+              "trade_price": "oops",
+              "trade_price": 2874000.00000000,
+              "esc": "a\\"b\\u00e9",
+              "list": [
+                1,
+                {},
+                []
+              ],
+              "z": null
+            }
+            """)
+        #expect(laidOut.filter { !" \n".contains($0) } == sent.filter { $0 != " " }, "only whitespace differs")
+        for notJSON in ["plain text", "{\"open\": [1, 2}", "[1] [2]", "{\"unterminated\": \"x}", "42"] {
+            #expect(ExactView.laidOut(Array(notJSON.utf8)) == nil, "\(notJSON)")
+        }
+        let input = InputRecord(key: Array("k".utf8), value: Array(sent.utf8), timestamp: 1, origin: RecordOrigin(topic: "prices.raw", partition: 0, offset: 7))
+        let letter = DeadLetter(stage: "prices-decode", transform: nil, input: input, failure: DecodeFailure(field: "trade_price", reason: .wrongType, detail: "d"))
+        let record = ConsumerRecord(topic: "pipeline.dead-letters", partition: 0, offset: 3, key: letter.key, value: letter.value,
+                                    headers: letter.recordHeaders.map { KafkaHeader(key: $0.name, value: $0.value) }, timestamp: 1)
+        let page = ConsolePages(state: ConsoleState(topology: try Topology.parse(ConsoleUnderTest.topology))).deadLetter(try #require(DeadLetterEntry(record)))
+        #expect(page.contains(HTML.text(laidOut)) && page.contains("exact bytes (\(sent.utf8.count) bytes, as sent)") && page.contains(HTML.text(sent)))
+        let binary: [UInt8] = [0x7b, 0xff, 0x00, 0x41] + Array(repeating: 0x42, count: 14)
+        #expect(ExactView.hexDump(binary) == """
+            00000000  7b ff 00 41 42 42 42 42  42 42 42 42 42 42 42 42 |{..ABBBBBBBBBBBB|
+            00000010  42 42                                            |BB|
+
+            """)
+    }
+
     @Test func verdictsSayWhatTheRuleSaw() {
         var p = PartitionLag(topic: "t", partition: 0, committed: 10, logEnd: 1210, firstUnconsumedTimestamp: nil, now: 0)
         p.status = .stop
