@@ -271,7 +271,7 @@ import Testing
             try WorkerProcessTests.pipelinectl(), arguments: ["console", "--listen", "0.0.0.0:0", "--bootstrap-server", "127.0.0.1:1"],
             environment: [:])
         #expect(await refused.waitForExit() != 0)
-        #expect(refused.output().contains("give a token with --token-file or PIPELINE_CONSOLE_TOKEN"), "\(refused.output())")
+        #expect(refused.output().contains("give tokens with --tokens-file, --token-file or PIPELINE_CONSOLE_TOKEN"), "\(refused.output())")
 
         let token = "console-token-0123456789"
         let console = try ManagedProcess.launch(
