@@ -242,7 +242,7 @@ private final class ReadBackGauge: RecorderHandler, Sendable {
         exported.record(value)
     }
     func record(_ value: Double) {
-        last.store(Int(value))
+        if value.isFinite { last.store(Int(max(-9.0e18, min(9.0e18, value)))) }
         exported.record(value)
     }
 }

@@ -154,8 +154,12 @@ final class SettlementQueue: Sendable {
                 if Task.isCancelled { return }
             }
         }
-        // Only once the worker's tasks have ended (nothing is assigned then): nothing to settle.
-        if !started { ended.fire() }
+        // Only once the worker's tasks have ended (nothing is assigned then): nothing to settle,
+        // and nobody waits on it in vain.
+        if !started {
+            continuation.finish()
+            ended.fire()
+        }
     }
 
     func enqueue(_ entry: Entry) {
