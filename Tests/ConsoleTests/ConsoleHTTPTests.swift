@@ -299,6 +299,7 @@ struct ConsoleUnderTest {
                 ("/dead-letters/redrive", "csrf=\(console.csrf)&expected=0"),
                 ("/stages/prices-decode/reset", "csrf=\(console.csrf)&topic=prices.raw&to=earliest"),
                 ("/login", "token=wrong"),
+                ("/logout", ""),
             ]
             let crossSite: [[(String, String)]] = [
                 [("Origin", "https://evil.example")], [("Origin", "null")], [("Origin", "http://evil.example:\(console.port)")],

@@ -219,12 +219,8 @@ import Workers
             ("loopback: alice-token-0123456789 viewer", "tokens:1: 'loopback'"),
             ("# nothing\n", "tokens: no token in it"),
         ] {
-            #expect(throws: ConsoleAccess.AccessError.self) { try ConsoleAccess.parse(tokensFile: text, source: "tokens") }
-            do {
-                _ = try ConsoleAccess.parse(tokensFile: text, source: "tokens")
-            } catch {
-                #expect(error.description.hasPrefix(says), "\(error.description)")
-            }
+            let error = #expect(throws: ConsoleAccess.AccessError.self) { try ConsoleAccess.parse(tokensFile: text, source: "tokens") }
+            #expect(error?.description.hasPrefix(says) == true, "\(error?.description ?? "no error")")
         }
     }
 

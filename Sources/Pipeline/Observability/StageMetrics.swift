@@ -110,8 +110,6 @@ struct StageMetrics: Sendable {
         /// Every `pipeline_dead_letters_total` of the stage, whatever the reason.
         let deadLettered = Total()
         let inFlightRecords = Total()
-        let pausedPartitions = Total()
-        let checkpointsWaiting = Total()
         let loopBusy = Seconds()
         /// When the first input was processed and the last output settled (benchmarks count from
         /// the first record to the last acknowledged output, so start-up and group join do not count).
@@ -145,7 +143,7 @@ struct StageMetrics: Sendable {
         transactionsAborted = Counter(label: MetricName.transactions, dimensions: d + [("outcome", "aborted")], factory: factory)
         abortedOutputs = Counter(label: MetricName.abortedRecords, dimensions: d + [("kind", "output")], factory: factory)
         abortedDeadLetters = Counter(label: MetricName.abortedRecords, dimensions: d + [("kind", "dead-letter")], factory: factory)
-        pausedPartitions = Self.gauge(MetricName.pausedPartitions, d, factory, last: readBack.pausedPartitions)
+        pausedPartitions = Gauge(label: MetricName.pausedPartitions, dimensions: d, factory: factory)
         assignedPartitions = Gauge(label: MetricName.assignedPartitions, dimensions: d, factory: factory)
         producerQueue = Gauge(label: MetricName.producerQueue, dimensions: d, factory: factory)
         inFlightRecords = Self.gauge(MetricName.inFlightRecords, d, factory, last: readBack.inFlightRecords)

@@ -95,9 +95,12 @@ struct StageRecorder: Sendable {
     /// Checkpoints taken and not yet durable (or dropped) changed by `delta`: they wait for every
     /// output before them.
     func checkpointsWaiting(_ delta: Int) {
-        metrics.readBack.checkpointsWaiting.add(delta)
-        metrics.checkpointsWaiting.record(metrics.readBack.checkpointsWaiting.value)
+        waitingCheckpoints.add(delta)
+        metrics.checkpointsWaiting.record(waitingCheckpoints.value)
     }
+
+    /// Checkpoints taken and not yet durable (the checkpoints-waiting gauge, recorded as it changes).
+    private let waitingCheckpoints = Total()
 
     /// A checkpoint was delivered.
     func checkpointed() { metrics.checkpoints.increment() }
