@@ -212,6 +212,10 @@ public struct DeliveryTicket: Sendable {
     let batchID: UInt64?
     let count: Int
 
+    /// Increases with every submission to this producer: of two tickets, the one with the lower
+    /// sequence had its records enqueued first (0: nothing was enqueued).
+    public var sequence: UInt64 { batchID ?? 0 }
+
     /// Waits until every record is delivered or failed; the report at index `i` belongs to record `i`.
     /// Call it once. A cancelled task gets the reports at once, those still to come as
     /// ``KafkaError/Code/cancelled`` (such a record may still be delivered).

@@ -64,10 +64,11 @@ public final class KafkaMockCluster: @unchecked Sendable {  // librdkafka's mock
     }
 
     /// Makes the next requests of this API key that broker `brokerID` receives fail with these
-    /// broker error codes, one request each (the other brokers answer as usual).
-    public func pushRequestErrors(brokerID: Int32, apiKey: Int16, errorCodes: [Int32]) {
+    /// broker error codes, one request each (the other brokers answer as usual), each answered
+    /// after `roundTripMilliseconds` (requests behind it are answered meanwhile).
+    public func pushRequestErrors(brokerID: Int32, apiKey: Int16, errorCodes: [Int32], roundTripMilliseconds: Int32 = 0) {
         for code in errorCodes {
-            _ = ckafka_mock_broker_push_request_error(cluster, brokerID, apiKey, rd_kafka_resp_err_t(rawValue: code), 0)
+            _ = ckafka_mock_broker_push_request_error(cluster, brokerID, apiKey, rd_kafka_resp_err_t(rawValue: code), roundTripMilliseconds)
         }
     }
 }

@@ -32,6 +32,7 @@ public struct StageReadings: Sendable {
     /// Dead letters delivered, whatever the reason.
     public var deadLettered: Int { total(MetricName.deadLetters) }
     public var retries: Int { total(MetricName.retries) }
+    public var resent: Int { total(MetricName.resent) }
     public var rebalances: Int { total(MetricName.rebalances) }
     public var commitFailures: Int { total(MetricName.commitFailures) }
     public var checkpoints: Int { total(MetricName.checkpoints) }

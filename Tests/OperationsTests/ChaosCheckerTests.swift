@@ -80,14 +80,25 @@ import Workers
         early.offset = -1
         let reordered = check([early] + outputs.filter { $0.offset != 60 }, deadLetters)
         #expect(!reordered.outOfOrder.isEmpty, "\(reordered)")
-        // The same candle landing late because the runtime sent it again after a failed delivery
-        // is the known defect of issue 30 (6a): counted apart, not a failed run; one the operator
-        // redrove is not held to the order at all.
+        // The same candle landing late because the runtime sent it again after a failed delivery:
+        // the later candles of its market that landed first must be sent again after it (their
+        // last copies in minute order), or the run fails; one the operator redrove is not held to
+        // the order at all.
         var retried = outputs[3]
         retried.headers = [KafkaHeader(key: OutputRecord.retriedHeader, string: "1")]
         retried.offset = 100_000  // after every later candle of its market
         let late = check(outputs.filter { $0.offset != 3 } + [retried], deadLetters)
-        #expect(late.outOfOrder.isEmpty && late.lateAfterRetry.count == 1 && late.passed, "\(late)")
+        #expect(late.outOfOrder.isEmpty && late.lateAfterRetry.count == 1 && !late.lastCopiesOutOfOrder.isEmpty && !late.passed, "\(late)")
+        let market = outputs[3].key
+        let copies = outputs.filter { $0.offset > 3 && $0.key == market }.enumerated().map { i, r in
+            var copy = r
+            copy.headers = [KafkaHeader(key: OutputRecord.resentHeader, string: "1")]
+            copy.offset = 100_001 + Int64(i)
+            return copy
+        }
+        #expect(!copies.isEmpty)
+        let sentAgain = check(outputs.filter { $0.offset != 3 } + [retried] + copies, deadLetters)
+        #expect(sentAgain.lastCopiesOutOfOrder.isEmpty && sentAgain.resent == copies.count && sentAgain.passed, "\(sentAgain)")
         var redriven = outputs[3]
         redriven.headers = [KafkaHeader(key: DeadLetterHeader.redriven, string: "1")]
         redriven.offset = 100_000

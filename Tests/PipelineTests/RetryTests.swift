@@ -98,4 +98,71 @@ import Workers
         #expect(delivered.union(dead) == Set((0..<200).map { "v\($0)" }))
         #expect(committed == 200)
     }
+
+    /// A key's outputs end in input order after a retry. Here the worker's first produce
+    /// request (the outputs of the first 20 inputs) is refused once, answered after a second
+    /// (NOT_ENOUGH_REPLICAS; the producer makes no retries of its own, so the runtime's retry is
+    /// what sends those outputs again). Meanwhile 180 more inputs of the same key arrive, and
+    /// their outputs land first. Whatever landed ahead of the retried outputs must be sent again
+    /// after them, so that the last copy of each output comes in input order (a consumer keeping
+    /// a key's newest value, or a compacted topic, ends with the newest input's output). The same
+    /// for a concurrent (I/O) stage, whose record waits for the earlier record of its key to be
+    /// submitted, not acknowledged.
+    @Test(arguments: ["sequential", "concurrent"]) func aKeysOutputsEndInInputOrderAfterARetry(_ kind: String) async throws {
+        let mock = try KafkaMockCluster(brokers: 2)
+        for t in ["in", "out", "dlq"] {
+            try mock.createTopic(t, partitions: 1)
+            mock.setPartitionLeader(t, partition: 0, brokerID: t == "out" ? 2 : 1)
+        }
+        mock.setCoordinator("group", key: "relay", brokerID: 1)
+        func produce(_ range: Range<Int>) async throws {
+            let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [mock.bootstrapServers]))
+            let sent = try await producer.send(range.map { ProducerRecord(topic: "in", partition: 0, key: Array("k".utf8), value: Array("v\($0)".utf8)) })
+            #expect(sent.allSatisfy { $0.error == nil })
+            await producer.close()
+        }
+        let count = 200
+        try await produce(0..<20)
+
+        let topology = try Topology.parse("""
+            topics:
+              - {name: in}
+              - {name: out}
+              - {name: dlq}
+            stages:
+              - name: relay
+                chain: [\(kind == "concurrent" ? "thumbnails.render" : "pass-through")]
+                inputs: [in]
+                outputs: {out: out}
+                dead-letter-topic: dlq
+                retry: {attempts: 5, initial-backoff: 500ms, max-backoff: 500ms}
+            """)
+        var settings = WorkerSettings(bootstrapServers: [mock.bootstrapServers])
+        settings.sessionTimeout = .seconds(6)
+        settings.heartbeatInterval = .milliseconds(300)
+        settings.kafka.raw["enable.idempotence"] = "false"
+        settings.kafka.raw["retries"] = "0"
+        // Produce (API key 0) to the output topic's broker: only the worker sends those.
+        mock.pushRequestErrors(brokerID: 2, apiKey: 0, errorCodes: [19], roundTripMilliseconds: 1000)
+        let service = try StageService(
+            definition: try topology.stage(named: "relay"), topology: topology, settings: settings.measured(),
+            concurrent: kind == "concurrent" ? SettlementTests.RelayIO() : nil)
+        let running = Task { try await service.run() }
+        try await eventually("the first 20 inputs processed") { service.readings.processed >= 20 }
+        try await produce(20..<count)
+        try await eventually("every input settled") { service.readings.inputsSettled >= count }
+        service.requestStop()
+        try await running.value
+        #expect(service.readings.retries >= 1, "the refused request was retried")
+        #expect(service.readings.resent > 0, "outputs that landed ahead were sent again")
+
+        let outputs = try await SettlementTests.read("out", from: mock).compactMap { $0.value.map { String(decoding: $0, as: UTF8.self) } }
+        var last: [String: Int] = [:]
+        for (position, value) in outputs.enumerated() { last[value] = position }
+        #expect(Set(last.keys) == Set((0..<count).map { "v\($0)" }), "every input's output delivered")
+        let order = last.sorted { $0.value < $1.value }.map(\.key)
+        let landedAhead = outputs.firstIndex(of: "v0") ?? 0
+        #expect(landedAhead > 0, "later outputs landed ahead of the retried ones (else this test shows nothing)")
+        #expect(order == (0..<count).map { "v\($0)" }, "the last copies in the topic: \(order.prefix(30)) …; \(landedAhead) outputs landed before the first v0")
+    }
 }

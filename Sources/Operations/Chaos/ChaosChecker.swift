@@ -176,10 +176,15 @@ public struct ChaosReport: Sendable, CustomStringConvertible {
     /// the candle topic) before the check; they arrive late, so first occurrences among them are
     /// not held to minute order.
     public var redriven = 0
-    /// First occurrences out of minute order that a retry by the runtime explains (the retried
-    /// candle landed after later ones already in flight): the known defect of issue 30 (6a),
-    /// reported, not failed.
+    /// Candles the runtime sent again after a failed delivery that landed after later candles of
+    /// their market (which were in flight): reported; those later candles must then have been
+    /// sent again after them (``lastCopiesOutOfOrder``).
     public var lateAfterRetry: [String] = []
+    /// Copies the runtime sent again because they had landed ahead of a retried candle.
+    public var resent = 0
+    /// Per market and output partition, the last copy of each candle out of minute order (what
+    /// a reader keeping the newest candle ends with): a failed run.
+    public var lastCopiesOutOfOrder: [String] = []
 
     public init() {}
 
@@ -189,7 +194,7 @@ public struct ChaosReport: Sendable, CustomStringConvertible {
 
     /// Every check but "nothing lost" and "every garbage input dead-lettered".
     private var passedApartFromMissingRecords: Bool {
-        wedged == nil && inputsLostByBroker.isEmpty && wrong.isEmpty && unexpected.isEmpty && outOfOrder.isEmpty
+        wedged == nil && inputsLostByBroker.isEmpty && wrong.isEmpty && unexpected.isEmpty && outOfOrder.isEmpty && lastCopiesOutOfOrder.isEmpty
             && goodDeadLettered.isEmpty && offsetsAtEnd && checkpointsWrong.isEmpty && badExits.isEmpty && (!exactlyOnce || duplicates == 0)
             && (zombies || (changelogKeysBehind.isEmpty && changelogRegressions == 0))
     }
@@ -225,7 +230,7 @@ public struct ChaosReport: Sendable, CustomStringConvertible {
         func list<T>(_ items: [T]) -> String { items.isEmpty ? "0" : "\(items.count) \(items.prefix(3).map { "\($0)" })" }
         var lines = [
             "inputs: \(inputsAcknowledged) acknowledged, lost by the broker \(list(inputsLostByBroker)), held twice \(inputsDuplicatedByBroker)",
-            "candles: expected \(expected), lost \(list(lost)), wrong \(list(wrong)), unexpected \(list(unexpected)), duplicates \(duplicates)\(exactlyOnce ? " (must be 0)" : ""), out of order \(list(outOfOrder)), late after a retry \(list(lateAfterRetry)) (known defect)"
+            "candles: expected \(expected), lost \(list(lost)), wrong \(list(wrong)), unexpected \(list(unexpected)), duplicates \(duplicates)\(exactlyOnce ? " (must be 0)" : ""), out of order \(list(outOfOrder)), late after a retry \(list(lateAfterRetry)) (sent again after them \(resent)), last copies out of order \(list(lastCopiesOutOfOrder))"
                 + (exactlyOnce ? "" : ", offsets missing from the topic \(list(outputOffsetsMissing))"),
             "dead letters: redriven outputs \(redriven), garbage \(garbage), garbage not dead-lettered \(list(garbageNotDeadLettered)), good input dead-lettered \(list(goodDeadLettered))"
                 + (exactlyOnce ? "" : ", offsets missing from the topic \(list(deadLetterOffsetsMissing))"),
@@ -258,12 +263,16 @@ public enum ChaosChecker {
         report.expected = oracle.candles.count
         var seen: [String: CandleOracle.Candle] = [:]
         var lastMinute: [String: Int64] = [:]
-        for r in outputs.sorted(by: { ($0.partition, $0.offset) < ($1.partition, $1.offset) }) {
+        // Per slot, the position of the last copy of each candle the runtime sent (not redriven).
+        var lastCopy: [String: [Int64: Int]] = [:]
+        for (position, r) in outputs.sorted(by: { ($0.partition, $0.offset) < ($1.partition, $1.offset) }).enumerated() {
             guard let candle = parseCandle(r.value ?? []) else {
                 report.unexpected.append("unreadable \(r.partition)@\(r.offset)")
                 continue
             }
             let key = CandleOracle.key(market: candle.market, minute: candle.minute)
+            if r.header(DeadLetterHeader.redriven) == nil { lastCopy["\(r.partition)/\(candle.market)", default: [:]][candle.minute] = position }
+            if r.header(OutputRecord.resentHeader) != nil { report.resent += 1 }
             if let earlier = seen[key] {
                 report.duplicates += 1
                 if !same(earlier, candle) { report.wrong.append("\(key) (copies differ)") }
@@ -282,7 +291,7 @@ public enum ChaosChecker {
                 // Redriven by the operator: it comes whenever it was sent.
             } else if r.header(OutputRecord.retriedHeader) != nil {
                 // Sent again by the runtime after a failed delivery: later candles already in
-                // flight may have landed first (a known defect: issue 30, 6a). Counted, not failed.
+                // flight may have landed first; they are sent again after it (checked below).
                 if let last = lastMinute[slot], last >= candle.minute { report.lateAfterRetry.append(key) }
             } else {
                 if let last = lastMinute[slot], last >= candle.minute { report.outOfOrder.append(key) }
@@ -290,6 +299,13 @@ public enum ChaosChecker {
             }
         }
         report.lost = oracle.candles.keys.filter { seen[$0] == nil }.sorted()
+        for (slot, copies) in lastCopy.sorted(by: { $0.key < $1.key }) {
+            var previous: Int64?
+            for (minute, _) in copies.sorted(by: { $0.value < $1.value }) {
+                if let previous, previous > minute { report.lastCopiesOutOfOrder.append("\(slot) minute \(minute) after \(previous)") }
+                previous = minute
+            }
+        }
 
         let garbage = Set(inputs.filter(\.tick.garbage).map(\.tick.id))
         report.garbage = garbage.count

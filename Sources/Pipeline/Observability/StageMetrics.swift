@@ -14,6 +14,7 @@ import Synchronization
 /// | `pipeline_end_to_end_latency_seconds` | histogram | stage |
 /// | `pipeline_consumer_lag_records`, `pipeline_consumer_lag_seconds` | gauge | stage, topic, partition |
 /// | `pipeline_rebalances_total`, `pipeline_commit_failures_total`, `pipeline_delivery_retries_total`, `pipeline_delivery_errors_total` | counter | stage |
+/// | `pipeline_outputs_resent_total` | counter | stage (outputs sent again because an earlier output of their partition was retried after they landed: their last copy comes after it) |
 /// | `pipeline_paused_partitions`, `pipeline_assigned_partitions`, `pipeline_producer_queue_messages`, `pipeline_in_flight_records` | gauge | stage |
 /// | `pipeline_checkpoints_total` | counter | stage |
 /// | `pipeline_checkpoints_waiting` | gauge | stage (checkpoints taken and not yet durable: they wait for every output before them; one that stays up means outputs that are not delivered) |
@@ -37,6 +38,7 @@ public enum MetricName {
     public static let commitFailures = "pipeline_commit_failures_total"
     public static let retries = "pipeline_delivery_retries_total"
     public static let deliveryErrors = "pipeline_delivery_errors_total"
+    public static let resent = "pipeline_outputs_resent_total"
     public static let pausedPartitions = "pipeline_paused_partitions"
     public static let assignedPartitions = "pipeline_assigned_partitions"
     public static let producerQueue = "pipeline_producer_queue_messages"
@@ -57,7 +59,7 @@ public enum MetricName {
     /// Every name above (the dashboard and alert tests check their queries against these).
     public static let all = [
         recordsIn, inputsSettled, recordsOut, deadLetters, batchProcessing, endToEndLatency, lagRecords, lagSeconds, rebalances,
-        commitFailures, retries, deliveryErrors, pausedPartitions, assignedPartitions, producerQueue, inFlightRecords,
+        commitFailures, retries, deliveryErrors, resent, pausedPartitions, assignedPartitions, producerQueue, inFlightRecords,
         checkpoints, checkpointsWaiting, restoredPartitions, fetchedRecords, abortedRecords, backpressureWaits, transactions, loopBusy,
         groupLag, groupOffset, latestOffset, brokerRTT,
     ]
@@ -80,6 +82,7 @@ struct StageMetrics: Sendable {
     let rebalances: Counter
     let commitFailures: Counter
     let retries: Counter
+    let resent: Counter
     let deliveryErrors: Counter
     let checkpoints: Counter
     let checkpointsWaiting: Gauge
@@ -129,6 +132,7 @@ struct StageMetrics: Sendable {
         rebalances = Counter(label: MetricName.rebalances, dimensions: d, factory: factory)
         commitFailures = Counter(label: MetricName.commitFailures, dimensions: d, factory: factory)
         retries = Counter(label: MetricName.retries, dimensions: d, factory: factory)
+        resent = Counter(label: MetricName.resent, dimensions: d, factory: factory)
         deliveryErrors = Counter(label: MetricName.deliveryErrors, dimensions: d, factory: factory)
         checkpoints = Counter(label: MetricName.checkpoints, dimensions: d, factory: factory)
         checkpointsWaiting = Gauge(label: MetricName.checkpointsWaiting, dimensions: d, factory: factory)

@@ -10,8 +10,10 @@ import Workers
 /// nothing behind an entry that is not settled becomes durable:
 ///
 /// - a delivery is settled when every record of it is acknowledged (failed ones retried with
-///   backoff while the lane's partitions are paused; inputs whose outputs keep failing, or fail
-///   for good, dead-lettered);
+///   backoff while the lane's partitions are paused; outputs that keep failing, or fail for
+///   good, dead-lettered as themselves). Later outputs of the lane that landed on the partition
+///   of a retried one before the retry are sent again after it (``ResendFence``): a key's last
+///   copies come in input order;
 /// - a checkpoint is handed to the producer only when everything before it is acknowledged, and
 ///   the next one only when it is: the changelog never holds a state whose outputs are not
 ///   delivered, and its last record is always the newest state;
@@ -117,6 +119,7 @@ final class SettlementQueue: Sendable {
             // The offsets of the lane's last durable checkpoint (or restored state): committed
             // again before the next checkpoint, as proof of ownership.
             var covered: [TopicPartitionOffset] = []
+            var fence = ResendFence()
             for await entry in stream {
                 if abandoned.value.load(ordering: .relaxed) { broken = true }
                 switch entry {
@@ -124,10 +127,10 @@ final class SettlementQueue: Sendable {
                     barriers.resume(id)
                     continue
                 case .delivery(let delivery):
-                    if !(await settler.settle(delivery, durable: !broken)) { broken = true }
+                    if !(await settler.settle(delivery, durable: !broken, fence: &fence)) { broken = true }
                 case .running(let promise):
                     guard let delivery = await promise.value() else { return }
-                    if !(await settler.settle(delivery, durable: !broken)) { broken = true }
+                    if !(await settler.settle(delivery, durable: !broken, fence: &fence)) { broken = true }
                 case .checkpoint(let record, let offsets):
                     defer { context.recorder.checkpointsWaiting(-1) }
                     if !broken {
@@ -232,20 +235,24 @@ private struct Settler: Sendable {
         let bytes = batch.byteCount
         context.backpressure.add(records: 1, bytes: bytes)
         let ticket = try? await context.producer.submit(batch)
+        var unfenced = ResendFence()
         let settled = await settle(
             SettlementQueue.Delivery(
                 records: batch, sources: [SettlementQueue.Delivery.checkpoint], inputs: [], ticket: ticket, offsets: offsets,
                 inputCount: 0, heldRecords: 1, heldBytes: bytes),
-            durable: true, beforeRetry: { if case .fenced = await confirm() { return false } else { return true } })
+            durable: true, fence: &unfenced, beforeRetry: { if case .fenced = await confirm() { return false } else { return true } })
         if settled { context.recorder.checkpointed() }
         return settled ? .confirmed : .fenced
     }
 
     /// Waits for a delivery's reports, retries what failed (at least once) or reports it
-    /// (exactly once), dead-letters inputs whose outputs keep failing, then hands its offsets to
-    /// the guarantee when `durable`. False when it could not be settled (the producer closed, or
-    /// something that belongs to no input can never be delivered).
-    func settle(_ delivery: SettlementQueue.Delivery, durable: Bool, beforeRetry: (() async -> Bool)? = nil) async -> Bool {
+    /// (exactly once), dead-letters outputs that keep failing, sends again what landed ahead of
+    /// an earlier retry (`fence`), then hands its offsets to the guarantee when `durable`. False
+    /// when it could not be settled (the producer closed, or something that belongs to no input
+    /// can never be delivered).
+    func settle(
+        _ delivery: SettlementQueue.Delivery, durable: Bool, fence: inout ResendFence, beforeRetry: (() async -> Bool)? = nil
+    ) async -> Bool {
         defer { context.backpressure.remove(records: delivery.heldRecords, bytes: delivery.heldBytes, resume: resumeAll) }
         guard let ticket = delivery.ticket else { return producerClosed() }
         var records = delivery.records
@@ -257,6 +264,19 @@ private struct Settler: Sendable {
         var paused = false
         var delivered = DeliveredRecords()
         defer { if paused { endRetry() } }
+        // Outputs that landed ahead of records an earlier retry sent to their partition: sent
+        // again (once) after them. In `records`, the indices of such copies (delivered before,
+        // so neither counted again nor dead-lettered).
+        var ahead: [Int] = []
+        var copies = Set<Int>()
+        if fence.mayHold(ticket.sequence) {
+            for i in reports.indices where reports[i].error == nil && sources[i] != SettlementQueue.Delivery.checkpoint {
+                let topic = records.topic(i)
+                if topic != context.deadLetterTopic, fence.landedAhead(topic: topic, partition: reports[i].partition, sequence: ticket.sequence) {
+                    ahead.append(i)
+                }
+            }
+        }
         while true {
             // A checkpoint or a dead letter: owed by the lane itself, retried until delivered (an
             // output past its attempts becomes a dead letter instead).
@@ -267,54 +287,86 @@ private struct Settler: Sendable {
             for i in reports.indices {
                 if reports[i].error != nil {
                     failed.append(i)
+                } else if copies.contains(i) {
+                    continue
                 } else if records.topic(i) == context.deadLetterTopic {
                     delivered.deadLetter(reason: records.header(DeadLetterHeader.reason, of: i))
                 } else if sources[i] != SettlementQueue.Delivery.checkpoint {
                     delivered.output(topic: records.topic(i))
                 }
             }
-            if failed.isEmpty { break }
-            let error = reports[failed[0]].error!
-            // The producer itself is broken (fatal, fenced, its producer id lost): every retry and
-            // every dead letter would fail the same way. The worker stops, not ready, and a
-            // restart brings a new producer; nothing after this becomes durable.
-            if let unusable = context.producer.unusable ?? failed.lazy.compactMap({ reports[$0].error }).first(where: { $0.meansProducerUnusable }) {
-                context.fail(.producerUnusable("\(unusable)"))
-                return false
+            // Retried outputs land after whatever of this delivery was acknowledged behind them
+            // on their partition: those go again too, after them.
+            if !failed.isEmpty {
+                var firstFailed: [OutputPartition: Int] = [:]
+                for i in failed where !isOwedRecord(i) {
+                    let key = OutputPartition(records.topic(i), reports[i].partition)
+                    if firstFailed[key] == nil { firstFailed[key] = i }
+                }
+                for j in reports.indices where reports[j].error == nil && !isOwedRecord(j) && !ahead.contains(j) {
+                    let key = OutputPartition(records.topic(j), reports[j].partition)
+                    if key.covering.contains(where: { (firstFailed[$0] ?? j) < j }) { ahead.append(j) }
+                }
             }
-            if case .handedOver = context.guarantee.deliveryFailed(error) {
-                context.recorder.deliveryFailed(records: failed.count, retrying: false)
-                break
+            if failed.isEmpty && ahead.isEmpty { break }
+            if let error = failed.first.map({ reports[$0].error! }) {
+                // The producer itself is broken (fatal, fenced, its producer id lost): every retry
+                // and every dead letter would fail the same way. The worker stops, not ready, and a
+                // restart brings a new producer; nothing after this becomes durable.
+                if let unusable = context.producer.unusable ?? failed.lazy.compactMap({ reports[$0].error }).first(where: { $0.meansProducerUnusable }) {
+                    context.fail(.producerUnusable("\(unusable)"))
+                    return false
+                }
+                if case .handedOver = context.guarantee.deliveryFailed(error) {
+                    context.recorder.deliveryFailed(records: failed.count, retrying: false)
+                    break
+                }
+                // A checkpoint or a dead letter that can never be delivered: nothing after it may
+                // become durable, and retrying would block the partition (and its revocation) for good.
+                if let i = failed.first(where: { isOwedRecord($0) && reports[$0].error!.cannotSucceed }) {
+                    return cannotDeliver(i, of: records, source: sources[i], error: reports[i].error!)
+                }
+                firstFailure = firstFailure ?? Int64(Date().timeIntervalSince1970 * 1000)
+                context.recorder.deliveryFailed(records: failed.count, retrying: true)
             }
-            // A checkpoint or a dead letter that can never be delivered: nothing after it may
-            // become durable, and retrying would block the partition (and its revocation) for good.
-            if let i = failed.first(where: { isOwedRecord($0) && reports[$0].error!.cannotSucceed }) {
-                return cannotDeliver(i, of: records, source: sources[i], error: reports[i].error!)
-            }
-            firstFailure = firstFailure ?? Int64(Date().timeIntervalSince1970 * 1000)
-            context.recorder.deliveryFailed(records: failed.count, retrying: true)
             var again = ProducerBatch()
             var againSources: [Int32] = []
+            var againCopies = Set<Int>()
+            // Where the outputs sent again go: what later outputs must not land ahead of.
+            var fenced: [(topic: String, partition: Int32)] = []
             // Outputs that failed for good, or kept failing past the attempts, go to the
             // dead-letter topic as themselves, naming where they were going and the input they
             // came from: a redrive sends them there (a stateful stage could not make them again
             // from the input). An output too large for any topic goes as its input instead (once
             // per input): the stage made something it never can deliver. Checkpoints and dead
-            // letters are retried on.
+            // letters are retried on. Copies (delivered before) that keep failing are dropped.
+            // Outputs that landed ahead of an earlier retry go again, in order with the rest.
             var deadInputs: [Int32: KafkaError] = [:]
             var deadOutputs = 0
             var retried = 0
-            for i in failed {
-                let failure = reports[i].error!
+            for i in ahead.isEmpty ? failed : (failed + ahead).sorted() {
+                guard let failure = reports[i].error else {
+                    again.append(i, of: records)
+                    again.appendHeader(OutputRecord.resentHeader, text: "1")
+                    againCopies.insert(again.count - 1)
+                    againSources.append(sources[i])
+                    fenced.append((records.topic(i), reports[i].partition))
+                    continue
+                }
                 guard !isOwedRecord(i), failure.cannotSucceed || attempt >= context.retry.attempts else {
                     again.append(i, of: records)
-                    // An output sent again says so: it may land after later outputs of its key
-                    // that were already in flight (issue 30, 6a: not yet kept in order).
-                    if sources[i] != SettlementQueue.Delivery.checkpoint { again.appendHeader(OutputRecord.retriedHeader, text: String(attempt)) }
+                    if sources[i] != SettlementQueue.Delivery.checkpoint {
+                        // An output sent again says so; later outputs of its partition that landed
+                        // before it are sent again after it (the fence).
+                        if !copies.contains(i) { again.appendHeader(OutputRecord.retriedHeader, text: String(attempt)) }
+                        if records.topic(i) != context.deadLetterTopic { fenced.append((records.topic(i), reports[i].partition)) }
+                    }
+                    if copies.contains(i) { againCopies.insert(again.count - 1) }
                     againSources.append(sources[i])
                     retried += 1
                     continue
                 }
+                if copies.contains(i) { continue }
                 if failure.isMessageTooLarge {
                     guard sources[i] >= 0 else { return cannotDeliver(i, of: records, source: sources[i], error: failure) }
                     deadInputs[sources[i]] = deadInputs[sources[i]] ?? failure
@@ -348,31 +400,38 @@ private struct Settler: Sendable {
                 again.append(RecordMapping.deadLetter(letter, topic: context.deadLetterTopic))
                 againSources.append(SettlementQueue.Delivery.noInput)
             }
-            let deadCount = deadInputs.count + deadOutputs
-            if deadCount > 0 {
-                context.logger.error(
-                    "delivery failed after \(attempt) attempt(s); outputs go to the dead-letter topic",
-                    metadata: [
-                        "partition": "\(partitionName)", "error": "\(error)", "outputs": "\(deadOutputs)",
-                        "inputs": "\(deadInputs.count)",
-                    ])
-            } else if let suppressed = context.logLimiter.admit("retry") {
-                context.logger.warning(
-                    "delivery failed, retrying",
-                    metadata: ["partition": "\(partitionName)", "attempt": "\(attempt)", "error": "\(error)", "suppressed-before": "\(suppressed)"])
+            if let error = failed.first.map({ reports[$0].error! }) {
+                let deadCount = deadInputs.count + deadOutputs
+                if deadCount > 0 {
+                    context.logger.error(
+                        "delivery failed after \(attempt) attempt(s); outputs go to the dead-letter topic",
+                        metadata: [
+                            "partition": "\(partitionName)", "error": "\(error)", "outputs": "\(deadOutputs)",
+                            "inputs": "\(deadInputs.count)",
+                        ])
+                } else if let suppressed = context.logLimiter.admit("retry") {
+                    context.logger.warning(
+                        "delivery failed, retrying",
+                        metadata: ["partition": "\(partitionName)", "attempt": "\(attempt)", "error": "\(error)", "suppressed-before": "\(suppressed)"])
+                }
+                if !paused {
+                    paused = true
+                    beginRetry()
+                }
+                attempt += 1
+                // Only fresh dead letters and copies to send: no reason to wait.
+                if retried > 0 { try? await Task.sleep(for: context.retry.backoff(beforeAttempt: min(attempt, 30))) }
+                if Task.isCancelled { return false }
+                if let beforeRetry, !(await beforeRetry()) { return false }
             }
-            if !paused {
-                paused = true
-                beginRetry()
-            }
-            attempt += 1
-            // Only fresh dead letters to send: no reason to wait.
-            if retried > 0 { try? await Task.sleep(for: context.retry.backoff(beforeAttempt: min(attempt, 30))) }
-            if Task.isCancelled { return false }
-            if let beforeRetry, !(await beforeRetry()) { return false }
+            if !ahead.isEmpty { context.recorder.resent(records: ahead.count) }
+            if again.isEmpty { break }
             guard let next = try? await context.producer.submit(again) else { return producerClosed() }
+            for (topic, partition) in fenced { fence.sentAgain(topic: topic, partition: partition, sequence: next.sequence) }
             records = again
             sources = againSources
+            copies = againCopies
+            ahead = []
             reports = await next.reports()
             // Cancelled (the shutdown ran past its deadline): what is not settled stays so.
             if Task.isCancelled { return false }
@@ -416,4 +475,46 @@ private struct Settler: Sendable {
     private func resumeAll(except retrying: Set<TopicPartition>) {
         if let assigned = try? context.consumer.assignment() { try? context.consumer.resume(assigned.filter { !retrying.contains($0) }) }
     }
+}
+
+/// Where a lane sent outputs again (retried after a failed delivery, or copies) and when: per
+/// output partition, the sequence (``DeliveryTicket/sequence``) of the latest such submission. An
+/// output of the lane submitted before it, and acknowledged on that partition, landed ahead of
+/// the records sent again; it is sent again after them (a copy, `delivery.resent`), so that the
+/// last copy of each output comes in input order. Retries are rare, so the check is one
+/// comparison per delivery until there is one.
+struct ResendFence {
+    private var latest: [OutputPartition: UInt64] = [:]
+    private var highest: UInt64 = 0
+
+    /// Whether anything submitted at `sequence` can have landed ahead of records sent again.
+    func mayHold(_ sequence: UInt64) -> Bool { sequence < highest }
+
+    mutating func sentAgain(topic: String, partition: Int32, sequence: UInt64) {
+        let key = OutputPartition(topic, partition)
+        latest[key] = max(latest[key] ?? 0, sequence)
+        highest = max(highest, sequence)
+    }
+
+    /// Whether an output acknowledged on `topic`/`partition`, submitted at `sequence`, was
+    /// submitted before records sent again to that partition.
+    func landedAhead(topic: String, partition: Int32, sequence: UInt64) -> Bool {
+        guard sequence < highest else { return false }
+        return OutputPartition(topic, partition).covering.contains { sequence < latest[$0] ?? 0 }
+    }
+}
+
+/// An output topic's partition as a delivery report gives it; -1 when the partition was not known
+/// (the record may have gone to any partition of the topic).
+struct OutputPartition: Hashable {
+    let topic: String
+    let partition: Int32
+
+    init(_ topic: String, _ partition: Int32) {
+        self.topic = topic
+        self.partition = partition < 0 ? -1 : partition
+    }
+
+    /// This partition, and the whole topic (for what went to an unknown partition).
+    var covering: [OutputPartition] { partition < 0 ? [self] : [self, OutputPartition(topic, -1)] }
 }

@@ -86,6 +86,9 @@ struct StageRecorder: Sendable {
         if retrying { metrics.retries.increment() }
     }
 
+    /// Outputs that had landed ahead of an earlier output's retry, sent again after it.
+    func resent(records: Int) { metrics.resent.increment(by: Int64(records)) }
+
     /// Lanes paused while their deliveries are retried (the paused-partitions gauge, recorded
     /// once per tick).
     private let pausedLanes = Total()

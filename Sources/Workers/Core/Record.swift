@@ -125,9 +125,13 @@ public struct OutputRecord: Sendable, Hashable {
     /// The header that carries ``dedupeKey`` on a produced record.
     public static let dedupeKeyHeader = "dedupe-key"
     /// Set on an output the runtime sent again after a failed delivery (its value: the attempts
-    /// that failed before). Such an output can land after later outputs of its key that were
-    /// already in flight.
+    /// that failed before). Later outputs of its partition that were already in flight may have
+    /// landed before it; those are sent again after it, with ``resentHeader``.
     public static let retriedHeader = "delivery.retried"
+    /// Set on a copy of an output that was delivered, sent again because an earlier output of
+    /// its partition was retried after it had landed: the last copy of each output comes in the
+    /// order of the inputs.
+    public static let resentHeader = "delivery.resent"
 
     /// Key as UTF-8 text (tests, CLI).
     public var keyString: String? { key.map { String(decoding: $0, as: UTF8.self) } }
