@@ -592,4 +592,51 @@ import Workers
         #expect(letters.first?.letter.key == Array("k3".utf8))
         #expect(try await Self.read("out", from: mock).count == 19)
     }
+
+    /// Exactly once, an output the broker refuses for good (TOPIC_AUTHORIZATION_FAILED, as after
+    /// an ACL change) dooms its transaction; the redo must dead-letter that output as itself
+    /// (naming where it was going) instead of producing it again, so that the transaction
+    /// commits and the partition moves on. Without that, every redo makes the same output, the
+    /// worker stops after the retry policy's aborts in a row, and a restart does it all again.
+    @Test func exactlyOnceDeadLettersAnOutputThatCanNeverBeDelivered() async throws {
+        let mock = try KafkaMockCluster(brokers: 2)
+        for t in ["in", "out", "dlq"] {
+            try mock.createTopic(t, partitions: 1)
+            mock.setPartitionLeader(t, partition: 0, brokerID: t == "out" ? 2 : 1)
+        }
+        mock.setCoordinator("group", key: "io", brokerID: 1)
+        let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [mock.bootstrapServers]))
+        _ = try await producer.send((0..<20).map { ProducerRecord(topic: "in", key: Array("k\($0)".utf8), value: Array("v\($0)".utf8)) })
+        await producer.close()
+        let topology = try Topology.parse("""
+            topics:
+              - {name: in}
+              - {name: out}
+              - {name: dlq}
+            stages:
+              - name: io
+                chain: [pass-through]
+                inputs: [in]
+                outputs: {out: out}
+                dead-letter-topic: dlq
+                delivery: exactly-once
+                commit-interval: 20ms
+                retry: {attempts: 3, initial-backoff: 20ms, max-backoff: 50ms}
+            """)
+        // Produce (API key 0) to the output topic's broker: refused, every time.
+        mock.pushRequestErrors(brokerID: 2, apiKey: 0, errorCodes: Array(repeating: 29, count: 1_000))
+        let service = try StageService(definition: try topology.stage(named: "io"), topology: topology, settings: Self.settings(mock).measured())
+        let running = Task { try await service.run() }
+        // (The mock cluster does not show offsets committed in transactions to the group.)
+        try await eventually("every output dead-lettered in a committed transaction, or the worker stopped", within: .seconds(60)) {
+            (service.readings.deadLettered == 20 && service.readings.transactionsCommitted >= 1) || service.readings.transactionsAborted >= 3
+        }
+        service.requestStop()
+        try await running.value
+        #expect(service.readings.transactionsAborted == 1, "one abort for the refused outputs, then the redo commits")
+        let letters = try await Self.read("dlq", from: mock).compactMap(DeadLetterEntry.init)
+        #expect(letters.count == 20, "every refused output dead-lettered once: \(letters.count)")
+        #expect(letters.allSatisfy { $0.letter.failure.reason == .deliveryFailed && $0.letter.destination?.topic == "out" })
+        #expect(Set(letters.compactMap { $0.letter.value.map { String(decoding: $0, as: UTF8.self) } }) == Set((0..<20).map { "v\($0)" }))
+    }
 }

@@ -39,10 +39,15 @@ protocol DeliveryGuarantee: AnyObject, Sendable {
     /// Makes what is settled durable at this moment of the loop. Throws only when the worker
     /// must stop.
     func makeDurable(_ moment: DurableMoment, lanes: [PartitionLane]) async throws
+
+    /// Outputs refused for good that the next submission of their input dead-letters instead
+    /// (exactly once; nil for at least once, whose settlement dead-letters them in place).
+    var undeliverable: UndeliverableOutputs? { get }
 }
 
 extension DeliveryGuarantee {
     func delivered(outputs: Int, deadLetters: Int) {}
+    var undeliverable: UndeliverableOutputs? { nil }
 }
 
 /// What a settlement queue does with a failed delivery.

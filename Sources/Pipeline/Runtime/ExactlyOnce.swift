@@ -15,7 +15,9 @@ import Workers
 /// it) and offsets, each partition is read again from the transaction's first input (the
 /// consumer drops what it fetched before the rewind), and the work is redone after a backoff.
 /// After the retry policy's attempts of aborts in a row the worker stops; a fenced producer (a
-/// newer instance with the same `transactional.id`) stops it at once.
+/// newer instance with the same `transactional.id`) stops it at once. An output the broker
+/// refused for good is dead-lettered by the redo (``UndeliverableOutputs``), so one such output
+/// costs one abort, not the worker.
 final class ExactlyOnce: DeliveryGuarantee {
     let consumer: KafkaConsumer
     let producer: KafkaProducer
@@ -52,6 +54,7 @@ final class ExactlyOnce: DeliveryGuarantee {
     }
 
     private let open = Mutex(Open())
+    let undeliverable: UndeliverableOutputs? = UndeliverableOutputs()
 
     init(
         consumer: KafkaConsumer, producer: KafkaProducer, changelog: Changelog?, definition: Topology.Stage, settings: WorkerSettings,

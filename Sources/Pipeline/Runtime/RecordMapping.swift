@@ -55,4 +55,39 @@ package enum RecordMapping {
             headers: d.recordHeaders.map { KafkaHeader(key: $0.name, value: $0.value) },
             timestamp: d.timestamp > 0 ? d.timestamp : nil)
     }
+
+    /// An output that could not be delivered, as a dead letter: the output itself (key, value,
+    /// headers, timestamp), `dead-letter.destination.*` naming where it was going, and the input
+    /// it came from as its origin. A redrive sends it to its destination.
+    static func undelivered(
+        output i: Int, of records: ProducerBatch, partition: Int32, origin: RecordOrigin, error: KafkaError, attempts: Int,
+        firstFailure: Int64?, stage: String, transform: String, topic: String
+    ) -> ProducerRecord {
+        let output = records[i]
+        let letter = DeadLetter(
+            stage: stage, transform: transform,
+            undelivered: InputRecord(
+                key: output.key, value: output.value,
+                headers: output.headers.map { RecordHeader(name: $0.key, value: $0.value ?? []) },
+                timestamp: output.timestamp ?? 0, origin: origin),
+            destination: DeadLetter.Destination(topic: output.topic, partition: partition >= 0 ? partition : output.partition),
+            input: origin,
+            failure: DecodeFailure(field: "$", reason: .deliveryFailed, detail: "\(error)"),
+            errorCode: error.rdKafkaCode.map(String.init) ?? error.code.rawValue, attempts: attempts,
+            firstFailure: firstFailure)
+        return deadLetter(letter, topic: topic)
+    }
+
+    /// An input whose output could not be delivered (one larger than any topic takes), as a
+    /// dead letter.
+    static func undelivered(
+        _ input: InputRecord, error: KafkaError, attempts: Int, firstFailure: Int64?, stage: String, transform: String, topic: String
+    ) -> ProducerRecord {
+        let letter = DeadLetter(
+            stage: stage, transform: transform, input: input,
+            failure: DecodeFailure(field: "$", reason: .deliveryFailed, detail: "\(error)"),
+            errorCode: error.rdKafkaCode.map(String.init) ?? error.code.rawValue, attempts: attempts,
+            firstFailure: firstFailure)
+        return deadLetter(letter, topic: topic)
+    }
 }

@@ -319,6 +319,14 @@ private struct Settler: Sendable {
                 }
                 if case .handedOver = context.guarantee.deliveryFailed(error) {
                     context.recorder.deliveryFailed(records: failed.count, retrying: false)
+                    // Exactly once: outputs refused for good are dead-lettered by the redo.
+                    if let undeliverable = context.guarantee.undeliverable {
+                        for i in failed where !isOwedRecord(i) && sources[i] >= 0 && reports[i].error!.cannotSucceed {
+                            undeliverable.add(
+                                origin: delivery.inputs[Int(sources[i])].origin, topic: records.topic(i), partition: reports[i].partition,
+                                error: reports[i].error!)
+                        }
+                    }
                     break
                 }
                 // A checkpoint or a dead letter that can never be delivered: nothing after it may
@@ -372,32 +380,19 @@ private struct Settler: Sendable {
                     deadInputs[sources[i]] = deadInputs[sources[i]] ?? failure
                     continue
                 }
-                let output = records[i]
                 let origin = sources[i] >= 0
                     ? delivery.inputs[Int(sources[i])].origin
                     : RecordOrigin(topic: partitions.first?.topic ?? "", partition: partitions.first?.partition ?? -1, offset: -1)
-                let letter = DeadLetter(
-                    stage: context.stageName, transform: context.transformName,
-                    undelivered: InputRecord(
-                        key: output.key, value: output.value,
-                        headers: output.headers.map { RecordHeader(name: $0.key, value: $0.value ?? []) },
-                        timestamp: output.timestamp ?? 0, origin: origin),
-                    destination: DeadLetter.Destination(topic: output.topic, partition: reports[i].partition >= 0 ? reports[i].partition : output.partition),
-                    input: origin,
-                    failure: DecodeFailure(field: "$", reason: .deliveryFailed, detail: "\(failure)"),
-                    errorCode: failure.rdKafkaCode.map(String.init) ?? failure.code.rawValue, attempts: attempt,
-                    firstFailure: firstFailure)
-                again.append(RecordMapping.deadLetter(letter, topic: context.deadLetterTopic))
+                again.append(RecordMapping.undelivered(
+                    output: i, of: records, partition: reports[i].partition, origin: origin, error: failure, attempts: attempt,
+                    firstFailure: firstFailure, stage: context.stageName, transform: context.transformName, topic: context.deadLetterTopic))
                 againSources.append(SettlementQueue.Delivery.noInput)
                 deadOutputs += 1
             }
             for (s, failure) in deadInputs.sorted(by: { $0.key < $1.key }) {
-                let letter = DeadLetter(
-                    stage: context.stageName, transform: context.transformName, input: delivery.inputs[Int(s)],
-                    failure: DecodeFailure(field: "$", reason: .deliveryFailed, detail: "\(failure)"),
-                    errorCode: failure.rdKafkaCode.map(String.init) ?? failure.code.rawValue, attempts: attempt,
-                    firstFailure: firstFailure)
-                again.append(RecordMapping.deadLetter(letter, topic: context.deadLetterTopic))
+                again.append(RecordMapping.undelivered(
+                    delivery.inputs[Int(s)], error: failure, attempts: attempt, firstFailure: firstFailure,
+                    stage: context.stageName, transform: context.transformName, topic: context.deadLetterTopic))
                 againSources.append(SettlementQueue.Delivery.noInput)
             }
             if let error = failed.first.map({ reports[$0].error! }) {

@@ -394,7 +394,7 @@ final class StageLoop {
         guard let first = records.first else { return }
         try guarantee.willChange(lane, first: [first.topicPartition: first.offset])
         let now = Self.wallClock()
-        let producer = self.producer, context = self.context
+        let producer = self.producer, context = self.context, undeliverable = guarantee.undeliverable
         let budget: Duration? = definition.delivery == .exactlyOnce ? context.settings.transactionTimeout / 2 : nil
         var heldBytes = 0
         for record in records {
@@ -424,7 +424,13 @@ final class StageLoop {
                 }
                 gate.release()
                 context.recorder.concurrentRecordTook(ContinuousClock.now - began)
-                let (outgoing, sources) = context.outgoing(&out, of: input, source: 0)
+                var (outgoing, sources) = context.outgoing(&out, of: input, source: 0)
+                if let diverted = undeliverable?.divert(
+                    outgoing, sources: sources, inputs: [input], stage: context.definition.name, transform: context.transformName,
+                    deadLetterTopic: context.definition.deadLetterTopic)
+                {
+                    (outgoing, sources) = diverted
+                }
                 // Same key, input order: submit after the earlier record of the key submitted.
                 _ = await earlier?.value()
                 // No ticket when the producer was closed: settled as not delivered, and what it
@@ -449,6 +455,13 @@ final class StageLoop {
     private func submit(
         _ records: ProducerBatch, sources: [Int32], inputs: [InputRecord], skipped: Int = 0, to lane: PartitionLane, offsets: [TopicPartitionOffset]
     ) async throws {
+        var records = records, sources = sources
+        if let diverted = guarantee.undeliverable?.divert(
+            records, sources: sources, inputs: inputs, stage: definition.name, transform: context.transformName,
+            deadLetterTopic: definition.deadLetterTopic)
+        {
+            (records, sources) = diverted
+        }
         let bytes = records.byteCount
         let ticket = try await producer.submit(records)
         lane.enqueue(.delivery(SettlementQueue.Delivery(
