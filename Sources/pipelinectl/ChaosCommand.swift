@@ -28,6 +28,12 @@ struct Chaos: AsyncParsableCommand {
               join-leave      a worker joins, later leaves with SIGTERM
               outputs-down    the output topic's leader is down for a while (--broker mock only)
               broker-restart  the broker is killed and restarted (--broker local, S3 storage, only)
+              producer-fenced the output broker answers produce requests PRODUCER_FENCED: the \
+            worker that gets it stops (exit 1) and a new one starts (--broker mock only)
+              evict           the outputs' leader is down past the workers' max.poll.interval.ms \
+            (the run sets 8 s and the eager protocol) while a worker joins: a member stuck in its \
+            revocation is evicted; its checkpoints must never land after the new owner's \
+            (--broker mock only)
 
             Then everything heals, one tick per market an hour later closes every minute, the run \
             waits until the group's offsets reach the end, stops the workers with SIGTERM, reads \
@@ -51,8 +57,9 @@ struct Chaos: AsyncParsableCommand {
             delivery-failed dead letter, as an operator would, and only then checks: every \
             expected candle must be there.
 
-            Profiles: `ci` (what the test suite runs: two mock seeds with every fault, one mock \
-            seed with low retries, one local seed with the faults tansu survives), `long` (ten \
+            Profiles: `ci` (what the test suite runs: two mock seeds with the process faults and \
+            outputs-down, one mock seed with fenced producers and evictions, one mock seed with low \
+            retries, one local seed with the faults tansu survives), `long` (ten \
             seeds per broker with every fault, five mock and three local seeds with low retries, \
             longer windows).
 
@@ -161,6 +168,7 @@ struct Chaos: AsyncParsableCommand {
             // One mock seed runs with low retries: outputs-down makes deliveries fail past their
             // attempts, and the run redrives their dead letters before it checks.
             return make(.mock, seeds: seed.isEmpty ? [11, 12] : seed, faults: [.kill, .pause, .joinLeave, .outputsDown], window: .seconds(25), ticks: 10_000)
+                + make(.mock, seeds: seed.isEmpty ? [13] : [], faults: [.producerFenced, .evict, .kill], window: .seconds(20), ticks: 8_000)
                 + make(.mock, seeds: seed.isEmpty ? [15] : [], faults: [.outputsDown, .kill], window: .seconds(20), ticks: 8_000, retries: .low)
                 + make(.local, seeds: seed.isEmpty ? [21] : seed, faults: [.brokerRestart, .pause], window: .seconds(20), ticks: 8_000)
         case .long:
@@ -231,6 +239,8 @@ struct ChaosTarget {
         func allows(_ fault: ChaosPlan.Fault) -> Bool {
             switch (self, fault) {
             case (.mock, .brokerRestart), (.local, .outputsDown), (.external, .outputsDown), (.external, .brokerRestart): false
+            // Pushed request errors and a broker taken down: the mock cluster's.
+            case (.local, .producerFenced), (.external, .producerFenced), (.local, .evict), (.external, .evict): false
             default: true
             }
         }
@@ -282,6 +292,11 @@ struct ChaosTarget {
         if up { mock?.setBrokerUp(Self.outputBroker) } else { mock?.setBrokerDown(Self.outputBroker) }
     }
 
+    /// The output topic's broker answers its next produce requests with PRODUCER_FENCED.
+    func fenceProducers() {
+        mock?.pushRequestErrors(brokerID: Self.outputBroker, apiKey: 0, errorCodes: Array(repeating: 90, count: 3))
+    }
+
     mutating func restartBroker() async throws {
         guard let local else { return }
         self.local = try await local.restart()
@@ -314,6 +329,8 @@ actor ChaosRun {
     /// Workers the nemesis killed (their logs go with a failed run's report too).
     private var killed: [ManagedProcess.Handle] = []
     private var paused: Set<pid_t> = []
+    /// Workers that stopped because their producer was fenced (and were replaced).
+    private var fencedExits = 0
     private var target: ChaosTarget?
     private let topologyPath: String
 
@@ -462,6 +479,11 @@ actor ChaosRun {
         checked.inputs(acknowledged: inputs, logged: logged)
         checked.wedged = report.wedged
         checked.badExits = report.badExits
+        checked.fencedExits = fencedExits
+        // What an evicted member's ownership check said before a checkpoint (the worker's log).
+        checked.fencedCheckpoints = (killed + ended.map(\.0)).reduce(0) {
+            $0 + $1.output().components(separatedBy: "the coordinator no longer counts this worker as the owner").count - 1
+        }
         checked.redriven = report.redriven
         if !checked.passed || keepLogs {
             // Every worker's whole log (the killed ones' too), for whoever looks into the failure.
@@ -488,9 +510,33 @@ actor ChaosRun {
                 "worker", stage, "--topology", topologyPath, "--bootstrap-server", bootstrap,
                 "--session-timeout", "\(session.components.seconds)s", "--shutdown-deadline", "20s",
                 "--metrics-address", "127.0.0.1:0", "--statistics-interval", "1s", "--transactional-id", "\(stage)-\(UInt32.random(in: 0..<UInt32.max))",
-            ] + (spec.retries == .low ? Self.lowRetryProperties.flatMap { ["-X", $0] } : []),
+            ] + (spec.retries == .low ? Self.lowRetryProperties.flatMap { ["-X", $0] } : [])
+                + (plan.steps.contains { $0.fault == .evict } ? Self.evictionArguments : []),
             environment: [:])
         workers.append(w)
+    }
+
+    /// A run with evictions: the eager protocol (a member revokes everything before it rejoins,
+    /// so one stuck in its revocation misses the rebalance's deadline) and a short
+    /// `max.poll.interval.ms`. (A cooperative member stays a member while it revokes.)
+    static let evictionArguments = [
+        "-X", "partition.assignment.strategy=range", "--max-poll-interval", "\(ChaosPlan.evictionPollInterval.components.seconds)s",
+    ]
+
+    /// Workers that stopped by themselves because their producer could not deliver any more
+    /// (``ChaosPlan/Fault/producerFenced``) are expected to (exit 1); each is replaced by a new
+    /// one, as an orchestrator would. Any other exit stays for the report.
+    private func replaceFencedWorkers() async throws {
+        guard plan.steps.contains(where: { $0.fault == .producerFenced }) else { return }
+        for w in workers where !w.isRunning {
+            // A wait status: exited (no signal) with status 1.
+            let status = await w.waitForExit()
+            guard status & 0x7f == 0, (status >> 8) & 0xff == 1, w.output().contains("the producer cannot deliver any more") else { continue }
+            workers.removeAll { $0.pid == w.pid }
+            ended.append((w, "\(status)"))
+            fencedExits += 1
+            try startWorker()
+        }
     }
 
     /// A worker's /readyz body (nil when it does not answer).
@@ -513,6 +559,7 @@ actor ChaosRun {
     }
 
     private func apply(_ step: ChaosPlan.Step) async throws {
+        try await replaceFencedWorkers()
         let running = workers.filter { !paused.contains($0.pid) }
         switch step.fault {
         case .kill:
@@ -556,10 +603,25 @@ actor ChaosRun {
             guard var restarted = target else { return }
             try await restarted.restartBroker()
             target = restarted
+        case .producerFenced:
+            target?.fenceProducers()
+        case .evict:
+            // The outputs go down first, so that the members' deliveries are stuck when the
+            // joiner's rebalance asks them to revoke.
+            target?.outputs(up: false)
+            let hold = step.hold, target = self.target
+            Task { [weak self] in
+                try? await Task.sleep(for: .seconds(2))
+                try? await self?.join()
+                try? await Task.sleep(for: hold - .seconds(2))
+                target?.outputs(up: true)
+            }
         }
     }
 
     private func resumed(_ pid: pid_t) { paused.remove(pid) }
+
+    private func join() throws { try startWorker() }
 
     private func leave(_ w: ManagedProcess.Handle) {
         guard workers.contains(where: { $0.pid == w.pid }), workers.count > 1 else { return }
@@ -571,6 +633,7 @@ actor ChaosRun {
     /// Ends every fault: paused workers go on, the outputs' broker is up, and as many workers
     /// run as at the start.
     private func heal() async throws {
+        try await replaceFencedWorkers()
         for pid in paused { Foundation.kill(pid, SIGCONT) }
         paused = []
         target?.outputs(up: true)
@@ -586,6 +649,7 @@ actor ChaosRun {
         var last: [Int32: Int64] = [:]
         var lastMove = clock.now
         while true {
+            try await replaceFencedWorkers()
             let offsets = (try? await admin.committedOffsets(group: stage, partitions: (0..<4).map { TopicPartition(topics.input, $0) })) ?? []
             var committed: [Int32: Int64] = [:]
             for o in offsets where o.offset >= 0 { committed[o.partition] = o.offset }

@@ -44,6 +44,15 @@ struct Worker: AsyncParsableCommand {
         return d
     })
     var sessionTimeout: Duration?
+    @Option(help: """
+        How long the worker may go without taking its next consumer event (a revocation waiting \
+        for stuck outputs, say) before the group takes it out (max.poll.interval.ms; at least the \
+        session timeout). Default: librdkafka's (5m).
+        """, transform: { text in
+        guard let d = parseDuration(text) else { throw ValidationError("--max-poll-interval: '\(text)' is not a duration such as 5m") }
+        return d
+    })
+    var maxPollInterval: Duration?
     @Option(help: "Stop gracefully after processing this many inputs (tests, demos).") var stopAfter: Int?
     @Option(help: "Address of /metrics, /healthz and /readyz (host:port; port 0 picks a free one, logged at start).")
     var metricsAddress = "0.0.0.0:9464"
@@ -118,6 +127,7 @@ struct Worker: AsyncParsableCommand {
         settings.statisticsInterval = statisticsInterval
         settings.shutdownDeadline = shutdownDeadline
         settings.sessionTimeout = sessionTimeout
+        settings.maxPollInterval = maxPollInterval
         settings.heartbeatInterval = sessionTimeout.map { $0 / 6 }
         settings.stopAfterInputs = stopAfter
         settings.transactionalID = transactionalId

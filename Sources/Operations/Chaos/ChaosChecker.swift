@@ -160,6 +160,11 @@ public struct ChaosReport: Sendable, CustomStringConvertible {
     /// once allows it: a restore starts at the checkpoint's offsets and reads the rest again).
     public var zombies = false
     public var badExits: [String] = []
+    /// Workers that stopped because their producer was fenced (expected; each was replaced).
+    public var fencedExits = 0
+    /// Checkpoints dropped because the coordinator no longer counted their worker as a member
+    /// (evicted; from the workers' logs): each would have landed after the new owner's.
+    public var fencedCheckpoints = 0
     /// Each regression: the key, its offsets, the previous checkpoint's, where it sits.
     public var changelogRegressionDetails: [String] = []
     /// Every worker's whole log, written to files when the run failed.
@@ -238,7 +243,9 @@ public struct ChaosReport: Sendable, CustomStringConvertible {
             "changelog: \(checkpoints) checkpoints of \(changelogKeys) keys, state wrong \(list(checkpointsWrong)), last behind the end \(list(changelogKeysBehind)), regressions \(changelogRegressions)"
                 + (changelogRegressionDetails.isEmpty ? "" : " \(changelogRegressionDetails.prefix(3))")
                 + (zombies && (!changelogKeysBehind.isEmpty || changelogRegressions > 0) ? " (from zombies: a restore starts at a checkpoint's offsets)" : ""),
-            "workers: \(badExits.isEmpty ? "every exit as expected" : "unexpected exits \(badExits)")",
+            "workers: \(badExits.isEmpty ? "every exit as expected" : "unexpected exits \(badExits)")"
+                + (fencedExits > 0 ? " (\(fencedExits) stopped by a fenced producer, each replaced)" : "")
+                + (fencedCheckpoints > 0 ? " (\(fencedCheckpoints) checkpoints of evicted members fenced)" : ""),
         ]
         if let wedged { lines.append("broker wedged: \(wedged)") }
         if !workerLogs.isEmpty { lines.append("worker logs: \(workerLogs.joined(separator: ", "))") }

@@ -16,7 +16,23 @@ public struct ChaosPlan: Sendable, Equatable, CustomStringConvertible {
         case outputsDown = "outputs-down"
         /// The broker is killed and restarted on its storage (the local broker with S3 storage only).
         case brokerRestart = "broker-restart"
+        /// The output topic's broker answers the next produce requests with PRODUCER_FENCED, as a
+        /// broker that lost the producer's state does: the worker that gets them cannot deliver
+        /// any more and stops (exit 1, nothing after it committed); a new one starts, as an
+        /// orchestrator would (librdkafka's mock cluster only).
+        case producerFenced = "producer-fenced"
+        /// A member is evicted while its outputs are stuck: the output topic's leader is down for
+        /// `hold` (longer than the workers' `max.poll.interval.ms`, which the run lowers, with the
+        /// eager protocol) and a worker joins; a member whose revocation waits for its stuck
+        /// outputs past the interval is taken out of the group, a new owner restores and goes on,
+        /// and the evicted member's checkpoints must never land after the new owner's (the
+        /// changelog checks hold strictly). Mock cluster only.
+        case evict
     }
+
+    /// `max.poll.interval.ms` of the workers of a run with ``Fault/evict`` (at least the session
+    /// timeout, 6 s on the mock cluster).
+    public static let evictionPollInterval: Duration = .seconds(8)
 
     public struct Step: Sendable, Equatable, CustomStringConvertible {
         /// From the start of the fault window.
@@ -53,7 +69,8 @@ public struct ChaosPlan: Sendable, Equatable, CustomStringConvertible {
             case .pause: holdMs = sessionTimeout.milliseconds + 1_000 + Int64(rng.next() % 2_000)
             case .joinLeave: holdMs = 2_000 + Int64(rng.next() % 6_000)
             case .outputsDown: holdMs = minimumOutage.milliseconds + Int64(rng.next() % 5_000)
-            case .brokerRestart: holdMs = 0
+            case .brokerRestart, .producerFenced: holdMs = 0
+            case .evict: holdMs = evictionPollInterval.milliseconds + 4_000 + Int64(rng.next() % 4_000)
             }
             steps.append(Step(at: .milliseconds(at), fault: fault, worker: Int(rng.next() % 16), hold: .milliseconds(holdMs)))
         }
