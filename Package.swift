@@ -206,6 +206,8 @@ let package = Package(
                 "SafeFetch",
                 "Workers",
                 "Thumbnails",
+                // The image server of `pipelinectl chaos --workload thumbnails` (slow bodies, hangs).
+                "HTTPTesting",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 // The sample server of `pipelinectl dev`.
                 .product(name: "Hummingbird", package: "hummingbird"),

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Deadlines
+import HTTPTesting
 import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
@@ -9,6 +10,7 @@ import Logging
 import Operations
 import Pipeline
 import Synchronization
+import Thumbnails
 import Workers
 
 /// `pipelinectl chaos`: runs a stateful stage's workers against a broker while a producer feeds
@@ -34,6 +36,8 @@ struct Chaos: AsyncParsableCommand {
             (the run sets 8 s and the eager protocol) while a worker joins: a member stuck in its \
             revocation is evicted; its checkpoints must never land after the new owner's \
             (--broker mock only)
+              slow-upstream   (--workload thumbnails) the image server trickles bodies and leaves \
+            requests hanging for a while
 
             Then everything heals, one tick per market an hour later closes every minute, the run \
             waits until the group's offsets reach the end, stops the workers with SIGTERM, reads \
@@ -57,9 +61,15 @@ struct Chaos: AsyncParsableCommand {
             delivery-failed dead letter, as an operator would, and only then checks: every \
             expected candle must be there.
 
+            Workloads: `candles` (the stateful candle stage, checked as above) or `thumbnails` \
+            (the I/O thumbnail stage, concurrency 8, fetching small PNGs from a server in this \
+            process with a 1 s fetch timeout and 2 attempts): every request must end as \
+            thumbnails or as a dead letter, the group's offsets must reach the end (no slow fetch \
+            pins a partition), and every worker must stop when told.
+
             Profiles: `ci` (what the test suite runs: two mock seeds with the process faults and \
             outputs-down, one mock seed with fenced producers and evictions, one mock seed with low \
-            retries, one local seed with the faults tansu survives), `long` (ten \
+            retries, one local seed with the faults tansu survives, one thumbnail seed), `long` (ten \
             seeds per broker with every fault, five mock and three local seeds with low retries, \
             longer windows).
 
@@ -77,6 +87,18 @@ struct Chaos: AsyncParsableCommand {
             """)
 
     enum BrokerKind: String, ExpressibleByArgument, CaseIterable { case mock, local }
+    /// What the workers run: the stateful candle stage, or the thumbnail stage (I/O, concurrent)
+    /// against an image server that the `slow-upstream` fault slows down.
+    enum Workload: String, ExpressibleByArgument, CaseIterable {
+        case candles, thumbnails
+
+        func allows(_ fault: ChaosPlan.Fault) -> Bool {
+            switch self {
+            case .candles: fault != .slowUpstream
+            case .thumbnails: [.kill, .pause, .joinLeave, .slowUpstream, .outputsDown].contains(fault)
+            }
+        }
+    }
     enum Profile: String, ExpressibleByArgument, CaseIterable { case ci, long }
 
     @Option(help: "mock or local: the broker to start. With --bootstrap-server instead, the run uses that cluster, with process faults only.") var broker: BrokerKind?
@@ -92,6 +114,8 @@ struct Chaos: AsyncParsableCommand {
     @Option(help: "Faults per run (default: one per 5 s of window).") var faultCount: Int?
     @Option(help: "Ticks fed per run (default 12,000).") var ticks: Int?
     @Option(help: "Workers running at the start.") var workers = 2
+    @Option(help: "candles (the stateful candle stage) or thumbnails (the I/O thumbnail stage and an image server). Default: the profile's.")
+    var workload: Workload?
     @Option(help: "at-least-once or exactly-once.") var delivery = "at-least-once"
     @Option(help: """
         default (the topology's shipping retry policy and librdkafka's message timeout) or low (2 attempts, \
@@ -132,6 +156,7 @@ struct Chaos: AsyncParsableCommand {
         var faultCount: Int
         var ticks: Int
         var retries: Retries
+        var workload: Workload = .candles
     }
 
     /// The retry configuration a run's workers use.
@@ -146,14 +171,15 @@ struct Chaos: AsyncParsableCommand {
         let explicit = faults.map { $0.split(separator: ",").compactMap { ChaosPlan.Fault(rawValue: String($0)) } }
         func make(
             _ kind: ChaosTarget.Kind, seeds: [UInt64], faults defaults: [ChaosPlan.Fault], window defaultWindow: Duration, ticks defaultTicks: Int,
-            retries defaultRetries: Retries = .default
+            retries defaultRetries: Retries = .default, workload defaultWorkload: Workload = .candles
         ) -> [RunSpec] {
             let w = window ?? defaultWindow
-            let allowed = (explicit ?? defaults).filter(kind.allows)
+            let load = workload ?? defaultWorkload
+            let allowed = (explicit ?? defaults).filter { kind.allows($0) && load.allows($0) }
             return seeds.map {
                 RunSpec(
                     target: kind, seed: $0, faults: allowed, window: w, faultCount: faultCount ?? max(1, Int(w.components.seconds / 5)),
-                    ticks: ticks ?? defaultTicks, retries: retries ?? defaultRetries)
+                    ticks: ticks ?? (load == .thumbnails ? defaultTicks / 20 : defaultTicks), retries: retries ?? defaultRetries, workload: load)
             }
         }
         if let bootstrapServer = connection.flag {
@@ -171,11 +197,14 @@ struct Chaos: AsyncParsableCommand {
                 + make(.mock, seeds: seed.isEmpty ? [13] : [], faults: [.producerFenced, .evict, .kill], window: .seconds(20), ticks: 8_000)
                 + make(.mock, seeds: seed.isEmpty ? [15] : [], faults: [.outputsDown, .kill], window: .seconds(20), ticks: 8_000, retries: .low)
                 + make(.local, seeds: seed.isEmpty ? [21] : seed, faults: [.brokerRestart, .pause], window: .seconds(20), ticks: 8_000)
+                + make(.mock, seeds: seed.isEmpty ? [31] : [], faults: [.slowUpstream, .kill, .pause], window: .seconds(20), ticks: 8_000, workload: .thumbnails)
         case .long:
             return make(.mock, seeds: seed.isEmpty ? Array(101...110) : seed, faults: ChaosPlan.Fault.allCases, window: .seconds(60), ticks: 30_000)
                 + make(.mock, seeds: seed.isEmpty ? Array(111...115) : [], faults: ChaosPlan.Fault.allCases, window: .seconds(60), ticks: 30_000, retries: .low)
                 + make(.local, seeds: seed.isEmpty ? Array(201...210) : seed, faults: ChaosPlan.Fault.allCases, window: .seconds(60), ticks: 30_000)
                 + make(.local, seeds: seed.isEmpty ? Array(211...213) : [], faults: ChaosPlan.Fault.allCases, window: .seconds(60), ticks: 30_000, retries: .low)
+                + make(.mock, seeds: seed.isEmpty ? Array(301...303) : [], faults: ChaosPlan.Fault.allCases, window: .seconds(60), ticks: 30_000, workload: .thumbnails)
+                + make(.local, seeds: seed.isEmpty ? Array(311...312) : [], faults: ChaosPlan.Fault.allCases, window: .seconds(60), ticks: 30_000, workload: .thumbnails)
         case nil:
             let kind: ChaosTarget.Kind = broker == .local ? .local : .mock
             return make(kind, seeds: seed.isEmpty ? [1] : seed, faults: ChaosPlan.Fault.allCases, window: .seconds(30), ticks: 12_000)
@@ -196,9 +225,9 @@ struct Chaos: AsyncParsableCommand {
             let plan = ChaosPlan.make(
                 seed: spec.seed, window: spec.window, faults: spec.faults, count: spec.faultCount, sessionTimeout: spec.target.sessionTimeout,
                 minimumOutage: spec.retries == .low ? .seconds(5) : .seconds(1))
-            print("== \(spec.target.name), \(spec.retries == .low ? "low retries, " : "")\(plan)")
+            print("== \(spec.target.name), \(spec.workload == .thumbnails ? "thumbnails, " : "")\(spec.retries == .low ? "low retries, " : "")\(plan)")
             fflush(nil)
-            let report: ChaosReport
+            let report: any ChaosVerdict
             do {
                 report = try await ChaosRun(
                     spec: spec, plan: plan, workers: workers, exactlyOnce: exactlyOnce, stallAfter: stallAfter,
@@ -333,6 +362,8 @@ actor ChaosRun {
     private var fencedExits = 0
     private var target: ChaosTarget?
     private let topologyPath: String
+    /// The thumbnail workload's image server.
+    private var images: ChaosImageServer?
 
     let keepLogs: Bool
 
@@ -345,8 +376,14 @@ actor ChaosRun {
         self.exactlyOnce = exactlyOnce
         self.stallAfter = stallAfter
         id = "\(spec.seed)-\(UInt32.random(in: 0..<UInt32.max) % 100_000)"
-        stage = "chaos-candles-\(id)"
-        topics = ("chaos.raw-\(id)", "chaos.candles-\(id)", "chaos.changelog-\(id)", "chaos.dead-letters-\(id)")
+        switch spec.workload {
+        case .candles:
+            stage = "chaos-candles-\(id)"
+            topics = ("chaos.raw-\(id)", "chaos.candles-\(id)", "chaos.changelog-\(id)", "chaos.dead-letters-\(id)")
+        case .thumbnails:
+            stage = "chaos-thumbnails-\(id)"
+            topics = ("chaos.thumbnail-requests-\(id)", "chaos.thumbnails-ready-\(id)", "", "chaos.dead-letters-\(id)")
+        }
         topologyPath = FileManager.default.temporaryDirectory.appendingPathComponent("chaos-topology-\(id).yaml").path
     }
 
@@ -360,7 +397,29 @@ actor ChaosRun {
     static let lowRetryProperties = ["message.timeout.ms=1500", "request.timeout.ms=1000", "socket.timeout.ms=3000"]
 
     var topologyYAML: String {
-        """
+        if spec.workload == .thumbnails {
+            return """
+                topics:
+                  - {name: \(topics.input), partitions: 4}
+                  - {name: \(topics.output), partitions: 4}
+                  - {name: \(topics.deadLetters), partitions: 1}
+                stages:
+                  - name: \(stage)
+                    chain: [thumbnails.render]
+                    inputs: [\(topics.input)]
+                    outputs: {thumbnails.ready: \(topics.output)}
+                    dead-letter-topic: \(topics.deadLetters)
+                    concurrency: 8
+                    options:
+                      store-directory: \(thumbnailStore)
+                      allow-networks: [127.0.0.1/32]
+                      fetch-timeout: 1s
+                      fetch-attempts: 2
+                      fetch-backoff: 100ms
+                      render-threads: 1
+                """
+        }
+        return """
         topics:
           - {name: \(topics.input), partitions: 4}
           - {name: \(topics.output), partitions: 4}
@@ -379,15 +438,21 @@ actor ChaosRun {
         """
     }
 
-    func run() async throws -> ChaosReport {
+    /// Where the thumbnail workload's workers store thumbnails.
+    private var thumbnailStore: String { FileManager.default.temporaryDirectory.appendingPathComponent("chaos-thumbnails-\(id)").path }
+
+    func run() async throws -> any ChaosVerdict {
         try topologyYAML.write(toFile: topologyPath, atomically: true, encoding: .utf8)
-        defer { try? FileManager.default.removeItem(atPath: topologyPath) }
+        defer {
+            try? FileManager.default.removeItem(atPath: topologyPath)
+            try? FileManager.default.removeItem(atPath: thumbnailStore)
+        }
         let topology = try Topology.load(path: topologyPath)
         target = try await ChaosTarget.start(
             spec.target, topics: topology.topics, outputs: topics.output, group: stage, restartable: spec.faults.contains(.brokerRestart))
         defer { for w in workers + ended.map(\.0) { w.kill() } }
         do {
-            let report = try await runOnBroker()
+            let report: any ChaosVerdict = spec.workload == .thumbnails ? try await runThumbnails() : try await runOnBroker()
             await target?.stop()
             return report
         } catch {
@@ -438,24 +503,7 @@ actor ChaosRun {
 
         var report = ChaosReport()
         let committed = try await awaitOffsets(ends, wedge: &report.wedged)
-        for w in workers {
-            w.terminate()
-            ended.append((w, "0"))
-        }
-        for (w, expected) in ended {
-            let status = await Deadline.race(.seconds(30)) { await w.waitForExit() }
-            let seen = status.map(String.init) ?? "still running 30 s after it was stopped"
-            if seen != expected {
-                // The whole log goes to a file; the report names it and quotes the crash or the end.
-                let log = FileManager.default.temporaryDirectory.appendingPathComponent("chaos-worker-\(id)-\(w.pid).log").path
-                try? w.output().write(toFile: log, atomically: true, encoding: .utf8)
-                let lines = w.output().split(separator: "\n").filter { !$0.contains("dead letter") && !$0.contains("Connect to") }
-                let crash = lines.firstIndex { $0.contains("crashed:") || $0.contains("Fatal error") }
-                let quoted = crash.map { Array(lines[max(0, $0 - 2)..<min(lines.count, $0 + 25)]) } ?? Array(lines.suffix(15))
-                report.badExits.append("pid \(w.pid): \(seen), expected \(expected) (log: \(log))\n" + quoted.joined(separator: "\n"))
-            }
-        }
-        workers = []
+        report.badExits = await stopWorkers()
         // The operator's part: the faults are over, so every output that failed past its
         // attempts is redriven to where it belonged (they are in the dead-letter topic as
         // themselves). The check then requires every expected candle.
@@ -493,6 +541,100 @@ actor ChaosRun {
             }
         }
         return checked
+    }
+
+    /// The thumbnail workload: requests for images on a local server, which `slow-upstream`
+    /// slows down; then every request must end as thumbnails or a dead letter, no slow fetch may
+    /// pin a partition (the offsets reach the end), and every worker stops when told.
+    private func runThumbnails() async throws -> ThumbnailChaosReport {
+        let images = try await ChaosImageServer(count: spec.ticks)
+        self.images = images
+        defer { Task { await images.close() } }
+        for _ in 0..<initialWorkers { try startWorker() }
+        try await awaitAssignment()
+        let clock = ContinuousClock()
+        let windowStart = clock.now
+        let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [bootstrap]))
+        let feed = Task { [topics, spec] () throws -> [ThumbnailChaosInput] in
+            try await Self.feedRequests(producer, topic: topics.input, count: spec.ticks, over: spec.window, images: images)
+        }
+        for step in plan.steps {
+            let due = windowStart + step.at
+            if clock.now < due { try await Task.sleep(until: due, clock: clock) }
+            try await apply(step)
+        }
+        let requests = try await feed.value
+        await producer.close()
+        try await heal()
+        var ends: [Int32: Int64] = [:]
+        for r in requests { ends[r.partition] = max(ends[r.partition] ?? 0, r.offset + 1) }
+        var wedged: String?
+        let committed = try await awaitOffsets(ends, wedge: &wedged)
+        let badExits = await stopWorkers()
+        let reader = TopicReader(kafka: KafkaConfiguration(bootstrapServers: [bootstrap]))
+        var report = ThumbnailChaosChecker.check(
+            requests: requests, ready: try await Self.readAll(reader, topics.output, partitions: 4),
+            deadLetters: try await Self.readAll(reader, topics.deadLetters, partitions: 1), committed: committed, ends: ends)
+        report.wedged = wedged
+        report.badExits = badExits
+        report.fedWhileSlow = images.requestedWhileSlow
+        if !report.passed || keepLogs {
+            for w in killed + ended.map(\.0) {
+                let log = FileManager.default.temporaryDirectory.appendingPathComponent("chaos-worker-\(id)-\(w.pid).log").path
+                if (try? w.output().write(toFile: log, atomically: true, encoding: .utf8)) != nil { report.workerLogs.append(log) }
+            }
+        }
+        return report
+    }
+
+    /// Stops the running workers (SIGTERM) and waits for every worker that ended to exit as it
+    /// had to; returns the exits that did not, each with its log's end (the log goes to a file).
+    private func stopWorkers() async -> [String] {
+        for w in workers {
+            w.terminate()
+            ended.append((w, "0"))
+        }
+        var badExits: [String] = []
+        for (w, expected) in ended {
+            let status = await Deadline.race(.seconds(30)) { await w.waitForExit() }
+            let seen = status.map(String.init) ?? "still running 30 s after it was stopped"
+            if seen != expected {
+                // The whole log goes to a file; the report names it and quotes the crash or the end.
+                let log = FileManager.default.temporaryDirectory.appendingPathComponent("chaos-worker-\(id)-\(w.pid).log").path
+                try? w.output().write(toFile: log, atomically: true, encoding: .utf8)
+                let lines = w.output().split(separator: "\n").filter { !$0.contains("dead letter") && !$0.contains("Connect to") }
+                let crash = lines.firstIndex { $0.contains("crashed:") || $0.contains("Fatal error") }
+                let quoted = crash.map { Array(lines[max(0, $0 - 2)..<min(lines.count, $0 + 25)]) } ?? Array(lines.suffix(15))
+                badExits.append("pid \(w.pid): \(seen), expected \(expected) (log: \(log))\n" + quoted.joined(separator: "\n"))
+            }
+        }
+        workers = []
+        return badExits
+    }
+
+    /// Sends `count` thumbnail requests (one image each, on `images`) spread over `duration`.
+    static func feedRequests(
+        _ producer: KafkaProducer, topic: String, count: Int, over duration: Duration, images: ChaosImageServer
+    ) async throws -> [ThumbnailChaosInput] {
+        let chunk = 20
+        let chunks = max(1, (count + chunk - 1) / chunk)
+        let pause = duration / chunks
+        var inputs: [ThumbnailChaosInput] = []
+        let clock = ContinuousClock()
+        let start = clock.now
+        for c in 0..<chunks {
+            let requests = (c * chunk..<min(count, (c + 1) * chunk)).map {
+                ThumbnailRequest(owner: .product, ownerId: "\($0 / 4)", imageIndex: $0 % 4, sourceURL: images.url(of: $0))
+            }
+            let reports = try await producer.send(requests.map { ProducerRecord(topic: topic, key: Array($0.recordKey.utf8), value: $0.jsonBytes()) })
+            for (request, report) in zip(requests, reports) {
+                if let error = report.error { throw error }
+                inputs.append(ThumbnailChaosInput(request: request, partition: report.partition, offset: report.offset))
+            }
+            let next = start + pause * (c + 1)
+            if clock.now < next { try await Task.sleep(until: next, clock: clock) }
+        }
+        return inputs
     }
 
     // MARK: Workers
@@ -605,6 +747,8 @@ actor ChaosRun {
             target = restarted
         case .producerFenced:
             target?.fenceProducers()
+        case .slowUpstream:
+            images?.slow(for: step.hold)
         case .evict:
             // The outputs go down first, so that the members' deliveries are stuck when the
             // joiner's rebalance asks them to revoke.
@@ -706,4 +850,42 @@ actor ChaosRun {
         }
         return records
     }
+}
+
+/// The thumbnail workload's image server (loopback, port 0): image `i` is a small PNG at
+/// `/img/i.png`. While slow (``ChaosPlan/Fault/slowUpstream``), every body trickles a byte per
+/// 50 ms and every fifth request is left hanging.
+final class ChaosImageServer: Sendable {
+    private final class Slowness: Sendable {
+        let until = Mutex<ContinuousClock.Instant?>(nil)
+        let answered = Atomic<Int>(0)
+    }
+
+    private let server: TestHTTPServer
+    private let slowness = Slowness()
+
+    init(count: Int) async throws {
+        var raw: [UInt8] = []
+        for y in 0..<24 {
+            raw.append(0)
+            for x in 0..<32 { raw += [UInt8(x * 8), UInt8(y * 10), UInt8((x + y) & 0xff)] }
+        }
+        let png = StoredPNG.container(width: 32, height: 24, colourType: 2, idat: StoredPNG.zlibStored(raw))
+        let slowness = self.slowness
+        let handler: TestHTTPServer.Handler = { _ in
+            guard let until = slowness.until.withLock({ $0 }), ContinuousClock.now < until else { return .ok(png, contentType: "image/png") }
+            let n = slowness.answered.add(1, ordering: .relaxed).newValue
+            return n % 5 == 0 ? .hang : .trickle(png, every: .milliseconds(50))
+        }
+        server = try await TestHTTPServer(handlers: Dictionary(uniqueKeysWithValues: (0..<count).map { ("/img/\($0).png", handler) }))
+    }
+
+    func url(of image: Int) -> String { "\(server.baseURL)/img/\(image).png" }
+
+    func slow(for hold: Duration) { slowness.until.withLock { $0 = .now + hold } }
+
+    /// Requests answered slowly so far.
+    var requestedWhileSlow: Int { slowness.answered.load(ordering: .relaxed) }
+
+    func close() async { try? await server.close() }
 }

@@ -171,4 +171,42 @@ import Workers
         #expect(workers.garbageNotDeadLettered.count == 1 && workers.deadLetterOffsetsMissingCount == 0)
         #expect(workers.verdict == "FAIL" && !workers.brokerFault)
     }
+
+    /// The thumbnail workload's checker: a request with neither thumbnails nor a dead letter is
+    /// lost, an answer to no request is unexpected, offsets short of the end fail the run.
+    @Test func theThumbnailCheckerSeesEachViolation() throws {
+        let requests = (0..<6).map { i in
+            ThumbnailChaosInput(
+                request: ThumbnailRequest(owner: .product, ownerId: "\(i / 4)", imageIndex: i % 4, sourceURL: "http://127.0.0.1:1/img/\(i).png"),
+                partition: Int32(i % 2), offset: Int64(i / 2))
+        }
+        func ready(_ r: ThumbnailRequest, offset: Int64) -> ConsumerRecord {
+            let json = #"{"owner":"\#(r.owner.rawValue)","owner_id":"\#(r.ownerId)","image_index":\#(r.imageIndex),"thumbnails":[{"name":"list","uri":"file:///t/x.jpg"}]}"#
+            return ConsumerRecord(topic: "ready", partition: 0, offset: offset, key: nil, value: Array(json.utf8), headers: [], timestamp: nil)
+        }
+        func letter(_ r: ThumbnailRequest, offset: Int64) -> ConsumerRecord {
+            let input = InputRecord(key: Array(r.recordKey.utf8), value: r.jsonBytes(), timestamp: 1, origin: RecordOrigin(topic: "requests", partition: 0, offset: 0))
+            let d = DeadLetter(stage: "thumbnails", transform: "thumbnails.render", input: input, failure: DecodeFailure(field: "$", reason: .fetchFailed, detail: "timed out"))
+            return ConsumerRecord(
+                topic: "dlq", partition: 0, offset: offset, key: d.key, value: d.value,
+                headers: d.recordHeaders.map { KafkaHeader(key: $0.name, value: $0.value) }, timestamp: 1)
+        }
+        let ends: [Int32: Int64] = [0: 3, 1: 3]
+        let answers = requests.dropLast().enumerated().map { ready($1.request, offset: Int64($0)) }
+        let clean = ThumbnailChaosChecker.check(
+            requests: requests, ready: answers, deadLetters: [letter(requests[5].request, offset: 0)], committed: ends, ends: ends)
+        #expect(clean.passed && clean.ready == 5 && clean.deadLettered == ["fetch-failed": 1], "\(clean)")
+        let lost = ThumbnailChaosChecker.check(requests: requests, ready: answers, deadLetters: [], committed: ends, ends: ends)
+        #expect(!lost.passed && lost.lost.count == 1, "\(lost)")
+        let stranger = ThumbnailRequest(owner: .product, ownerId: "99", imageIndex: 0, sourceURL: "http://127.0.0.1:1/img/99.png")
+        let unexpected = ThumbnailChaosChecker.check(
+            requests: requests, ready: answers + [ready(stranger, offset: 9)], deadLetters: [letter(requests[5].request, offset: 0)], committed: ends, ends: ends)
+        #expect(!unexpected.passed && unexpected.unexpected.count == 1, "\(unexpected)")
+        let twice = ThumbnailChaosChecker.check(
+            requests: requests, ready: answers + [answers[0]], deadLetters: [letter(requests[5].request, offset: 0)], committed: ends, ends: ends)
+        #expect(twice.passed && twice.duplicates == 1, "a duplicate is allowed at least once: \(twice)")
+        let behind = ThumbnailChaosChecker.check(
+            requests: requests, ready: answers, deadLetters: [letter(requests[5].request, offset: 0)], committed: [0: 3, 1: 2], ends: ends)
+        #expect(!behind.passed && !behind.offsetsAtEnd, "\(behind)")
+    }
 }

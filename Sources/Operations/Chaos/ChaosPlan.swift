@@ -28,6 +28,10 @@ public struct ChaosPlan: Sendable, Equatable, CustomStringConvertible {
         /// and the evicted member's checkpoints must never land after the new owner's (the
         /// changelog checks hold strictly). Mock cluster only.
         case evict
+        /// The image server of the thumbnail workload goes slow for `hold`: bodies trickle (a
+        /// byte every 50 ms) and every fifth request is left hanging; fetches run into their
+        /// time limits while workers are killed and stopped.
+        case slowUpstream = "slow-upstream"
     }
 
     /// `max.poll.interval.ms` of the workers of a run with ``Fault/evict`` (at least the session
@@ -71,6 +75,7 @@ public struct ChaosPlan: Sendable, Equatable, CustomStringConvertible {
             case .outputsDown: holdMs = minimumOutage.milliseconds + Int64(rng.next() % 5_000)
             case .brokerRestart, .producerFenced: holdMs = 0
             case .evict: holdMs = evictionPollInterval.milliseconds + 4_000 + Int64(rng.next() % 4_000)
+            case .slowUpstream: holdMs = 3_000 + Int64(rng.next() % 6_000)
             }
             steps.append(Step(at: .milliseconds(at), fault: fault, worker: Int(rng.next() % 16), hold: .milliseconds(holdMs)))
         }
