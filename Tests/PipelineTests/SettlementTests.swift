@@ -639,4 +639,42 @@ import Workers
         #expect(letters.allSatisfy { $0.letter.failure.reason == .deliveryFailed && $0.letter.destination?.topic == "out" })
         #expect(Set(letters.compactMap { $0.letter.value.map { String(decoding: $0, as: UTF8.self) } }) == Set((0..<20).map { "v\($0)" }))
     }
+
+    /// An I/O stage that makes nothing of a record (no output, no dead letter).
+    struct SilentIO: ConcurrentTransform {
+        var name: String { "thumbnails.render" }
+        func process(_ record: InputRecord) async -> TransformOutput { TransformOutput() }
+    }
+
+    /// A concurrent record that makes nothing still leaves the in-flight count when it settles:
+    /// with a bound of 20 records in flight, 200 such records must all settle (a leak would stop
+    /// the worker at the bound for good) and nothing stays counted in flight.
+    @Test func aConcurrentRecordThatMakesNothingLeavesTheInFlightCount() async throws {
+        let mock = try KafkaMockCluster(brokers: 1)
+        for t in ["in", "out", "dlq"] { try mock.createTopic(t, partitions: 1) }
+        let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [mock.bootstrapServers]))
+        _ = try await producer.send((0..<200).map { ProducerRecord(topic: "in", key: Array("k\($0)".utf8), value: Array("v\($0)".utf8)) })
+        await producer.close()
+        let topology = try Topology.parse("""
+            topics:
+              - {name: in}
+              - {name: out}
+              - {name: dlq}
+            stages:
+              - name: io
+                chain: [thumbnails.render]
+                inputs: [in]
+                outputs: {out: out}
+                dead-letter-topic: dlq
+                max-in-flight-records: 20
+            """)
+        let service = try StageService(
+            definition: try topology.stage(named: "io"), topology: topology, settings: Self.settings(mock).measured(), concurrent: SilentIO())
+        let running = Task { try await service.run() }
+        try await eventually("every input settled") { service.readings.inputsSettled == 200 }
+        try await eventually("nothing counted in flight") { service.readings.inFlightRecords == 0 }
+        service.requestStop()
+        try await running.value
+        #expect(service.readings.produced == 0 && service.readings.deadLettered == 0)
+    }
 }
