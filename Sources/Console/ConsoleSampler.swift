@@ -25,7 +25,9 @@ public struct StageRow: Sendable, Codable, Hashable {
     /// Input partitions the group has committed on.
     public var partitions: Int
     public var lagRecords: Int64
-    public var lagSeconds: Double
+    /// How long ago the log end passed the committed offsets (the longest of the partitions:
+    /// ``PartitionLag/lagSeconds``); nil until two samples can say.
+    public var lagSeconds: Double?
     /// Records committed per second, summed over the partitions, since the last sample.
     public var inRate: Double
     /// Records arriving per second (log end advancing).
@@ -63,7 +65,7 @@ public final class ConsoleState: HealthReporting {
             for stage in topology.stages {
                 s.rows[stage.name] = StageRow(
                     stage: stage.name, group: stage.group, inputs: stage.inputs, members: nil, partitions: 0, lagRecords: 0,
-                    lagSeconds: 0, inRate: 0, arrivalRate: 0, outRate: nil, secondsToDrain: nil, status: "", reason: "not sampled yet",
+                    lagSeconds: nil, inRate: 0, arrivalRate: 0, outRate: nil, secondsToDrain: nil, status: "", reason: "not sampled yet",
                     partitionRows: [], sampledAt: nil, error: nil)
             }
         }
@@ -100,8 +102,8 @@ public final class ConsoleState: HealthReporting {
     public func rows() -> [StageRow] {
         state.withLock { s in
             s.rows.values.map { Self.withWorkers($0, s.roster) }.sorted {
-                ($0.severity, $0.lagSeconds, $0.lagRecords) != ($1.severity, $1.lagSeconds, $1.lagRecords)
-                    ? ($0.severity, $0.lagSeconds, $0.lagRecords) > ($1.severity, $1.lagSeconds, $1.lagRecords)
+                ($0.severity, $0.lagSeconds ?? 0, $0.lagRecords) != ($1.severity, $1.lagSeconds ?? 0, $1.lagRecords)
+                    ? ($0.severity, $0.lagSeconds ?? 0, $0.lagRecords) > ($1.severity, $1.lagSeconds ?? 0, $1.lagRecords)
                     : $0.stage < $1.stage
             }
         }
@@ -133,7 +135,7 @@ public final class ConsoleState: HealthReporting {
         state.withLock { s in
             s.rows[row.stage] = row
             guard row.error == nil else { return }
-            s.history.record(row.stage, time: time, lagRecords: Double(row.lagRecords), lagSeconds: row.lagSeconds,
+            s.history.record(row.stage, time: time, lagRecords: Double(row.lagRecords), lagSeconds: row.lagSeconds ?? 0,
                              inRate: row.inRate, arrivalRate: row.arrivalRate)
             for p in row.partitionRows.map(\.lag) {
                 s.history.record("\(row.stage)/\(p.topic)/\(p.partition)", time: time, lagRecords: Double(p.lagRecords ?? 0),

@@ -184,14 +184,17 @@ struct ConsolePages {
             \(HTML.chart(points.map { ($0.time, $0.lagSeconds) }, label: "lag (time)", format: { HTML.seconds($0) }))
             \(HTML.chart(points.map { ($0.time, $0.inRate) }, label: "records in per second", format: HTML.rate))
             <h2>Partitions</h2><table><thead><tr><th>topic</th><th>partition</th><th>committed</th><th>log end</th><th>lag</th>\
-            <th>lag (time)</th><th>owner</th><th>verdict</th><th>last 5 min</th></tr></thead><tbody>
+            <th title="how long ago the log end passed the committed offset">lag (time)</th>\
+            <th title="now minus the first unconsumed record's own timestamp">first waiting record's age</th>\
+            <th>owner</th><th>verdict</th><th>last 5 min</th></tr></thead><tbody>
             """
         for row in r.partitionRows {
             let p = row.lag
             let spark = HTML.sparkline(state.history("\(name)/\(p.topic)/\(p.partition)", tier: 0, now: now).map(\.lagRecords))
             body += """
                 <tr><td>\(HTML.text(p.topic))</td><td>\(p.partition)</td><td>\(HTML.count(p.committed))</td><td>\(HTML.count(p.logEnd))</td>\
-                <td>\(HTML.count(p.lagRecords))</td><td>\(HTML.text(HTML.seconds(p.lagSeconds)))</td><td>\(HTML.text(p.owner ?? "–"))</td>\
+                <td>\(HTML.count(p.lagRecords))</td><td>\(HTML.text(HTML.seconds(p.lagSeconds)))</td>\
+                <td>\(HTML.text(HTML.seconds(p.recordAgeSeconds)))</td><td>\(HTML.text(p.owner ?? "–"))</td>\
                 <td><span class="status status-\(p.status.rawValue)">\(p.status.rawValue)</span> \(HTML.text(row.reason))</td><td>\(spark)</td></tr>
                 """
         }

@@ -38,23 +38,15 @@ public enum PartitionLagStatus: String, Sendable, Codable, Comparable, CaseItera
     public static func < (a: Self, b: Self) -> Bool { a.severity < b.severity }
 }
 
-/// A group's status: the worst of its partitions, in Burrow's three levels.
-public enum GroupLagStatus: String, Sendable, Codable, Comparable {
-    case ok = "OK"
-    case warn = "WARN"
-    case err = "ERR"
-
-    public init(partitions: some Sequence<PartitionLagStatus>) {
-        let worst = partitions.max() ?? .ok
-        switch worst {
-        case .ok: self = .ok
-        case .warn: self = .warn
-        case .stall, .stop, .rewind, .err: self = .err
-        }
+extension PartitionLagStatus {
+    /// A group's status: its worst partition's (OK with none), the one verdict the CLI and the
+    /// console both show.
+    public init(worstOf partitions: some Sequence<PartitionLagStatus>) {
+        self = partitions.max() ?? .ok
     }
 
-    private var severity: Int { self == .ok ? 0 : self == .warn ? 1 : 2 }
-    public static func < (a: Self, b: Self) -> Bool { a.severity < b.severity }
+    /// Whether it needs an operator now (Burrow's ERR level: STALL, STOP, REWIND, ERR).
+    public var isError: Bool { self > .warn }
 }
 
 /// One commit as the window holds it: the committed offset, the partition's log-end offset at
@@ -104,6 +96,34 @@ public enum LagEvaluator {
         for (a, b) in zip(window, window.dropFirst()) where b.lag < a.lag { lagNeverDecreases = false }
         if lagNeverDecreases { return .warn }
         return .ok
+    }
+}
+
+/// Lag in time as kafka-lag-exporter measures it: how long ago the log end passed the committed
+/// offset, from log-end offsets sampled over time (interpolated between the two samples around
+/// the committed offset; extrapolated back at the sampled rate when every sample is already past
+/// it). Unlike the age of the first unconsumed record, it does not depend on the records' own
+/// timestamps (replayed or late records would read as days behind).
+public enum LogEndLag {
+    /// Seconds since the log end passed `committed`, from `samples` (log-end offsets and when they
+    /// were read, oldest first): 0 when the log end is not past it; nil when the samples cannot
+    /// say (one sample, or a log end that did not move).
+    public static func seconds(committed: Int64, samples: [CommitSample], now: Int64) -> Double? {
+        guard let latest = samples.last else { return nil }
+        if committed >= latest.logEnd { return 0 }
+        let passed: Double
+        if let i = samples.firstIndex(where: { $0.logEnd > committed }), i > 0 {
+            // Between samples i-1 (not yet past) and i (past): interpolated.
+            let a = samples[i - 1], b = samples[i]
+            let fraction = Double(committed - a.logEnd) / Double(b.logEnd - a.logEnd)
+            passed = Double(a.time) + max(0, fraction) * Double(b.time - a.time)
+        } else {
+            // Every sample is past it: back from the first, at the rate the log end grew.
+            guard let first = samples.first, let moved = samples.first(where: { $0.logEnd > first.logEnd }), moved.time > first.time else { return nil }
+            let perMillisecond = Double(moved.logEnd - first.logEnd) / Double(moved.time - first.time)
+            passed = Double(first.time) - Double(first.logEnd - committed) / perMillisecond
+        }
+        return max(0, (Double(now) - passed) / 1000)
     }
 }
 

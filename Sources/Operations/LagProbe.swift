@@ -14,8 +14,13 @@ public struct PartitionLag: Sendable, Hashable, Codable {
     public var neverCommitted = false
     /// logEnd - committed, never negative; nil when the log end is unknown.
     public var lagRecords: Int64?
-    /// Now minus the timestamp of the first unconsumed record; 0 when caught up.
+    /// How long ago the log end passed the committed offset (kafka-lag-exporter's lag in time,
+    /// interpolated over the observed log ends: ``LogEndLag``); 0 when caught up; nil until the
+    /// observations can say (one observation, or a log end that did not move).
     public var lagSeconds: Double?
+    /// Now minus the timestamp of the first unconsumed record: the record's own time, so replayed
+    /// or late records read as far behind; 0 when caught up.
+    public var recordAgeSeconds: Double?
     public var status: PartitionLagStatus = .ok
     /// Who owns the partition, if a member does.
     public var owner: String?
@@ -29,8 +34,9 @@ public struct PartitionLag: Sendable, Hashable, Codable {
             lagRecords = max(0, logEnd - committed)
             if lagRecords == 0 {
                 lagSeconds = 0
+                recordAgeSeconds = 0
             } else if let ts = firstUnconsumedTimestamp {
-                lagSeconds = max(0, Double(now - ts) / 1000)
+                recordAgeSeconds = max(0, Double(now - ts) / 1000)
             }
         }
     }
@@ -44,11 +50,19 @@ public struct GroupLag: Sendable, Hashable, Codable {
     public var state: String?
     public var members: [ConsumerGroupMember]
     public var partitions: [PartitionLag]
-    public var status: GroupLagStatus
+    /// Its worst partition's status.
+    public var status: PartitionLagStatus
     public var totalLag: Int64 { partitions.reduce(0) { $0 + ($1.lagRecords ?? 0) } }
-    public var maxLagSeconds: Double { partitions.compactMap(\.lagSeconds).max() ?? 0 }
+    /// The longest lag in time (``PartitionLag/lagSeconds``); nil while a partition with records
+    /// waiting has none yet.
+    public var maxLagSeconds: Double? {
+        if partitions.contains(where: { ($0.lagRecords ?? 0) > 0 && $0.lagSeconds == nil }) { return nil }
+        return partitions.compactMap(\.lagSeconds).max() ?? 0
+    }
+    /// The oldest first unconsumed record's age (``PartitionLag/recordAgeSeconds``).
+    public var maxRecordAgeSeconds: Double { partitions.compactMap(\.recordAgeSeconds).max() ?? 0 }
 
-    public init(group: String, state: String?, members: [ConsumerGroupMember], partitions: [PartitionLag], status: GroupLagStatus) {
+    public init(group: String, state: String?, members: [ConsumerGroupMember], partitions: [PartitionLag], status: PartitionLagStatus) {
         self.group = group
         self.state = state
         self.members = members
@@ -154,11 +168,12 @@ public struct LagProbe: Sendable {
             var window = windows[c.topicPartition] ?? CommitWindow(capacity: windowSize)
             if let end = p?.logEnd { window.append(CommitSample(offset: c.offset, logEnd: end, time: t)) }
             windows[c.topicPartition] = window
+            if lag.lagRecords ?? 0 > 0 { lag.lagSeconds = LogEndLag.seconds(committed: c.offset, samples: window.samples, now: t) }
             lag.status = LagEvaluator.status(window: window.samples, currentLag: lag.lagRecords, now: t, hasMembers: hasMembers)
             partitions.append(lag)
         }
         partitions.sort { ($0.topic, $0.partition) < ($1.topic, $1.partition) }
         return GroupLag(group: group, state: description?.state, members: description?.members ?? [], partitions: partitions,
-                        status: GroupLagStatus(partitions: partitions.map(\.status)))
+                        status: PartitionLagStatus(worstOf: partitions.map(\.status)))
     }
 }

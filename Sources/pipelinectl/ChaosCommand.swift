@@ -523,7 +523,8 @@ actor ChaosRun {
         let oracle = CandleOracle(logged, latenessMillis: Self.latenessMillis)
         var checked = ChaosChecker.check(
             inputs: logged, oracle: oracle, outputs: outputs, deadLetters: deadLetters, changelog: changelog, committed: committed, ends: ends,
-            exactlyOnce: exactlyOnce, zombies: plan.steps.contains { $0.fault == .pause })
+            exactlyOnce: exactlyOnce, zombies: plan.steps.contains { $0.fault == .pause },
+            ownersOverlap: !exactlyOnce && plan.steps.contains { $0.fault == .evict })
         checked.inputs(acknowledged: inputs, logged: logged)
         checked.wedged = report.wedged
         checked.badExits = report.badExits

@@ -10,17 +10,20 @@ struct Lag: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Consumer lag per group, topic and partition, with Burrow's status rules.",
         discussion: """
-            For each partition: the committed offset, the log-end offset, the lag in records and in \
-            seconds (now minus the timestamp of the first unconsumed record, read without joining \
-            the group; 0 when caught up), the member that owns it, and a status over a sliding \
-            window of observed commits, with Burrow's rules:
+            For each partition: the committed offset, the log-end offset, the lag in records, the \
+            lag in seconds (LAG-S: how long ago the log end passed the committed offset, \
+            interpolated over the log ends observed, as kafka-lag-exporter does; `?` until two \
+            observations can say, so give --samples 2 or more, or --watch), the age of the first \
+            unconsumed record (AGE-S: now minus its own timestamp, read without joining the group; \
+            replayed or late records read as far behind), the member that owns it, and a status \
+            over a sliding window of observed commits, with Burrow's rules:
               OK      caught up somewhere in the window, or catching up
               WARN    offsets move but the lag never decreases over the window
               STALL   the same offset over the whole window while there is lag
               STOP    lag, and no commit for longer than the window spans, or no member left
               REWIND  the committed offset went backwards
               ERR     the log end could not be read, or the committed offset is past it
-            A group is OK, WARN, or ERR (any partition STALL, STOP, REWIND or ERR).
+            A group's status is its worst partition's (the console shows the same word).
 
             The log-end offset is the high watermark of a fetch at the committed offset, never \
             ListOffsets (tansu answers ListOffsets(latest) too low for multi-record batches).
@@ -30,7 +33,8 @@ struct Lag: AsyncParsableCommand {
             every --interval over the last --window observations, with each group's lag trend \
             (rising or falling, records/s) and the estimated time to drain.
 
-            Exit code: 0 when every group is OK, 2 when some group is WARN, 3 when some is ERR.
+            Exit code: 0 when every group is OK, 2 when the worst is WARN, 3 when some group is \
+            STALL, STOP, REWIND or ERR.
 
             Examples:
               pipelinectl lag
@@ -66,7 +70,7 @@ struct Lag: AsyncParsableCommand {
     struct GroupOutput: Encodable {
         var group: GroupLag
         var totalLag: Int64
-        var maxLagSeconds: Double
+        var maxLagSeconds: Double?
         var trend: LagTrend?
     }
 
@@ -115,12 +119,9 @@ struct Lag: AsyncParsableCommand {
         await admin.close()
         if watch { return }
         if groups.count == 1, last.isEmpty { throw ValidationError("--group \(groups[0]): no such group") }
-        let worst = last.map(\.group.status).max() ?? .ok
-        switch worst {
-        case .ok: return
-        case .warn: throw ExitCode(Exit.warn)
-        case .err: throw ExitCode(Exit.notOK)
-        }
+        let worst = PartitionLagStatus(worstOf: last.map(\.group.status))
+        if worst.isError { throw ExitCode(Exit.notOK) }
+        if worst == .warn { throw ExitCode(Exit.warn) }
     }
 
     func render(_ outputs: [GroupOutput], clear: Bool) {
@@ -137,7 +138,8 @@ struct Lag: AsyncParsableCommand {
             print("")
         }
         for o in outputs {
-            var line = "\(o.group.group): \(Terminal.status(o.group.status.rawValue))  \(o.group.members.count) members  lag \(o.totalLag) records, \(String(format: "%.1f", o.maxLagSeconds)) s"
+            let seconds = o.maxLagSeconds.map { String(format: "%.1f s", $0) } ?? "? s (two observations needed)"
+            var line = "\(o.group.group): \(Terminal.status(o.group.status.rawValue))  \(o.group.members.count) members  lag \(o.totalLag) records, \(seconds)"
             if let t = o.trend {
                 line += "  \(t.direction) " + String(format: "%.1f/s", abs(t.lagRate))
                 line += "  drain " + (t.secondsToDrain.map(formatSeconds) ?? "never at this rate")
@@ -158,6 +160,7 @@ struct Lag: AsyncParsableCommand {
                 Column("COMMITTED" <- p.committed, align: .right), Column("LOG-END" <- (p.logEnd.map(String.init) ?? "?"), align: .right),
                 Column("LAG" <- (p.lagRecords.map(String.init) ?? "?"), align: .right),
                 Column("LAG-S" <- (p.lagSeconds.map { String(format: "%.1f", $0) } ?? "?"), align: .right),
+                Column("AGE-S" <- (p.recordAgeSeconds.map { String(format: "%.1f", $0) } ?? "?"), align: .right),
                 Column("OWNER" <- (p.owner ?? "-")), Column("STATUS" <- p.status.rawValue),
             ]
         }.render(rows, paint: paint)

@@ -15,7 +15,7 @@ enum Exit {
     static let failure: Int32 = 1
     /// `lag`: some group is WARN (none ERR).
     static let warn: Int32 = 2
-    /// `lag`: some group is ERR (a partition STALL, STOP, REWIND or ERR). `topics apply`: drift.
+    /// `lag`: some group is STALL, STOP, REWIND or ERR (its worst partition). `topics apply`: drift.
     static let notOK: Int32 = 3
     /// Done, but not all of it: `produce` rejected lines, `ingest` rejected messages, `dlq redrive` left exhausted dead
     /// letters, `groups reset-offsets` refused a group that has members.
@@ -29,7 +29,7 @@ let exitCodesHelp = """
       0   done; for lag, every group OK
       1   a Kafka or I/O error (the message says which)
       2   lag: a group is WARN
-      3   lag: a group is ERR (STALL, STOP, REWIND or ERR); topics apply: drift
+      3   lag: a group is STALL, STOP, REWIND or ERR; topics apply: drift
       4   done in part: produce rejected lines, ingest rejected messages, dlq redrive left
           dead letters that were redriven too often, groups reset-offsets refused a group
           with members

@@ -65,13 +65,17 @@ import Testing
         #expect(LagEvaluator.status(window: [], currentLag: 5, now: 0) == .ok)
     }
 
-    @Test func groupStatusIsTheWorstPartitionInThreeLevels() {
-        #expect(GroupLagStatus(partitions: [.ok, .ok]) == .ok)
-        #expect(GroupLagStatus(partitions: [.ok, .warn]) == .warn)
+    /// One verdict for the CLI and the console: a group shows its worst partition's status
+    /// (STOP stays STOP, not ERR); STALL, STOP, REWIND and ERR are errors (the CLI exits 3).
+    @Test func groupStatusIsTheWorstPartitionsStatus() {
+        #expect(PartitionLagStatus(worstOf: [.ok, .ok]) == .ok)
+        #expect(PartitionLagStatus(worstOf: [.ok, .warn]) == .warn)
         for bad in [PartitionLagStatus.stall, .stop, .rewind, .err] {
-            #expect(GroupLagStatus(partitions: [.warn, bad, .ok]) == .err)
+            #expect(PartitionLagStatus(worstOf: [.warn, bad, .ok]) == bad)
+            #expect(bad.isError)
         }
-        #expect(GroupLagStatus(partitions: []) == .ok)
+        #expect(!PartitionLagStatus.warn.isError && !PartitionLagStatus.ok.isError)
+        #expect(PartitionLagStatus(worstOf: []) == .ok)
     }
 
     @Test func windowSlides() {
@@ -102,11 +106,33 @@ import Testing
     @Test func partitionLagInRecordsAndSeconds() {
         let behind = PartitionLag(topic: "t", partition: 0, committed: 40, logEnd: 50, firstUnconsumedTimestamp: 10_000, now: 12_500)
         #expect(behind.lagRecords == 10)
-        #expect(behind.lagSeconds == 2.5)
+        #expect(behind.recordAgeSeconds == 2.5)
+        #expect(behind.lagSeconds == nil, "from the log ends observed over time, not from one record")
         let caughtUp = PartitionLag(topic: "t", partition: 0, committed: 50, logEnd: 50, firstUnconsumedTimestamp: nil, now: 12_500)
         #expect(caughtUp.lagRecords == 0)
-        #expect(caughtUp.lagSeconds == 0)
+        #expect(caughtUp.lagSeconds == 0 && caughtUp.recordAgeSeconds == 0)
         let unknown = PartitionLag(topic: "t", partition: 0, committed: 50, logEnd: nil, firstUnconsumedTimestamp: nil, now: 0)
         #expect(unknown.lagRecords == nil)
+    }
+
+    /// Lag in time as kafka-lag-exporter measures it: when the log end passed the committed
+    /// offset, interpolated between the log ends observed around it, or extrapolated back at
+    /// the observed rate; nothing from one observation or a log end that stood still.
+    @Test func lagInTimeComesFromTheLogEndsObservedOverTime() {
+        let samples = [
+            CommitSample(offset: 0, logEnd: 100, time: 10_000), CommitSample(offset: 0, logEnd: 200, time: 20_000),
+            CommitSample(offset: 0, logEnd: 300, time: 30_000),
+        ]
+        // Offset 150 was passed halfway between 10 s and 20 s: 15 s; now is 40 s.
+        #expect(LogEndLag.seconds(committed: 150, samples: samples, now: 40_000) == 25)
+        // Offset 300 is the log end: caught up.
+        #expect(LogEndLag.seconds(committed: 300, samples: samples, now: 40_000) == 0)
+        // Offset 50 was passed before the first observation: at 10 records/s, 5 s before it.
+        #expect(LogEndLag.seconds(committed: 50, samples: samples, now: 40_000) == 35)
+        // One observation, or a log end that never moved: it cannot say.
+        #expect(LogEndLag.seconds(committed: 50, samples: [samples[0]], now: 40_000) == nil)
+        #expect(LogEndLag.seconds(committed: 50, samples: [samples[0], CommitSample(offset: 0, logEnd: 100, time: 20_000)], now: 40_000) == nil)
+        // Old record timestamps do not matter: only when the log end moved.
+        #expect(LogEndLag.seconds(committed: 250, samples: samples, now: 30_000) == 5)
     }
 }
