@@ -363,6 +363,7 @@ struct ConsolePages {
         default: cli += " --to-earliest"
         }
         body += "<p>The same from the command line: <code>\(HTML.text(cli)) --execute</code> (without <code>--execute</code>: this diff).</p>"
+        if let note = prepared.coarseNote { body += "<p class=\"warning\" id=\"coarse\">Note: \(HTML.text(note)).</p>" }
         if !prepared.members.isEmpty {
             body += "<p class=\"warning\" id=\"refused\">Refused while the group has members (\(HTML.text(prepared.members.joined(separator: ", ")))): stop them first.</p>"
         } else if let live = stage.members, live > 0 {

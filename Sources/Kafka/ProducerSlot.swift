@@ -25,6 +25,10 @@ public final class ProducerSlot: Sendable {
         configuration.acks = .all
         configuration.idempotence = true
         configuration.messageTimeout = deliveryTimeout
+        // Its callers wait (an HTTP client answered 503 until the broker is back): reconnect
+        // within a second of the broker's return, not after librdkafka's backoff, which grows to
+        // 10 s while a broker is away (unless the operator set it).
+        if configuration.kafka.raw["reconnect.backoff.max.ms"] == nil { configuration.kafka.raw["reconnect.backoff.max.ms"] = "1000" }
         return try ProducerSlot(logger: logger) { [configuration] in
             try KafkaProducer(configuration: configuration, logger: logger)
         }

@@ -67,6 +67,18 @@ public struct PreparedOffsetReset: Sendable {
     public var members: [String]
     /// Timestamps (epoch ms) of the first and the last record a partition's move re-reads or skips.
     public var timestamps: [TopicPartition: (first: Int64?, last: Int64?)]
+    /// For a reset to a time: partitions where the broker's lookup landed on a record older than
+    /// that time (a lookup by batch, as tansu's: the proposal re-reads up to a batch more than
+    /// asked), with the found record's timestamp.
+    public var coarse: [TopicPartition: Int64] = [:]
+
+    /// What to tell the operator about ``coarse``; nil when the lookup was exact.
+    public var coarseNote: String? {
+        guard !coarse.isEmpty else { return nil }
+        let list = coarse.keys.sorted { ($0.topic, $0.partition) < ($1.topic, $1.partition) }.map { "\($0.partition)" }.joined(separator: ", ")
+        return "the broker's time lookup is coarse: on partition\(coarse.count == 1 ? "" : "s") \(list) it found a record older than the time "
+            + "asked (it looks up by batch), so this proposal re-reads up to a batch of records before that time"
+    }
 
     /// Records between the current and the target offset: positive to re-read, negative skipped.
     public static func records(_ p: OffsetResetPlan) -> Int64? { p.current.map { $0 - p.target } }
@@ -103,7 +115,17 @@ public struct PreparedOffsetReset: Sendable {
         let first = try await probe.probe(moving.map { TopicPartitionOffset($0.0.topic, $0.0.partition, offset: $0.1.lowerBound) })
         let last = try await probe.probe(moving.map { TopicPartitionOffset($0.0.topic, $0.0.partition, offset: $0.1.upperBound - 1) })
         for (p, _) in moving { timestamps[p.topicPartition] = (first[p.topicPartition]?.timestamp, last[p.topicPartition]?.timestamp) }
-        return PreparedOffsetReset(group: group, topic: topic, plan: plan, members: members, timestamps: timestamps)
+        var prepared = PreparedOffsetReset(group: group, topic: topic, plan: plan, members: members, timestamps: timestamps)
+        if case .time(let ms) = target {
+            // The record the lookup found must be at or after the time; an older one means the
+            // broker answered with the start of the batch that holds the time.
+            let found = timeOffsets.filter { $0.value >= 0 }
+            let records = try await probe.probe(found.map { TopicPartitionOffset($0.key.topic, $0.key.partition, offset: $0.value) })
+            for (tp, _) in found {
+                if let ts = records[tp]?.timestamp, ts < ms { prepared.coarse[tp] = ts }
+            }
+        }
+        return prepared
     }
 
     /// Why a reset did not run.

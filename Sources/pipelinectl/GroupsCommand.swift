@@ -129,6 +129,8 @@ struct Groups: AsyncParsableCommand {
             var group: String
             var executed: Bool
             var plan: [OffsetResetPlan]
+            /// Set when the broker's time lookup was coarser than a record.
+            var note: String?
         }
 
         func run() async throws {
@@ -164,8 +166,9 @@ struct Groups: AsyncParsableCommand {
                 }
             }
             let plan = prepared.plan
-            if json { return try printJSON(Output(group: group, executed: execute, plan: plan)) }
+            if json { return try printJSON(Output(group: group, executed: execute, plan: plan, note: prepared.coarseNote)) }
             print(Groups.planTable(plan) ?? "no partitions selected")
+            if let note = prepared.coarseNote { print("note: \(note)") }
             print(execute ? "committed new offsets for group \(group)" : "dry run: add --execute to commit these offsets for group \(group)")
         }
     }

@@ -163,6 +163,39 @@ import Workers
         }
     }
 
+    /// A reset to a time says when the broker's lookup is coarser than a record: tansu answers
+    /// OffsetsForTimes with the start of the batch that holds the time, so a group reset to the
+    /// time of record 30 of a 50-record batch would re-read records 0 to 29 unannounced. The
+    /// proposal must say so (console and CLI share the note).
+    @Test func aResetToATimeSaysWhenTheBrokersLookupIsCoarse() async throws {
+        try await LocalBroker.with { broker in
+            let servers = [broker.bootstrapServers]
+            let kafka = KafkaConfiguration(bootstrapServers: servers)
+            let admin = try KafkaAdmin(configuration: kafka)
+            try await admin.createTopic(TopicSpec(name: "timed", partitions: 1))
+            let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: servers))
+            // One send: one batch.
+            let records = (0..<50).map { i in ProducerRecord(topic: "timed", partition: 0, value: Array("v\(i)".utf8), timestamp: Self.t0 + Int64(i) * 1000) }
+            #expect(try await producer.send(records).allSatisfy { $0.error == nil })
+            await producer.close()
+            let prepared = try await PreparedOffsetReset.prepare(
+                group: "timed-group", topic: "timed", partitions: [], target: .time(Self.t0 + 30_000), admin: admin, kafka: kafka)
+            await admin.close()
+            let target = try #require(prepared.plan.first?.target)
+            if target < 30 {
+                #expect(prepared.coarse[TopicPartition("timed", 0)] == Self.t0 + target * 1000, "the record found, older than asked")
+                #expect(prepared.coarseNote?.contains("coarse") == true)
+            } else {
+                #expect(target == 30 && prepared.coarse.isEmpty && prepared.coarseNote == nil, "an exact lookup needs no note")
+            }
+            // What tansu answers (recorded in docs/operating.md): the batch's start.
+            #expect(target == 0, "tansu's lookup is by batch")
+            let cli = try await Self.pipelinectl(
+                ["groups", "reset-offsets", "timed-group", "--topic", "timed", "--to-datetime", "\(Self.t0 + 30_000)"], bootstrap: broker.bootstrapServers)
+            #expect(cli.stdout.contains("note: the broker's time lookup is coarse"), "\(cli.stdout)\(cli.stderr)")
+        }
+    }
+
     @Test func lagOnTheLocalBrokerUsesTheFetchHighWatermark() async throws {
         try await LocalBroker.with { broker in
             let servers = [broker.bootstrapServers]
