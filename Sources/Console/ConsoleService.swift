@@ -332,7 +332,10 @@ public final class ConsoleService: Service, Sendable {
         let p = Int32(try RequestParameters.number(try RequestParameters.path(partition, name: "partition"), name: "partition", NumberBounds.partition, what: "a partition"))
         let o = try RequestParameters.number(try RequestParameters.path(offset, name: "offset"), name: "offset", NumberBounds.offset, what: "an offset")
         for topic in deadLetterTopics {
-            if let entry = try? await deadLetterReader.entry(partition: p, offset: o, topic: topic) { return html(pages.deadLetter(entry)) }
+            if let entry = try? await deadLetterReader.entry(partition: p, offset: o, topic: topic) {
+                let (_, redrives, _) = await entries()
+                return html(pages.deadLetter(entry, csrf: mayAct ? csrf : nil, redrivenBy: redrives.last { $0.covers(entry) }))
+            }
         }
         return html(notFound("no dead letter at partition \(p), offset \(o)"), status: 404)
     }

@@ -43,9 +43,10 @@ public struct DeadLetterGroup: Sendable, Hashable, Codable {
 }
 
 /// The page's filter is the CLI's selection (`pipelinectl dlq --stage --reason --origin-topic
-/// --field`), one value each, from the query (`stage`, `reason`, `origin`, `field`).
+/// --field --key`, and one dead letter: `--topic --partition --offset`), one value each, from the
+/// query (`stage`, `reason`, `origin`, `field`, `key`, `letter`).
 extension DeadLetterSelection {
-    public static let queryNames = ["stage", "reason", "origin", "field"]
+    public static let queryNames = ["stage", "reason", "origin", "field", "key", "letter"]
 
     public init(query: [String: String]) {
         self.init()
@@ -54,6 +55,8 @@ extension DeadLetterSelection {
         reasons = set("reason")
         originTopics = set("origin")
         fields = set("field")
+        keys = set("key")
+        letters = set("letter")
     }
 
     /// The value of one of ``queryNames`` ("" for any).
@@ -62,16 +65,24 @@ extension DeadLetterSelection {
         case "stage": stages
         case "reason": reasons
         case "origin": originTopics
+        case "key": keys
+        case "letter": letters
         default: fields
         }
         return values.first ?? ""
     }
 
-    public var isEverything: Bool { stages.isEmpty && reasons.isEmpty && originTopics.isEmpty && fields.isEmpty }
+    public var isEverything: Bool { stages.isEmpty && reasons.isEmpty && originTopics.isEmpty && fields.isEmpty && keys.isEmpty && letters.isEmpty }
 
     /// The same selection as `pipelinectl dlq` flags.
     public var flags: String {
-        [("--stage", stages), ("--reason", reasons), ("--origin-topic", originTopics), ("--field", fields)]
+        // One dead letter: its topic, partition and offset.
+        let letter = letters.sorted().first.flatMap { address -> [(String, Set<String>)]? in
+            guard let slash = address.lastIndex(of: "/"), let at = address.lastIndex(of: "@"), slash < at else { return nil }
+            return [("--topic", [String(address[..<slash])]), ("--partition", [String(address[address.index(after: slash)..<at])]),
+                    ("--offset", [String(address[address.index(after: at)...])])]
+        } ?? []
+        return ([("--stage", stages), ("--reason", reasons), ("--origin-topic", originTopics), ("--field", fields), ("--key", keys)] + letter)
             .flatMap { flag, values in values.sorted().map { "\(flag) '\($0.replacingOccurrences(of: "'", with: "'\\''"))'" } }
             .joined(separator: " ")
     }

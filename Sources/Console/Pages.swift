@@ -227,6 +227,8 @@ struct ConsolePages {
             \(option("reason", Set(entries.map(\.letter.failure.reason.rawValue)), filter.value("reason")))\
             \(option("origin", Set(entries.map(\.letter.origin.topic)), filter.value("origin")))\
             \(option("field", Set(entries.map(\.letter.failure.field)), filter.value("field")))\
+            <label>key <input name="key" value="\(HTML.text(filter.value("key")))" placeholder="the original record's key"></label>\
+            \(filter.letters.isEmpty ? "" : "<input type=\"hidden\" name=\"letter\" value=\"\(HTML.text(filter.value("letter")))\">")\
             <button type="submit">Filter</button> <a href="/dead-letters">clear</a></form>
             <p class="muted">\(selected.count) of \(entries.count) dead letters\(filter.isEverything ? "" : " match")\(redriven > 0 ? ", \(redriven) of them redriven already" : ""). \
             Grouped by stage, reason, field and origin topic.</p>
@@ -474,7 +476,9 @@ struct ConsolePages {
         return HTML.page(title: "Workers", nav: "/workers", body: body)
     }
 
-    func deadLetter(_ e: DeadLetterEntry) -> String {
+    /// One dead letter; `csrf` when the reader may act (a redrive of this one), `redrivenBy`
+    /// the redrive that already sent it back.
+    func deadLetter(_ e: DeadLetterEntry, csrf: String?, redrivenBy: RedriveRecord?) -> String {
         // The bytes as they are; JSON also laid out (whitespace only: duplicate keys, the
         // keys' order and numbers as written stay), with the exact bytes one click away; bytes
         // that are not UTF-8 also as a hex dump.
@@ -511,7 +515,21 @@ struct ConsolePages {
             let (value, valid) = h.value.map(HTML.bytes) ?? ("(null)", true)
             body += "<tr><td>\(HTML.text(h.key))</td><td>\(HTML.text(value))\(valid ? "" : " <span class=\"warning\">(not valid UTF-8)</span>")</td></tr>"
         }
-        body += "</tbody></table><p><a href=\"/dead-letters\">all dead letters</a></p>"
+        body += "</tbody></table>"
+        if let redrivenBy {
+            body += "<p class=\"muted\" id=\"redriven\">Redriven by \(HTML.text(redrivenBy.who)) at \(HTML.text(HTML.time(redrivenBy.time))).</p>"
+        } else if let csrf {
+            var one = DeadLetterSelection()
+            one.letters = [DeadLetterSelection.address(e)]
+            body += """
+                <form method="post" action="/dead-letters/redrive/preview" class="action">\(Self.hidden(one, csrf: csrf))\
+                <button type="submit" id="preview-redrive-one">Preview a redrive of this one</button> \
+                <span class="muted">(nothing is sent before you confirm)</span></form>
+                """
+        }
+        let key = e.letter.key.map { String(decoding: $0, as: UTF8.self) }
+        body += "<p><a href=\"/dead-letters\">all dead letters</a>"
+            + (key.map { " · <a href=\"/dead-letters?key=\(HTML.query($0))\">dead letters of this key</a>" } ?? "") + "</p>"
         return HTML.page(title: "Dead letter", nav: "/dead-letters", body: body)
     }
 }

@@ -15,6 +15,10 @@ public struct RedriveRecord: Sendable, Codable, Hashable {
     public var reason: String
     public var origin: String
     public var field: String
+    /// The original records' key and the single dead letter selected (absent in records
+    /// written before they could be selected).
+    public var key: String?
+    public var letter: String?
     public var maxRedrives: Int
     public var sent: Int
     public var failed: Int
@@ -23,7 +27,7 @@ public struct RedriveRecord: Sendable, Codable, Hashable {
     public var ranges: [String: [Int64]]
 
     public var selection: DeadLetterSelection {
-        DeadLetterSelection(query: ["stage": stage, "reason": reason, "origin": origin, "field": field])
+        DeadLetterSelection(query: ["stage": stage, "reason": reason, "origin": origin, "field": field, "key": key ?? "", "letter": letter ?? ""])
     }
 
     /// Whether this redrive sent `e` back.
@@ -39,6 +43,8 @@ public struct RedriveRecord: Sendable, Codable, Hashable {
         reason = selection.value("reason")
         origin = selection.value("origin")
         field = selection.value("field")
+        key = selection.keys.isEmpty ? nil : selection.value("key")
+        letter = selection.letters.isEmpty ? nil : selection.value("letter")
         self.maxRedrives = maxRedrives
         self.sent = sent
         self.failed = failed

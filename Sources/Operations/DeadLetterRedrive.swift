@@ -27,6 +27,13 @@ public struct DeadLetterSelection: Sendable, Hashable {
     /// Epoch ms: dead letters written at or after / before.
     public var since: Int64?
     public var until: Int64?
+    /// The original record's key, as text (exact).
+    public var keys: Set<String> = []
+    /// Single dead letters by where they sit: ``address(_:)`` (`topic/partition@offset`).
+    public var letters: Set<String> = []
+
+    /// Where a dead letter sits in its topic, as ``letters`` names it.
+    public static func address(_ e: DeadLetterEntry) -> String { "\(e.record.topic)/\(e.record.partition)@\(e.record.offset)" }
 
     public init() {}
 
@@ -37,6 +44,10 @@ public struct DeadLetterSelection: Sendable, Hashable {
         if !fields.isEmpty, !fields.contains(e.letter.failure.field) { return false }
         if let since, (e.record.timestamp ?? 0) < since { return false }
         if let until, (e.record.timestamp ?? 0) >= until { return false }
+        if !keys.isEmpty {
+            guard let key = e.letter.key, keys.contains(String(decoding: key, as: UTF8.self)) else { return false }
+        }
+        if !letters.isEmpty, !letters.contains(Self.address(e)) { return false }
         return true
     }
 }

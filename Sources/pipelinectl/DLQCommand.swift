@@ -31,6 +31,7 @@ struct DLQ: AsyncParsableCommand {
         @Option(name: .customLong("stage"), help: "Only dead letters of this stage (repeatable).") var stages: [String] = []
         @Option(name: .customLong("origin-topic"), help: "Only dead letters from this input topic (repeatable).") var originTopics: [String] = []
         @Option(name: .customLong("field"), help: "Only dead letters failing on this field (repeatable), e.g. trade_price, or $ for the whole record.") var fields: [String] = []
+        @Option(name: .customLong("key"), help: "Only dead letters whose original record has this key, as text (repeatable).") var keys: [String] = []
         @Option(help: "Only dead letters whose record timestamp (the original record's) is at or after this time (epoch ms, ISO-8601 or a duration such as 2h).") var since: String?
         @Option(help: "Only dead letters whose record timestamp is before this time.") var until: String?
         @Option(help: "Start each partition of the dead-letter topic here, PARTITION:OFFSET[,…] (what a redrive --execute prints as the next start).") var from: String?
@@ -84,6 +85,7 @@ struct DLQ: AsyncParsableCommand {
             s.stages = Set(stages)
             s.originTopics = Set(originTopics)
             s.fields = Set(fields)
+            s.keys = Set(keys)
             s.since = try parseTime(since, flag: "--since")
             s.until = try parseTime(until, flag: "--until")
             return s

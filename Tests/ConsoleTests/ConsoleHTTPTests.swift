@@ -11,6 +11,7 @@ import Operations
 import Pipeline
 import ServiceLifecycle
 import Testing
+import Workers
 @testable import Console
 
 /// The console over plain HTTP: its own server on 127.0.0.1, port 0, in this process, over
@@ -339,6 +340,49 @@ struct ConsoleUnderTest {
     /// change nothing; an operator's redrive is recorded under the operator's name. A sign-in
     /// starts a session whose cookie holds nothing of the token and differs per sign-in; signing
     /// out ends it, so the same cookie is refused afterwards.
+    /// Dead letters are found by their original key, and one dead letter's page redrives that
+    /// one only: the preview counts 1, the CLI line names its topic, partition and offset, exactly
+    /// that record goes back to its origin, and the page then says who redrove it.
+    @Test func oneDeadLetterIsRedrivenFromItsPageAndDeadLettersAreFoundByKey() async throws {
+        try await Console.with { console in
+            let own: HTTPFields = [.origin: "http://\(console.own)"]
+            let producer = try KafkaProducer(configuration: ProducerConfiguration(kafka: console.service.kafka))
+            let letters = ["a", "b", "a"].enumerated().map { i, key in
+                let input = InputRecord(
+                    key: Array(key.utf8), value: Array("bad\(i)".utf8), timestamp: 1_000 + Int64(i),
+                    origin: RecordOrigin(topic: "prices.raw", partition: 0, offset: Int64(20 + i)))
+                let d = DeadLetter(
+                    stage: "prices-decode", transform: "prices.decode", input: input,
+                    failure: DecodeFailure(field: "trade_price", reason: .invalidValue, detail: "not a number"))
+                return ProducerRecord(
+                    topic: "pipeline.dead-letters", partition: 0, key: d.key, value: d.value,
+                    headers: d.recordHeaders.map { KafkaHeader(key: $0.name, value: $0.value) })
+            }
+            #expect(try await producer.send(letters).allSatisfy { $0.error == nil })
+            await producer.close()
+
+            let byKey = try await console.request(.get, "/dead-letters?key=a", headers: own)
+            #expect(byKey.status == 200 && byKey.body.contains("2 of 3 dead letters match"), "\(byKey.body.prefix(2000))")
+            let page = try await console.request(.get, "/dead-letters/0/1", headers: own)
+            #expect(page.body.contains("id=\"preview-redrive-one\"") && page.body.contains("value=\"pipeline.dead-letters/0@1\""), "\(page.body.suffix(1500))")
+            let letter = "letter=pipeline.dead-letters%2F0%401"
+            let preview = try await console.request(.post, "/dead-letters/redrive/preview", headers: own, form: "csrf=\(console.csrf)&\(letter)")
+            #expect(preview.status == 200 && preview.body.contains("<span id=\"redrive-count\">1</span>"), "\(preview.body.prefix(2000))")
+            #expect(preview.body.contains("--topic &#39;pipeline.dead-letters&#39; --partition &#39;0&#39; --offset &#39;1&#39;")
+                || preview.body.contains("--topic 'pipeline.dead-letters' --partition '0' --offset '1'"), "the CLI line names the one dead letter")
+            let done = try await console.request(.post, "/dead-letters/redrive", headers: own, form: "csrf=\(console.csrf)&\(letter)&expected=1")
+            #expect(done.status == 200, "\(done.body.prefix(1000))")
+
+            var values: [String] = []
+            try await TopicReader(kafka: console.service.kafka).readTopic("prices.raw") { batch in
+                values += batch.map { String(decoding: $0.value ?? [], as: UTF8.self) }
+            }
+            #expect(values.filter { $0.hasPrefix("bad") } == ["bad1"], "exactly that dead letter went back: \(values)")
+            let after = try await console.request(.get, "/dead-letters/0/1", headers: own)
+            #expect(after.body.contains("id=\"redriven\"") && !after.body.contains("preview-redrive-one"), "the page says it was redriven")
+        }
+    }
+
     @Test func namedTokensActAsTheirOwnersAndViewersCannotAct() async throws {
         let alice = "alice-token-0123456789", bob = "bob-token-01234567890"
         let access = try ConsoleAccess.parse(tokensFile: "alice: \(alice) operator\nbob: \(bob) viewer\n", source: "tokens")

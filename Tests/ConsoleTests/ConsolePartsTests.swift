@@ -117,7 +117,7 @@ import Workers
         let letter = DeadLetter(stage: "prices-decode", transform: nil, input: input, failure: DecodeFailure(field: "trade_price", reason: .wrongType, detail: "d"))
         let record = ConsumerRecord(topic: "pipeline.dead-letters", partition: 0, offset: 3, key: letter.key, value: letter.value,
                                     headers: letter.recordHeaders.map { KafkaHeader(key: $0.name, value: $0.value) }, timestamp: 1)
-        let page = ConsolePages(state: ConsoleState(topology: try Topology.parse(ConsoleUnderTest.topology))).deadLetter(try #require(DeadLetterEntry(record)))
+        let page = ConsolePages(state: ConsoleState(topology: try Topology.parse(ConsoleUnderTest.topology))).deadLetter(try #require(DeadLetterEntry(record)), csrf: nil, redrivenBy: nil)
         #expect(page.contains(HTML.text(laidOut)) && page.contains("exact bytes (\(sent.utf8.count) bytes, as sent)") && page.contains(HTML.text(sent)))
         let binary: [UInt8] = [0x7b, 0xff, 0x00, 0x41] + Array(repeating: 0x42, count: 14)
         #expect(ExactView.hexDump(binary) == """
