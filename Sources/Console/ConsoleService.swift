@@ -127,6 +127,7 @@ public final class ConsoleService: Service, Sendable {
         }
         router.post("/dead-letters/redrive/preview") { request, _ in try await self.redrive(request, execute: false) }
         router.post("/dead-letters/redrive") { request, _ in try await self.redrive(request, execute: true) }
+        router.post("/dead-letters/handled") { request, _ in try await self.markHandled(request) }
         router.get("/static/console.css") { _, _ in Self.asset(Assets.css, type: "text/css; charset=utf-8") }
         router.get("/static/console.js") { _, _ in Self.asset(Assets.js, type: "text/javascript; charset=utf-8") }
         router.get("/login") { _, _ in self.html(Self.loginPage(failed: false)) }
@@ -253,6 +254,29 @@ public final class ConsoleService: Service, Sendable {
         cache.withLock { $0 = nil }
         logger.notice("redrive", metadata: ["who": "\(CurrentUser.user.name)", "selection": "\(selection.flags)", "sent": "\(outcome.sent)", "failed": "\(outcome.failed.count)"])
         return html(pages.redriveDone(record))
+    }
+
+    /// POST from one dead letter's page: marks it handled (recorded in the redrive log with who
+    /// and when; nothing is sent), so that later previews leave it out.
+    func markHandled(_ request: Request) async throws -> Response {
+        guard mayAct, let producer = producers?.current() else { return refused() }
+        let form = try await Self.form(request)
+        guard ConstantTime.equal(Array((form["csrf"] ?? "").utf8), Array(csrf.utf8)) else { return refused() }
+        let selection = DeadLetterSelection(query: form)
+        guard selection.letters.count == 1, selection.value("letter") == form["letter"] else {
+            return Self.badRequest(BadParameter(name: "letter", reason: "names no dead letter (expected topic/partition@offset)"))
+        }
+        let (entries, _, error) = await entries(fresh: true)
+        if let error { return html(notFound("cannot read the dead letters: \(error)"), status: 503) }
+        let marked = entries.filter(selection.matches)
+        guard let entry = marked.first else { return html(notFound("no dead letter \(selection.value("letter"))"), status: 404) }
+        let record = RedriveRecord(
+            time: Self.now(), who: CurrentUser.user.name, selection: selection, maxRedrives: settings.maxRedrives,
+            sent: 0, failed: 0, exhausted: 0, redriven: marked, markedHandled: true)
+        try await redriveLog.append(record, with: producer)
+        cache.withLock { $0 = nil }
+        logger.notice("dead letter marked handled", metadata: ["who": "\(CurrentUser.user.name)", "letter": "\(selection.value("letter"))"])
+        return html(pages.deadLetter(entry, csrf: csrf, redrivenBy: record))
     }
 
     /// 400 for a parameter a route cannot take, with the reason.

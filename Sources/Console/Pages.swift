@@ -275,7 +275,7 @@ struct ConsolePages {
             <p>Selection: \(selection.isEverything ? "every dead letter" : HTML.text(DeadLetterSelection.queryNames.filter { !selection.value($0).isEmpty }.map { "\($0) \(selection.value($0))" }.joined(separator: ", "))). \
             <span id="redrive-count">\(plan.sends.count)</span> records go back to their origin (original key, value, timestamp and \
             headers, <code>dead-letter.redriven</code> counting the redrives); \(plan.exhausted.count) were redriven \(plan.maxRedrives) times already \
-            and are left (<code>--max-redrives</code>)\(alreadyRedriven > 0 ? "; \(alreadyRedriven) the console redrove before are not sent again" : "").</p>
+            and are left (<code>--max-redrives</code>)\(alreadyRedriven > 0 ? "; \(alreadyRedriven) the console redrove or marked handled before are not sent again" : "").</p>
             <ul class="audiences">\(plan.audiences.map { "<li>\($0.count) processed again by \(HTML.text($0.seenBy))</li>" }.joined())</ul>
             <table class="destinations"><thead><tr><th>topic</th><th>partition</th><th>records</th></tr></thead><tbody>
             """
@@ -308,12 +308,12 @@ struct ConsolePages {
     }
 
     func redrives(_ records: [RedriveRecord], topic: String, readError: String?) -> String {
-        var body = "<h1>Redrives</h1><p class=\"muted\">Every redrive the console executed, newest first, from the topic <code>\(HTML.text(topic))</code>.</p>"
+        var body = "<h1>Redrives</h1><p class=\"muted\">Every redrive the console executed and every dead letter marked handled, newest first, from the topic <code>\(HTML.text(topic))</code>.</p>"
         if let readError { body += "<p class=\"error\">cannot read the redrive log: \(HTML.text(readError))</p>" }
-        body += "<table class=\"redrives\"><thead><tr><th>when</th><th>who</th><th>selection</th><th>sent</th><th>failed</th><th>left</th></tr></thead><tbody>"
+        body += "<table class=\"redrives\"><thead><tr><th>when</th><th>who</th><th>what</th><th>selection</th><th>sent</th><th>failed</th><th>left</th></tr></thead><tbody>"
         for r in records.sorted(by: { $0.time > $1.time }) {
             let selection = r.selection.isEverything ? "every dead letter" : DeadLetterSelection.queryNames.filter { !r.selection.value($0).isEmpty }.map { "\($0) \(r.selection.value($0))" }.joined(separator: ", ")
-            body += "<tr><td>\(HTML.text(HTML.time(r.time)))</td><td>\(HTML.text(r.who))</td><td>\(HTML.text(selection))</td><td class=\"count\">\(r.sent)</td><td class=\"count\">\(r.failed)</td><td class=\"count\">\(r.exhausted)</td></tr>"
+            body += "<tr><td>\(HTML.text(HTML.time(r.time)))</td><td>\(HTML.text(r.who))</td><td>\(r.markedHandled ? "marked handled" : "redrive")</td><td>\(HTML.text(selection))</td><td class=\"count\">\(r.sent)</td><td class=\"count\">\(r.failed)</td><td class=\"count\">\(r.exhausted)</td></tr>"
         }
         body += "</tbody></table>"
         return HTML.page(title: "Redrives", nav: "/redrives", body: body)
@@ -517,7 +517,7 @@ struct ConsolePages {
         }
         body += "</tbody></table>"
         if let redrivenBy {
-            body += "<p class=\"muted\" id=\"redriven\">Redriven by \(HTML.text(redrivenBy.who)) at \(HTML.text(HTML.time(redrivenBy.time))).</p>"
+            body += "<p class=\"muted\" id=\"redriven\">\(redrivenBy.markedHandled ? "Marked handled" : "Redriven") by \(HTML.text(redrivenBy.who)) at \(HTML.text(HTML.time(redrivenBy.time))).</p>"
         } else if let csrf {
             var one = DeadLetterSelection()
             one.letters = [DeadLetterSelection.address(e)]
@@ -525,6 +525,9 @@ struct ConsolePages {
                 <form method="post" action="/dead-letters/redrive/preview" class="action">\(Self.hidden(one, csrf: csrf))\
                 <button type="submit" id="preview-redrive-one">Preview a redrive of this one</button> \
                 <span class="muted">(nothing is sent before you confirm)</span></form>
+                <form method="post" action="/dead-letters/handled" class="action">\(Self.hidden(one, csrf: csrf))\
+                <button type="submit" id="mark-handled">Mark handled</button> \
+                <span class="muted">(sends nothing; recorded with your name; later redrives leave it out)</span></form>
                 """
         }
         let key = e.letter.key.map { String(decoding: $0, as: UTF8.self) }

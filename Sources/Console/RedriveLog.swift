@@ -19,7 +19,12 @@ public struct RedriveRecord: Sendable, Codable, Hashable {
     /// written before they could be selected).
     public var key: String?
     public var letter: String?
+    /// "handled": the operator marked the selected dead letters handled (nothing was sent;
+    /// they are left out of later previews like redriven ones). Absent: a redrive.
+    public var action: String?
     public var maxRedrives: Int
+
+    public var markedHandled: Bool { action == "handled" }
     public var sent: Int
     public var failed: Int
     public var exhausted: Int
@@ -36,8 +41,12 @@ public struct RedriveRecord: Sendable, Codable, Hashable {
         return (range[0]...range[1]).contains(e.record.offset) && selection.matches(e)
     }
 
-    public init(time: Int64, who: String, selection: DeadLetterSelection, maxRedrives: Int, sent: Int, failed: Int, exhausted: Int, redriven: [DeadLetterEntry]) {
+    public init(
+        time: Int64, who: String, selection: DeadLetterSelection, maxRedrives: Int, sent: Int, failed: Int, exhausted: Int, redriven: [DeadLetterEntry],
+        markedHandled: Bool = false
+    ) {
         self.time = time
+        action = markedHandled ? "handled" : nil
         self.who = who
         stage = selection.value("stage")
         reason = selection.value("reason")

@@ -257,6 +257,7 @@ struct ConsoleUnderTest {
         (.get, "/redrives"), (.get, "/find"), (.get, "/workers"), (.get, "/stages/prices-decode/reset"), (.get, "/static/console.css"),
         (.get, "/static/console.js"), (.get, "/login"), (.get, "/healthz"), (.get, "/favicon.ico"), (.get, "/no-such-page"),
         (.post, "/stages/prices-decode/reset"), (.post, "/dead-letters/redrive/preview"), (.post, "/dead-letters/redrive"), (.post, "/login"),
+        (.post, "/dead-letters/handled"),
     ]
 
     /// DNS rebinding: a page of another name that resolves to 127.0.0.1 reaches the console
@@ -298,6 +299,7 @@ struct ConsoleUnderTest {
             let forms = [
                 ("/dead-letters/redrive/preview", "csrf=\(console.csrf)"),
                 ("/dead-letters/redrive", "csrf=\(console.csrf)&expected=0"),
+                ("/dead-letters/handled", "csrf=\(console.csrf)&letter=pipeline.dead-letters%2F0%400"),
                 ("/stages/prices-decode/reset", "csrf=\(console.csrf)&topic=prices.raw&to=earliest"),
                 ("/login", "token=wrong"),
                 ("/logout", ""),
@@ -342,7 +344,8 @@ struct ConsoleUnderTest {
     /// out ends it, so the same cookie is refused afterwards.
     /// Dead letters are found by their original key, and one dead letter's page redrives that
     /// one only: the preview counts 1, the CLI line names its topic, partition and offset, exactly
-    /// that record goes back to its origin, and the page then says who redrove it.
+    /// that record goes back to its origin, and the page then says who redrove it. Another is
+    /// marked handled: recorded, nothing sent, left out of the next preview.
     @Test func oneDeadLetterIsRedrivenFromItsPageAndDeadLettersAreFoundByKey() async throws {
         try await Console.with { console in
             let own: HTTPFields = [.origin: "http://\(console.own)"]
@@ -380,6 +383,20 @@ struct ConsoleUnderTest {
             #expect(values.filter { $0.hasPrefix("bad") } == ["bad1"], "exactly that dead letter went back: \(values)")
             let after = try await console.request(.get, "/dead-letters/0/1", headers: own)
             #expect(after.body.contains("id=\"redriven\"") && !after.body.contains("preview-redrive-one"), "the page says it was redriven")
+
+            // Marked handled: recorded with who, nothing sent, left out of the next preview.
+            let handled = try await console.request(.post, "/dead-letters/handled", headers: own, form: "csrf=\(console.csrf)&letter=pipeline.dead-letters%2F0%402")
+            #expect(handled.status == 200 && handled.body.contains("Marked handled by loopback"), "\(handled.status): \(handled.body.prefix(1000))")
+            let rest = try await console.request(.post, "/dead-letters/redrive/preview", headers: own, form: "csrf=\(console.csrf)&key=a")
+            #expect(rest.body.contains("<span id=\"redrive-count\">1</span>") && rest.body.contains("1 the console redrove or marked handled before"),
+                    "of key a, letter 0 is left (letter 2 was marked handled): \(rest.body.prefix(1500))")
+            let log = try await console.request(.get, "/redrives", headers: own)
+            #expect(log.body.contains("<td>marked handled</td>") && log.body.contains("<td>redrive</td>"))
+            var sentAfter: [String] = []
+            try await TopicReader(kafka: console.service.kafka).readTopic("prices.raw") { batch in
+                sentAfter += batch.map { String(decoding: $0.value ?? [], as: UTF8.self) }
+            }
+            #expect(sentAfter.filter { $0.hasPrefix("bad") } == ["bad1"], "marking handled sends nothing")
         }
     }
 
@@ -398,6 +415,7 @@ struct ConsoleUnderTest {
             for (path, form) in [
                 ("/dead-letters/redrive/preview", "csrf=\(console.csrf)"),
                 ("/dead-letters/redrive", "csrf=\(console.csrf)&expected=0"),
+                ("/dead-letters/handled", "csrf=\(console.csrf)&letter=pipeline.dead-letters%2F0%400"),
                 ("/stages/prices-decode/reset", "csrf=\(console.csrf)&topic=prices.raw&to=earliest"),
             ] {
                 let refused = try await console.request(.post, path, headers: bearer(bob), form: form)
