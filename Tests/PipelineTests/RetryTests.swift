@@ -100,10 +100,10 @@ import Workers
     }
 
     /// A key's outputs end in input order after a retry. Here the worker's first produce
-    /// request (the outputs of the first 20 inputs) is refused once, answered after a second
+    /// request (one record per request) is refused once, answered after a second
     /// (NOT_ENOUGH_REPLICAS; the producer makes no retries of its own, so the runtime's retry is
-    /// what sends those outputs again). Meanwhile 180 more inputs of the same key arrive, and
-    /// their outputs land first. Whatever landed ahead of the retried outputs must be sent again
+    /// what sends that output again). Meanwhile the later outputs of the same key (180 more
+    /// inputs arrive) land first. Whatever landed ahead of the retried outputs must be sent again
     /// after them, so that the last copy of each output comes in input order (a consumer keeping
     /// a key's newest value, or a compacted topic, ends with the newest input's output). The same
     /// for a concurrent (I/O) stage, whose record waits for the earlier record of its key to be
@@ -142,6 +142,10 @@ import Workers
         settings.heartbeatInterval = .milliseconds(300)
         settings.kafka.raw["enable.idempotence"] = "false"
         settings.kafka.raw["retries"] = "0"
+        // One record per request, requests pipelined: the refused request holds the first output
+        // only, and the next ones are sent (and land) while its refusal is on the way, however
+        // loaded the machine (with batches, one request could take every output).
+        settings.kafka.raw["batch.num.messages"] = "1"
         // Produce (API key 0) to the output topic's broker: only the worker sends those.
         mock.pushRequestErrors(brokerID: 2, apiKey: 0, errorCodes: [19], roundTripMilliseconds: 1000)
         let service = try StageService(

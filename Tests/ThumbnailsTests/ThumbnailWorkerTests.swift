@@ -60,7 +60,7 @@ import Operations
                     options:
                       store-directory: \(store)
                       allow-networks: [127.0.0.1/32]
-                      fetch-timeout: 700ms
+                      fetch-timeout: 2s
                       fetch-attempts: 3
                       fetch-backoff: 50ms
                       render-threads: 2
