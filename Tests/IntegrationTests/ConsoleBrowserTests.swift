@@ -160,8 +160,8 @@ import Testing
                 #expect(redriven.count == 3, "exactly the three, once each: \(redriven.count)")
                 #expect(Set(redriven.compactMap(\.key)) == Set((0..<3).map { Array("<script>window.__xss=\($0)</script>".utf8) }))
                 try await browser.go(base + "/redrives")
-                let logged = try await browser.run("return Array.from(document.querySelectorAll('table.redrives tbody tr')).map(r => r.cells[3].textContent)") as? [String]
-                #expect(logged == ["3"], "the redrive log lists it: \(logged ?? [])")
+                let logged = try await browser.run("return Array.from(document.querySelectorAll('table.redrives tbody tr')).map(r => r.cells[2].textContent + ' ' + r.cells[4].textContent)") as? [String]
+                #expect(logged == ["redrive 3"], "the redrive log lists it (what, sent): \(logged ?? [])")
 
                 // Find the first hostile record by its key: where it sits, that prices-decode
                 // committed past it (and the other stages reading prices.raw did not), and its dead letter.
