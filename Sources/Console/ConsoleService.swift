@@ -193,7 +193,13 @@ public final class ConsoleService: Service, Sendable {
 
     func deadLettersPage(_ query: [String: String]) async -> Response {
         let (entries, redrives, error) = await entries()
-        return html(pages.deadLetters(entries, filter: DeadLetterSelection(query: query), redrives: redrives,
+        let filter: DeadLetterSelection
+        do throws(BadParameter) {
+            filter = DeadLetterSelection(query: try DeadLetterSelection.withTimesChecked(query))
+        } catch {
+            return Self.badRequest(error)
+        }
+        return html(pages.deadLetters(entries, filter: filter, redrives: redrives,
                                       actions: mayAct ? csrf : nil, readError: error))
     }
 
@@ -234,7 +240,12 @@ public final class ConsoleService: Service, Sendable {
         let form = try await Self.form(request)
         guard ConstantTime.equal(Array((form["csrf"] ?? "").utf8), Array(csrf.utf8)) else { return refused() }
         let expected = try execute ? form["expected"].map { try RequestParameters.number($0, name: "expected", 0...Int64.max, what: "a count") } : nil
-        let selection = DeadLetterSelection(query: form)
+        let selection: DeadLetterSelection
+        do throws(BadParameter) {
+            selection = DeadLetterSelection(query: try DeadLetterSelection.withTimesChecked(form))
+        } catch {
+            return Self.badRequest(error)
+        }
         let (entries, redrives, error) = await entries(fresh: true)
         if let error { return html(notFound("cannot read the dead letters: \(error)"), status: 503) }
         let selected = entries.filter { e in selection.matches(e) && !redrives.contains { $0.covers(e) } }

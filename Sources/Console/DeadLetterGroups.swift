@@ -44,9 +44,22 @@ public struct DeadLetterGroup: Sendable, Hashable, Codable {
 
 /// The page's filter is the CLI's selection (`pipelinectl dlq --stage --reason --origin-topic
 /// --field --key`, and one dead letter: `--topic --partition --offset`), one value each, from the
-/// query (`stage`, `reason`, `origin`, `field`, `key`, `letter`).
+/// query (`stage`, `reason`, `origin`, `field`, `key`, `letter`, and the original records' time
+/// range `since` and `until` as epoch ms: ``withTimesChecked(_:)`` turns what an operator typed
+/// into those, or refuses it).
 extension DeadLetterSelection {
-    public static let queryNames = ["stage", "reason", "origin", "field", "key", "letter"]
+    public static let queryNames = ["stage", "reason", "origin", "field", "key", "letter", "since", "until"]
+
+    /// `query` with `since` and `until` as epoch ms (given as ISO-8601 or epoch ms); a value that
+    /// is neither is refused with its name, never dropped.
+    static func withTimesChecked(_ query: [String: String]) throws(BadParameter) -> [String: String] {
+        var query = query
+        for name in ["since", "until"] {
+            guard let text = query[name]?.trimmingCharacters(in: .whitespaces), !text.isEmpty else { continue }
+            query[name] = String(try RequestParameters.time(text, name: name))
+        }
+        return query
+    }
 
     public init(query: [String: String]) {
         self.init()
@@ -57,6 +70,8 @@ extension DeadLetterSelection {
         fields = set("field")
         keys = set("key")
         letters = set("letter")
+        since = query["since"].flatMap { Int64($0) }
+        until = query["until"].flatMap { Int64($0) }
     }
 
     /// The value of one of ``queryNames`` ("" for any).
@@ -67,12 +82,14 @@ extension DeadLetterSelection {
         case "origin": originTopics
         case "key": keys
         case "letter": letters
+        case "since": since.map { [String($0)] } ?? []
+        case "until": until.map { [String($0)] } ?? []
         default: fields
         }
         return values.first ?? ""
     }
 
-    public var isEverything: Bool { stages.isEmpty && reasons.isEmpty && originTopics.isEmpty && fields.isEmpty && keys.isEmpty && letters.isEmpty }
+    public var isEverything: Bool { stages.isEmpty && reasons.isEmpty && originTopics.isEmpty && fields.isEmpty && keys.isEmpty && letters.isEmpty && since == nil && until == nil }
 
     /// The same selection as `pipelinectl dlq` flags.
     public var flags: String {
@@ -82,7 +99,8 @@ extension DeadLetterSelection {
             return [("--topic", [String(address[..<slash])]), ("--partition", [String(address[address.index(after: slash)..<at])]),
                     ("--offset", [String(address[address.index(after: at)...])])]
         } ?? []
-        return ([("--stage", stages), ("--reason", reasons), ("--origin-topic", originTopics), ("--field", fields), ("--key", keys)] + letter)
+        let times: [(String, Set<String>)] = [("--since", since.map { [String($0)] } ?? []), ("--until", until.map { [String($0)] } ?? [])]
+        return ([("--stage", stages), ("--reason", reasons), ("--origin-topic", originTopics), ("--field", fields), ("--key", keys)] + letter + times)
             .flatMap { flag, values in values.sorted().map { "\(flag) '\($0.replacingOccurrences(of: "'", with: "'\\''"))'" } }
             .joined(separator: " ")
     }

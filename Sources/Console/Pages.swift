@@ -78,6 +78,14 @@ public enum HTML {
         return f.string(from: Date(timeIntervalSince1970: Double(ms) / 1000))
     }
 
+    /// A time as a form field gives it back: ISO-8601 to the second, epoch ms when it has milliseconds.
+    static func isoTime(_ ms: Int64) -> String {
+        guard ms % 1000 == 0 else { return String(ms) }
+        let f = ISO8601DateFormatter()
+        f.timeZone = TimeZone(identifier: "UTC")
+        return f.string(from: Date(timeIntervalSince1970: Double(ms) / 1000))
+    }
+
     // MARK: Charts
 
     /// A line chart of `values` over `times` as SVG (no script, no inline style): the polyline's
@@ -228,6 +236,8 @@ struct ConsolePages {
             \(option("origin", Set(entries.map(\.letter.origin.topic)), filter.value("origin")))\
             \(option("field", Set(entries.map(\.letter.failure.field)), filter.value("field")))\
             <label>key <input name="key" value="\(HTML.text(filter.value("key")))" placeholder="the original record's key"></label>\
+            <label>since <input name="since" value="\(HTML.text(filter.since.map { HTML.isoTime($0) } ?? ""))" placeholder="ISO-8601 or epoch ms" size="22"></label>\
+            <label>until <input name="until" value="\(HTML.text(filter.until.map { HTML.isoTime($0) } ?? ""))" placeholder="the records' own time" size="22"></label>\
             \(filter.letters.isEmpty ? "" : "<input type=\"hidden\" name=\"letter\" value=\"\(HTML.text(filter.value("letter")))\">")\
             <button type="submit">Filter</button> <a href="/dead-letters">clear</a></form>
             <p class="muted">\(selected.count) of \(entries.count) dead letters\(filter.isEverything ? "" : " match")\(redriven > 0 ? ", \(redriven) of them redriven already" : ""). \

@@ -19,6 +19,9 @@ public struct RedriveRecord: Sendable, Codable, Hashable {
     /// written before they could be selected).
     public var key: String?
     public var letter: String?
+    /// The original records' time range selected (epoch ms).
+    public var since: Int64?
+    public var until: Int64?
     /// "handled": the operator marked the selected dead letters handled (nothing was sent;
     /// they are left out of later previews like redriven ones). Absent: a redrive.
     public var action: String?
@@ -32,7 +35,8 @@ public struct RedriveRecord: Sendable, Codable, Hashable {
     public var ranges: [String: [Int64]]
 
     public var selection: DeadLetterSelection {
-        DeadLetterSelection(query: ["stage": stage, "reason": reason, "origin": origin, "field": field, "key": key ?? "", "letter": letter ?? ""])
+        DeadLetterSelection(query: ["stage": stage, "reason": reason, "origin": origin, "field": field, "key": key ?? "", "letter": letter ?? "",
+                                     "since": since.map(String.init) ?? "", "until": until.map(String.init) ?? ""])
     }
 
     /// Whether this redrive sent `e` back.
@@ -54,6 +58,8 @@ public struct RedriveRecord: Sendable, Codable, Hashable {
         field = selection.value("field")
         key = selection.keys.isEmpty ? nil : selection.value("key")
         letter = selection.letters.isEmpty ? nil : selection.value("letter")
+        since = selection.since
+        until = selection.until
         self.maxRedrives = maxRedrives
         self.sent = sent
         self.failed = failed

@@ -357,15 +357,26 @@ struct ConsoleUnderTest {
                 let d = DeadLetter(
                     stage: "prices-decode", transform: "prices.decode", input: input,
                     failure: DecodeFailure(field: "trade_price", reason: .invalidValue, detail: "not a number"))
+                // As the runtime writes them: the original record's timestamp.
                 return ProducerRecord(
                     topic: "pipeline.dead-letters", partition: 0, key: d.key, value: d.value,
-                    headers: d.recordHeaders.map { KafkaHeader(key: $0.name, value: $0.value) })
+                    headers: d.recordHeaders.map { KafkaHeader(key: $0.name, value: $0.value) }, timestamp: d.timestamp)
             }
             #expect(try await producer.send(letters).allSatisfy { $0.error == nil })
             await producer.close()
 
             let byKey = try await console.request(.get, "/dead-letters?key=a", headers: own)
             #expect(byKey.status == 200 && byKey.body.contains("2 of 3 dead letters match"), "\(byKey.body.prefix(2000))")
+            // By the original records' time (1,000, 1,001, 1,002 ms): ISO-8601 or epoch ms; a
+            // value that is neither is refused, not dropped.
+            let byTime = try await console.request(.get, "/dead-letters?since=1001&until=1970-01-01T00:00:02Z", headers: own)
+            #expect(byTime.status == 200 && byTime.body.contains("2 of 3 dead letters match") && byTime.body.contains("value=\"1001\""),
+                    "\(byTime.body.prefix(2000))")
+            let badTime = try await console.request(.get, "/dead-letters?since=yesterday", headers: own)
+            #expect(badTime.status == 400 && badTime.text.contains("since"), "\(badTime.status)")
+            let timePreview = try await console.request(.post, "/dead-letters/redrive/preview", headers: own, form: "csrf=\(console.csrf)&since=1002")
+            #expect(timePreview.body.contains("<span id=\"redrive-count\">1</span>") && timePreview.body.contains("--since &#39;1002&#39;")
+                || timePreview.body.contains("--since '1002'"), "\(timePreview.body.prefix(1500))")
             let page = try await console.request(.get, "/dead-letters/0/1", headers: own)
             #expect(page.body.contains("id=\"preview-redrive-one\"") && page.body.contains("value=\"pipeline.dead-letters/0@1\""), "\(page.body.suffix(1500))")
             let letter = "letter=pipeline.dead-letters%2F0%401"
