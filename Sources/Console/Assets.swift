@@ -16,10 +16,12 @@ enum Assets {
         .status-STALL, .status-STOP, .status-REWIND, .status-ERR { color: #fff; background: var(--bad); }
         .muted { color: var(--muted); } .error, .warning { color: var(--bad); }
         .spark { color: #1565c0; } .chart { margin: 8px 0 16px; } .chart svg { color: #1565c0; border: 1px solid #8883; }
-        .axis { display: flex; justify-content: space-between; width: 600px; color: var(--muted); font-size: 12px; }
         pre.value { background: #8881; padding: 8px; max-width: 100ch; overflow: auto; white-space: pre-wrap; word-break: break-all; }
         dl { display: grid; grid-template-columns: max-content auto; gap: 2px 16px; } dt { font-weight: 600; }
         form.filter label { margin-right: 12px; } .key { font-family: monospace; }
+        tr.arrived { background: #1565c01a; }
+        .charts { display: flex; flex-wrap: wrap; gap: 0 24px; }
+        table.records td { white-space: nowrap; } table.records td.key { white-space: normal; overflow-wrap: anywhere; max-width: 70ch; }
         """
 
     /// Updates the overview's cells every 5 s from /api/stages, as text (never as HTML), and not
@@ -55,6 +57,45 @@ enum Assets {
               .catch(function () {});
           }
           if (document.body.dataset.live === 'stages') window.setInterval(refresh, 5000);
+
+          // The topic page's live tail: what arrived after the newest record shown, added at the
+          // top as text, every 2 s.
+          var tailing = false;
+          function tail() {
+            var table = document.querySelector('table.records[data-topic]');
+            if (!table || tailing || busy()) return;
+            tailing = true;
+            var url = '/api/topics/' + encodeURIComponent(table.dataset.topic) + '/tail?after=' + encodeURIComponent(table.dataset.after) +
+              (table.dataset.filter ? '&' + table.dataset.filter : '');
+            fetch(url, { credentials: 'same-origin', headers: { 'Accept': 'application/json' } })
+              .then(function (response) { return response.ok ? response.json() : null; })
+              .then(function (data) {
+                tailing = false;
+                if (!data) return;
+                var body = table.tBodies[0];
+                data.records.forEach(function (r) {
+                  var tr = document.createElement('tr');
+                  tr.dataset.offset = r.partition + ':' + r.offset;
+                  tr.className = 'arrived';
+                  [r.written, String(r.partition), String(r.offset), r.key, r.value, String(r.headers)].forEach(function (text, i) {
+                    var td = document.createElement('td');
+                    td.textContent = text;
+                    if (i === 3 || i === 4) td.className = 'key';
+                    tr.appendChild(td);
+                  });
+                  var link = document.createElement('a');
+                  link.href = r.link;
+                  link.textContent = 'whole record';
+                  var last = document.createElement('td');
+                  last.appendChild(link);
+                  tr.appendChild(last);
+                  body.insertBefore(tr, body.firstChild);
+                });
+                table.dataset.after = data.after;
+              })
+              .catch(function () { tailing = false; });
+          }
+          if (document.body.dataset.live === 'tail') window.setInterval(tail, 2000);
         })();
         """
 }

@@ -136,7 +136,7 @@ public final class ConsoleState: HealthReporting {
             s.rows[row.stage] = row
             guard row.error == nil else { return }
             s.history.record(row.stage, time: time, lagRecords: Double(row.lagRecords), lagSeconds: row.lagSeconds ?? 0,
-                             inRate: row.inRate, arrivalRate: row.arrivalRate)
+                             inRate: row.inRate, arrivalRate: row.arrivalRate, workers: s.roster.figures(stage: row.stage))
             for p in row.partitionRows.map(\.lag) {
                 s.history.record("\(row.stage)/\(p.topic)/\(p.partition)", time: time, lagRecords: Double(p.lagRecords ?? 0),
                                  lagSeconds: p.lagSeconds ?? 0, inRate: 0, arrivalRate: 0)

@@ -109,7 +109,7 @@ public final class ConsoleService: Service, Sendable {
         router.get("/") { _, _ in self.html(self.pages.overview(now: Self.now())) }
         router.get("/stages/:name") { request, context in
             let tier = try Self.query(request)["tier"].map { try RequestParameters.number($0, name: "tier", 0...Int64(LagHistory.tiers.count - 1), what: "a tier") }
-            return self.stagePage(context.parameters.get("name") ?? "", tier: Int(tier ?? 0))
+            return await self.stagePage(context.parameters.get("name") ?? "", tier: Int(tier ?? 0))
         }
         router.get("/dead-letters") { request, _ in await self.deadLettersPage(try Self.query(request)) }
         router.get("/dead-letters/:partition/:offset") { _, context in
@@ -118,6 +118,18 @@ public final class ConsoleService: Service, Sendable {
         router.get("/api/stages") { _, _ in self.stagesJSON() }
         router.get("/redrives") { _, _ in await self.redrivesPage() }
         router.get("/find") { request, _ in await self.findPage(try Self.query(request)) }
+        router.get("/topics") { _, _ in await self.topicsPage() }
+        router.get("/topics/:name") { request, context in
+            await self.topicPage(try RequestParameters.path(context.parameters.get("name") ?? "", name: "topic"), try Self.query(request))
+        }
+        router.get("/topics/:name/:partition/:offset") { _, context in
+            try await self.recordPage(
+                try RequestParameters.path(context.parameters.get("name") ?? "", name: "topic"),
+                context.parameters.get("partition") ?? "", context.parameters.get("offset") ?? "")
+        }
+        router.get("/api/topics/:name/tail") { request, context in
+            try await self.tailJSON(try RequestParameters.path(context.parameters.get("name") ?? "", name: "topic"), try Self.query(request))
+        }
         router.get("/workers") { _, _ in self.html(self.pages.workers(self.state.roster, silence: self.settings.workerSilence, now: Self.now())) }
         router.get("/stages/:name/reset") { request, context in await self.resetPage(context.parameters.get("name") ?? "", try Self.query(request), execute: false) }
         router.post("/stages/:name/reset") { request, context in
@@ -169,8 +181,12 @@ public final class ConsoleService: Service, Sendable {
         try RequestParameters.decode(request.uri.query ?? "")
     }
 
-    func stagePage(_ name: String, tier: Int) -> Response {
-        guard let page = pages.stage(name, tier: tier, now: Self.now()) else {
+    func stagePage(_ name: String, tier: Int) async -> Response {
+        guard state.row(name) != nil else {
+            return html(HTML.page(title: "Not found", nav: "", body: "<h1>No stage \(HTML.text(name))</h1><p><a href=\"/\">stages</a></p>"), status: 404)
+        }
+        let (entries, _, error) = await entries()
+        guard let page = pages.stage(name, tier: tier, now: Self.now(), deadLetters: entries, deadLetterError: error) else {
             return html(HTML.page(title: "Not found", nav: "", body: "<h1>No stage \(HTML.text(name))</h1><p><a href=\"/\">stages</a></p>"), status: 404)
         }
         return html(page)
@@ -222,6 +238,77 @@ public final class ConsoleService: Service, Sendable {
             return html(pages.find(topics: topics, request: query, found: nil, scanned: finder.scanPerPartition, error: error.reason), status: 400)
         } catch {
             return html(pages.find(topics: topics, request: query, found: nil, scanned: finder.scanPerPartition, error: "\(error)"), status: 503)
+        }
+    }
+
+    // MARK: Topics
+
+    func topicsPage() async -> Response {
+        do {
+            let admin = try KafkaAdmin(configuration: kafka, timeout: .seconds(10))
+            let topics: [TopicDescription]
+            do {
+                topics = try await admin.listTopics(withConfig: false)
+            } catch {
+                await admin.close()
+                throw error
+            }
+            await admin.close()
+            return html(pages.topics(topics, error: nil))
+        } catch {
+            return html(pages.topics([], error: "\(error)"), status: 503)
+        }
+    }
+
+    func topicPage(_ topic: String, _ query: [String: String]) async -> Response {
+        let browser = TopicBrowser(kafka: kafka)
+        let filter: TopicFilter
+        do throws(BadParameter) {
+            filter = try TopicFilter(query: query)
+            if let tail = query["tail"], !["", "on"].contains(tail) { throw BadParameter(name: "tail", reason: "'\(tail)' is not on or empty") }
+        } catch {
+            return Self.badRequest(error)
+        }
+        let tail = query["tail"] == "on"
+        do {
+            let browsed = try await browser.newest(topic, filter: filter)
+            return html(pages.topic(topic, filter: filter, browsed: browsed, scanPerPartition: browser.scanPerPartition, tail: tail, error: nil))
+        } catch is TopicBrowser.NoSuchTopic {
+            return html(notFound("no topic \(topic)"), status: 404)
+        } catch {
+            return html(pages.topic(topic, filter: filter, browsed: nil, scanPerPartition: browser.scanPerPartition, tail: tail, error: "\(error)"), status: 503)
+        }
+    }
+
+    func recordPage(_ topic: String, _ partition: String, _ offset: String) async throws -> Response {
+        let p = Int32(try RequestParameters.number(try RequestParameters.path(partition, name: "partition"), name: "partition", NumberBounds.partition, what: "a partition"))
+        let o = try RequestParameters.number(try RequestParameters.path(offset, name: "offset"), name: "offset", NumberBounds.offset, what: "an offset")
+        do {
+            guard let record = try await TopicBrowser(kafka: kafka).record(topic, partition: p, offset: o) else {
+                return html(notFound("no record in \(topic) at partition \(p), offset \(o)"), status: 404)
+            }
+            return html(pages.record(record, topic: topic))
+        } catch is TopicBrowser.NoSuchTopic {
+            return html(notFound("no topic \(topic)"), status: 404)
+        } catch {
+            return html(notFound("cannot read \(topic): \(error)"), status: 503)
+        }
+    }
+
+    /// The live tail's next records (JSON; the script adds them as text).
+    func tailJSON(_ topic: String, _ query: [String: String]) async throws -> Response {
+        let filter = try TopicFilter(query: query)
+        let position = try TailPosition(text: query["after"] ?? "")
+        var fields = Self.securityHeaders
+        fields[.contentType] = "application/json"
+        do {
+            let browsed = try await TopicBrowser(kafka: kafka).tail(topic, after: position, filter: filter)
+            let body = TailJSON(records: browsed.records.map { ConsolePages.tailRecord($0, topic: topic) }, after: browsed.after.text)
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.sortedKeys]
+            return Response(status: .ok, headers: fields, body: ResponseBody(byteBuffer: ByteBuffer(bytes: try encoder.encode(body))))
+        } catch is TopicBrowser.NoSuchTopic {
+            return Response(status: .notFound, headers: fields, body: ResponseBody(byteBuffer: ByteBuffer(string: "{\"error\":\"no such topic\"}")))
         }
     }
 

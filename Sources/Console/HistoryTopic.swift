@@ -8,7 +8,7 @@ import Operations
 /// holding all of that series' tiers. A topic rather than a local file or SQLite, so that a
 /// console moved to another host (a rescheduled pod) finds its history, and nothing is added
 /// to deploy but a topic. Compaction keeps one record per series: the topic is bounded by the
-/// number of series (at most about 16 KB of JSON each), like the memory.
+/// number of series (at most about 40 KB of JSON each), like the memory.
 public struct HistoryTopic: Sendable {
     public var topic: String
     public var kafka: KafkaConfiguration

@@ -1,6 +1,6 @@
 /// Lag and rates over time, in Karafka's three tiers: 5 s points for 5 minutes, 1 min points
 /// for an hour, 30 min points for a day. Each tier is a ring of fixed size per series, so memory
-/// is bounded: (60 + 60 + 48) points of 40 bytes per series, 6.7 KB per stage or partition.
+/// is bounded: (60 + 60 + 48) points of 120 bytes per series, 20 KB per stage or partition.
 /// Pure: times are passed in.
 public struct LagHistory: Sendable {
     public struct Point: Sendable, Hashable, Codable {
@@ -12,6 +12,14 @@ public struct LagHistory: Sendable {
         public var inRate: Double
         /// Records arriving (log end advancing) per second.
         public var arrivalRate: Double
+        /// As the stage's live workers reported (nil with no live worker, and in history saved
+        /// before these were kept): outputs, dead letters and errors per second, and the
+        /// end-to-end latency (ms, the mean and the largest).
+        public var outRate: Double?
+        public var deadLetterRate: Double?
+        public var errorRate: Double?
+        public var latencyMeanMs: Double?
+        public var latencyMaxMs: Double?
     }
 
     public struct Tier: Sendable, Hashable {
@@ -47,11 +55,16 @@ public struct LagHistory: Sendable {
 
     /// Records an observation of `key` at `time`: each tier keeps the last observation of each of
     /// its intervals (lag is a level, so the latest value stands for the interval).
-    public mutating func record(_ key: String, time: Int64, lagRecords: Double, lagSeconds: Double, inRate: Double, arrivalRate: Double) {
+    public mutating func record(
+        _ key: String, time: Int64, lagRecords: Double, lagSeconds: Double, inRate: Double, arrivalRate: Double, workers: StageFigures? = nil
+    ) {
         var tiers = series[key] ?? Array(repeating: [], count: Self.tiers.count)
         for (i, tier) in Self.tiers.enumerated() {
             let start = time - time % tier.resolution
-            let point = Point(time: start, lagRecords: lagRecords, lagSeconds: lagSeconds, inRate: inRate, arrivalRate: arrivalRate)
+            let point = Point(
+                time: start, lagRecords: lagRecords, lagSeconds: lagSeconds, inRate: inRate, arrivalRate: arrivalRate,
+                outRate: workers?.outRate, deadLetterRate: workers?.deadLetterRate, errorRate: workers?.errorRate,
+                latencyMeanMs: workers?.latencyMeanMs, latencyMaxMs: workers?.latencyMaxMs)
             if let last = tiers[i].last, last.time == start {
                 tiers[i][tiers[i].count - 1] = point
             } else if tiers[i].last.map({ $0.time < start }) ?? true {

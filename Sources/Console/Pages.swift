@@ -35,7 +35,7 @@ public enum HTML {
     }
 
     static func page(title: String, nav: String, live: String? = nil, body: String) -> String {
-        let links = [("/", "Stages"), ("/workers", "Workers"), ("/dead-letters", "Dead letters"), ("/redrives", "Redrives"), ("/find", "Find a message")].map { href, name in
+        let links = [("/", "Stages"), ("/workers", "Workers"), ("/dead-letters", "Dead letters"), ("/redrives", "Redrives"), ("/topics", "Topics"), ("/find", "Find a message")].map { href, name in
             "<a href=\"\(href)\"\(href == nav ? " class=\"current\"" : "")>\(name)</a>"
         }.joined(separator: " ")
         // Signed in with a token: who, as what, and the way out.
@@ -88,24 +88,42 @@ public enum HTML {
 
     // MARK: Charts
 
-    /// A line chart of `values` over `times` as SVG (no script, no inline style): the polyline's
-    /// points, the range as text. `data-points` says how many points it has.
-    static func chart(_ points: [(time: Int64, value: Double)], width: Int = 600, height: Int = 120, label: String, format: (Double) -> String) -> String {
+    /// A line chart over time as SVG (no script, no inline style), with labelled axes: the
+    /// value axis says what is measured and in which unit (`axis`), from 0 to the largest value;
+    /// the time axis the first and last sample's time (UTC). `data-points` says how many points
+    /// it has; points without a value (no worker reported) are left out.
+    static func chart(
+        _ points: [(time: Int64, value: Double?)], width: Int = 600, height: Int = 120, label: String, axis: String? = nil,
+        format: (Double) -> String
+    ) -> String {
+        let points = points.compactMap { p in p.value.map { (time: p.time, value: $0.isFinite ? $0 : 0) } }
         guard let first = points.first, let last = points.last else {
             return "<figure class=\"chart\"><figcaption>\(text(label))</figcaption><p class=\"muted\">no samples yet</p></figure>"
         }
+        let left = 70, bottom = 34, top = 8
         let maxValue = max(points.map(\.value).max() ?? 0, 1)
         let span = max(Double(last.time - first.time), 1)
+        let plotHeight = Double(height - top)
         let coordinates = points.map { p -> String in
-            let x = points.count == 1 ? 0 : Double(p.time - first.time) / span * Double(width)
-            let y = Double(height) - p.value / maxValue * Double(height - 10)
+            let x = Double(left) + (points.count == 1 ? 0 : Double(p.time - first.time) / span * Double(width))
+            let y = Double(top) + plotHeight - p.value / maxValue * plotHeight
             return String(format: "%.1f,%.1f", x, y)
         }.joined(separator: " ")
+        let w = left + width + 10, h = height + bottom
+        let axisTitle = text(axis ?? label)
         return """
             <figure class="chart"><figcaption>\(text(label)): \(text(format(last.value))) now, max \(text(format(maxValue)))</figcaption>\
-            <svg viewBox="0 0 \(width) \(height)" width="\(width)" height="\(height)" role="img" aria-label="\(text(label))" data-points="\(points.count)">\
-            <polyline class="line" fill="none" stroke="currentColor" stroke-width="2" points="\(coordinates)"/></svg>\
-            <div class="axis"><span>\(text(time(first.time)))</span><span>\(text(time(last.time)))</span></div></figure>
+            <svg viewBox="0 0 \(w) \(h)" width="\(w)" height="\(h)" role="img" aria-label="\(text(label)) over time" data-points="\(points.count)">\
+            <line class="axis-line" x1="\(left)" y1="\(top)" x2="\(left)" y2="\(height)" stroke="currentColor" stroke-opacity="0.4"/>\
+            <line class="axis-line" x1="\(left)" y1="\(height)" x2="\(left + width)" y2="\(height)" stroke="currentColor" stroke-opacity="0.4"/>\
+            <text class="y-max" x="\(left - 4)" y="\(top + 10)" text-anchor="end" font-size="11" fill="currentColor">\(text(format(maxValue)))</text>\
+            <text class="y-zero" x="\(left - 4)" y="\(height)" text-anchor="end" font-size="11" fill="currentColor">0</text>\
+            <text class="y-title" x="12" y="\(top + (height - top) / 2)" text-anchor="middle" font-size="11" fill="currentColor" \
+            transform="rotate(-90 12 \(top + (height - top) / 2))">\(axisTitle)</text>\
+            <text class="x-first" x="\(left)" y="\(height + 14)" font-size="11" fill="currentColor">\(text(time(first.time)))</text>\
+            <text class="x-last" x="\(left + width)" y="\(height + 14)" text-anchor="end" font-size="11" fill="currentColor">\(text(time(last.time)))</text>\
+            <text class="x-title" x="\(left + width / 2)" y="\(height + 30)" text-anchor="middle" font-size="11" fill="currentColor">time (UTC)</text>\
+            <polyline class="line" fill="none" stroke="currentColor" stroke-width="2" points="\(coordinates)"/></svg></figure>
             """
     }
 
@@ -177,20 +195,70 @@ struct ConsolePages {
         return all.isEmpty ? "" : ": " + all.joined(separator: ", ")
     }
 
-    func stage(_ name: String, tier: Int, now: Int64) -> String? {
+    /// A stage: its verdict, its charts over the chosen tier (lag, rates, dead letters, errors,
+    /// end-to-end latency as its workers report them), its workers, its outputs per topic, its
+    /// partitions and its newest dead letters (`deadLetters`: every dead letter read).
+    func stage(_ name: String, tier: Int, now: Int64, deadLetters: [DeadLetterEntry], deadLetterError: String?) -> String? {
         guard let r = state.row(name) else { return nil }
+        let roster = state.roster
+        let figures = roster.figures(stage: name)
         let tierLinks = LagHistory.tiers.enumerated().map { i, t in
             i == tier ? "<strong>\(t.name)</strong>" : "<a href=\"/stages/\(HTML.query(name))?tier=\(i)\">\(t.name)</a>"
         }.joined(separator: " · ")
         let points = state.history(name, tier: tier, now: now)
+        func ms(_ v: Double) -> String { v < 10 ? String(format: "%.1f ms", v) : "\(LagVerdict.grouped(Int64(v.rounded()))) ms" }
         var body = """
             <h1>\(HTML.text(name))</h1>
-            <p>group <code>\(HTML.text(r.group))</code>, inputs \(r.inputs.map { "<code>\(HTML.text($0))</code>" }.joined(separator: ", ")). \
+            <p>group <code>\(HTML.text(r.group))</code>, inputs \(r.inputs.map { "<a href=\"/topics/\(HTML.query($0))\"><code>\(HTML.text($0))</code></a>" }.joined(separator: ", ")). \
             <span class="status status-\(HTML.text(r.status))">\(HTML.text(r.status.isEmpty ? "–" : r.status))</span> \(HTML.text(r.reason))</p>
             <p>History: \(tierLinks) · <a href="/stages/\(HTML.query(name))/reset">Reset offsets…</a></p>
-            \(HTML.chart(points.map { ($0.time, $0.lagRecords) }, label: "lag (records)", format: { HTML.count(Int64($0)) }))
-            \(HTML.chart(points.map { ($0.time, $0.lagSeconds) }, label: "lag (time)", format: { HTML.seconds($0) }))
-            \(HTML.chart(points.map { ($0.time, $0.inRate) }, label: "records in per second", format: HTML.rate))
+            <section class="charts">
+            \(HTML.chart(points.map { ($0.time, $0.lagRecords) }, label: "lag (records)", axis: "records", format: { HTML.count(Int64($0)) }))
+            \(HTML.chart(points.map { ($0.time, $0.lagSeconds) }, label: "lag (time)", axis: "seconds", format: { HTML.seconds($0) }))
+            \(HTML.chart(points.map { ($0.time, $0.inRate) }, label: "records in per second", axis: "records/s", format: HTML.rate))
+            \(HTML.chart(points.map { ($0.time, $0.outRate) }, label: "outputs per second", axis: "records/s", format: HTML.rate))
+            \(HTML.chart(points.map { ($0.time, $0.deadLetterRate) }, label: "dead letters per second", axis: "dead letters/s", format: HTML.rate))
+            \(HTML.chart(points.map { ($0.time, $0.errorRate) }, label: "errors per second (failed deliveries and commits)", axis: "errors/s", format: HTML.rate))
+            \(HTML.chart(points.map { ($0.time, $0.latencyMeanMs) }, label: "end-to-end latency, mean (input record's time to its outputs delivered)", axis: "ms", format: ms))
+            </section>
+            """
+        // The workers.
+        let workers = roster.rows.filter { $0.status.stage == name }
+        body += "<h2>Workers</h2>"
+        if workers.isEmpty {
+            body += "<p class=\"muted\" id=\"no-workers\">No worker of this stage has reported (<a href=\"/workers\">all workers</a>).</p>"
+        } else {
+            body += """
+                <table class="workers"><thead><tr><th>host</th><th>pid</th><th>state</th><th>partitions</th><th>in</th><th>out</th>\
+                <th>dead letters</th><th>dead letters/s</th><th>errors/s</th><th>latency mean</th><th>latency max</th><th>last report</th><th>last error</th></tr></thead><tbody>
+                """
+            for row in workers {
+                let s = row.status
+                body += """
+                    <tr data-worker="\(HTML.text(s.key))"><td>\(HTML.text(s.host))</td><td>\(s.pid)</td>\
+                    <td class="state"><span class="status status-\(row.alive ? "OK" : "STOP")">\(row.alive ? "alive" : "dead")</span></td>\
+                    <td>\(s.assignedPartitions)</td><td>\(HTML.text(HTML.rate(s.inRate)))</td><td>\(HTML.text(HTML.rate(s.outRate)))</td>\
+                    <td>\(HTML.count(Int64(s.deadLettered)))</td><td>\(HTML.text(s.deadLetterRate.map(HTML.rate) ?? "–"))</td>\
+                    <td>\(HTML.text(s.errorRate.map(HTML.rate) ?? "–"))</td><td>\(HTML.text(s.latencyMeanMs.map(ms) ?? "–"))</td>\
+                    <td>\(HTML.text(s.latencyMaxMs.map(ms) ?? "–"))</td>\
+                    <td>\(HTML.text(HTML.seconds(Double(now - s.reportedAt) / 1000))) ago</td><td>\(HTML.text(s.lastError ?? ""))</td></tr>
+                    """
+            }
+            body += "</tbody></table>"
+        }
+        // Its outputs per topic, as its live workers report them.
+        body += "<h2>Outputs</h2>"
+        if let figures, !figures.outRates.isEmpty {
+            body += "<table class=\"outputs\"><thead><tr><th>topic</th><th>records per second</th></tr></thead><tbody>"
+            for (topic, rate) in figures.outRates.sorted(by: { $0.key < $1.key }) {
+                body += "<tr data-topic=\"\(HTML.text(topic))\"><td><a href=\"/topics/\(HTML.query(topic))\">\(HTML.text(topic))</a></td><td class=\"count\">\(HTML.text(HTML.rate(rate)))</td></tr>"
+            }
+            body += "</tbody></table>"
+        } else {
+            body += "<p class=\"muted\">No live worker reports outputs.</p>"
+        }
+        // Its partitions.
+        body += """
             <h2>Partitions</h2><table><thead><tr><th>topic</th><th>partition</th><th>committed</th><th>log end</th><th>lag</th>\
             <th title="how long ago the log end passed the committed offset">lag (time)</th>\
             <th title="now minus the first unconsumed record's own timestamp">first waiting record's age</th>\
@@ -208,6 +276,30 @@ struct ConsolePages {
         }
         body += "</tbody></table>"
         if let error = r.error { body += "<p class=\"error\">\(HTML.text(error))</p>" }
+        // Its dead letters.
+        let mine = deadLetters.filter { $0.letter.stage == name }.sorted { ($0.record.timestamp ?? 0) > ($1.record.timestamp ?? 0) }
+        body += "<h2>Dead letters</h2>"
+        if let deadLetterError { body += "<p class=\"error\">cannot read the dead letters: \(HTML.text(deadLetterError))</p>" }
+        if mine.isEmpty {
+            body += "<p class=\"muted\" id=\"stage-dead-letters\">None.</p>"
+        } else {
+            var reasons: [String: Int] = [:]
+            for e in mine { reasons[e.letter.failure.reason.rawValue, default: 0] += 1 }
+            body += """
+                <p id="stage-dead-letters">\(mine.count) dead letters: \(HTML.text(reasons.sorted { ($0.value, $1.key) > ($1.value, $0.key) }.map { "\($0.value) \($0.key)" }.joined(separator: ", "))) · \
+                <a href="/dead-letters?stage=\(HTML.query(name))">all of them, to triage or redrive</a></p>
+                <table class="letters"><thead><tr><th>written</th><th>reason</th><th>field</th><th>origin</th><th>key</th><th></th></tr></thead><tbody>
+                """
+            for e in mine.prefix(10) {
+                let key = e.letter.key.map { HTML.bytes($0).text } ?? "(none)"
+                body += """
+                    <tr><td>\(HTML.text(HTML.time(e.record.timestamp)))</td><td>\(HTML.text(e.letter.failure.reason.rawValue))</td>\
+                    <td>\(HTML.text(e.letter.failure.field))</td><td>\(HTML.text("\(e.letter.origin.topic)[\(e.letter.origin.partition)]@\(e.letter.origin.offset)"))</td>\
+                    <td class="key">\(HTML.text(String(key.prefix(80))))</td><td><a href="/dead-letters/\(e.record.partition)/\(e.record.offset)">open</a></td></tr>
+                    """
+            }
+            body += "</tbody></table>"
+        }
         return HTML.page(title: name, nav: "/stages", body: body)
     }
 
@@ -486,30 +578,31 @@ struct ConsolePages {
         return HTML.page(title: "Workers", nav: "/workers", body: body)
     }
 
+    /// Bytes as they are; JSON also laid out (whitespace only: duplicate keys, the keys' order
+    /// and numbers as written stay), with the exact bytes one click away; bytes that are not
+    /// UTF-8 also as a hex dump.
+    static func exactBlock(_ bytes: [UInt8]?) -> String {
+        guard let bytes else { return "<p class=\"muted\">(none: a tombstone)</p>" }
+        let (text, valid) = HTML.bytes(bytes)
+        let size = "\(bytes.count) byte\(bytes.count == 1 ? "" : "s")"
+        if valid, let laidOut = ExactView.laidOut(bytes), laidOut != text {
+            return """
+                <pre class="value">\(HTML.text(laidOut))</pre>\
+                <details class="exact"><summary>exact bytes (\(size), as sent)</summary><pre class="value">\(HTML.text(text))</pre></details>
+                """
+        }
+        guard valid else {
+            return """
+                <pre class="value">\(HTML.text(text))</pre><p class="warning">not valid UTF-8: invalid bytes shown as \u{FFFD}</p>\
+                <details class="exact"><summary>exact bytes (\(size), hex)</summary><pre class="value">\(HTML.text(ExactView.hexDump(bytes)))</pre></details>
+                """
+        }
+        return "<pre class=\"value\">\(HTML.text(text))</pre>"
+    }
+
     /// One dead letter; `csrf` when the reader may act (a redrive of this one), `redrivenBy`
     /// the redrive that already sent it back.
     func deadLetter(_ e: DeadLetterEntry, csrf: String?, redrivenBy: RedriveRecord?) -> String {
-        // The bytes as they are; JSON also laid out (whitespace only: duplicate keys, the
-        // keys' order and numbers as written stay), with the exact bytes one click away; bytes
-        // that are not UTF-8 also as a hex dump.
-        func block(_ bytes: [UInt8]?) -> String {
-            guard let bytes else { return "<p class=\"muted\">(none: a tombstone)</p>" }
-            let (text, valid) = HTML.bytes(bytes)
-            let size = "\(bytes.count) byte\(bytes.count == 1 ? "" : "s")"
-            if valid, let laidOut = ExactView.laidOut(bytes), laidOut != text {
-                return """
-                    <pre class="value">\(HTML.text(laidOut))</pre>\
-                    <details class="exact"><summary>exact bytes (\(size), as sent)</summary><pre class="value">\(HTML.text(text))</pre></details>
-                    """
-            }
-            guard valid else {
-                return """
-                    <pre class="value">\(HTML.text(text))</pre><p class="warning">not valid UTF-8: invalid bytes shown as \u{FFFD}</p>\
-                    <details class="exact"><summary>exact bytes (\(size), hex)</summary><pre class="value">\(HTML.text(ExactView.hexDump(bytes)))</pre></details>
-                    """
-            }
-            return "<pre class=\"value\">\(HTML.text(text))</pre>"
-        }
         let l = e.letter
         var body = """
             <h1>Dead letter \(e.record.partition)/\(e.record.offset)</h1>
@@ -518,7 +611,7 @@ struct ConsolePages {
             <dt>origin</dt><dd>\(HTML.text("\(l.origin.topic) partition \(l.origin.partition) offset \(l.origin.offset)"))</dd>\
             <dt>written</dt><dd>\(HTML.text(HTML.time(e.record.timestamp)))</dd><dt>attempts</dt><dd>\(l.attempts)</dd>\
             <dt>redriven</dt><dd>\(e.redriveCount) times</dd></dl>
-            <h2>Key</h2>\(block(l.key))<h2>Value</h2>\(block(l.value))
+            <h2>Key</h2>\(Self.exactBlock(l.key))<h2>Value</h2>\(Self.exactBlock(l.value))
             <h2>Headers</h2><table class="headers"><thead><tr><th>name</th><th>value</th></tr></thead><tbody>
             """
         for h in e.record.headers {

@@ -43,6 +43,33 @@ public struct WorkerRoster: Sendable {
         let live = rows.filter { $0.status.stage == stage && $0.alive }
         return live.isEmpty ? nil : live.reduce(0) { $0 + $1.status.outRate }
     }
+
+    /// What a stage's live workers reported for their last interval, summed (rates) or
+    /// combined (latency: the mean weighted by each worker's input rate, the largest max); nil
+    /// when no live worker reports.
+    public func figures(stage: String) -> StageFigures? {
+        let live = rows.filter { $0.status.stage == stage && $0.alive }.map(\.status)
+        guard !live.isEmpty else { return nil }
+        var outRates: [String: Double] = [:]
+        for s in live { for (topic, rate) in s.outRates ?? [:] { outRates[topic, default: 0] += rate } }
+        let timed = live.filter { $0.latencyMeanMs != nil }
+        let weight = timed.reduce(0) { $0 + max($1.inRate, 0.001) }
+        return StageFigures(
+            outRate: live.reduce(0) { $0 + $1.outRate }, outRates: outRates,
+            deadLetterRate: live.reduce(0) { $0 + ($1.deadLetterRate ?? 0) }, errorRate: live.reduce(0) { $0 + ($1.errorRate ?? 0) },
+            latencyMeanMs: timed.isEmpty ? nil : timed.reduce(0) { $0 + $1.latencyMeanMs! * max($1.inRate, 0.001) } / weight,
+            latencyMaxMs: timed.compactMap(\.latencyMaxMs).max())
+    }
+}
+
+/// A stage's live workers' last reports, combined (``WorkerRoster/figures(stage:)``).
+public struct StageFigures: Sendable, Hashable {
+    public var outRate: Double
+    public var outRates: [String: Double]
+    public var deadLetterRate: Double
+    public var errorRate: Double
+    public var latencyMeanMs: Double?
+    public var latencyMaxMs: Double?
 }
 
 /// Reads the status topic (without a group): the last status per key, tombstones removing it.

@@ -101,14 +101,15 @@ public final class KafkaAdmin: Sendable {
         try await run { (admin, ms) throws(KafkaError) in try admin.deleteTopic(name, timeoutMilliseconds: ms) }
     }
 
-    /// All topics with their partition counts and cleanup policy, sorted by name.
-    public func listTopics(includeInternal: Bool = false) async throws(KafkaError) -> [TopicDescription] {
+    /// All topics with their partition counts and cleanup policy (`withConfig`: one
+    /// DescribeConfigs per topic; without it, from the metadata alone and no policy), sorted by name.
+    public func listTopics(includeInternal: Bool = false, withConfig: Bool = true) async throws(KafkaError) -> [TopicDescription] {
         let client = self.client
         return try await run { (admin, ms) throws(KafkaError) in
             try client.metadata(topic: nil, timeoutMilliseconds: ms)
                 .filter { includeInternal || !$0.name.hasPrefix("__") }
                 .map { topic in
-                    let config = try? admin.describeTopicConfig(topic.name, timeoutMilliseconds: ms)
+                    let config = withConfig ? try? admin.describeTopicConfig(topic.name, timeoutMilliseconds: ms) : nil
                     return TopicDescription(name: topic.name, partitions: topic.partitions, cleanupPolicy: config?["cleanup.policy"])
                 }
                 .sorted { $0.name < $1.name }

@@ -25,6 +25,9 @@ public struct TopicReader: Sendable {
         config.autoCommit = false
         config.reportEndOfPartition = true
         config.autoOffsetReset = .earliest
+        // A read ends at the partition's end: the broker need not hold the last, empty fetch
+        // (its default 500 ms is most of a short read's time).
+        config.fetchMaxWait = .milliseconds(20)
         return try KafkaConsumer(configuration: config, logger: Logger(label: "pipelinectl.reader"))
     }
 

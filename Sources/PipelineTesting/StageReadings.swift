@@ -35,6 +35,7 @@ public struct StageReadings: Sendable {
     public var resent: Int { total(MetricName.resent) }
     public var rebalances: Int { total(MetricName.rebalances) }
     public var commitFailures: Int { total(MetricName.commitFailures) }
+    public var deliveryErrors: Int { total(MetricName.deliveryErrors) }
     public var checkpoints: Int { total(MetricName.checkpoints) }
     public var restoredPartitions: Int { total(MetricName.restoredPartitions) }
     public var backpressureWaits: Int { total(MetricName.backpressureWaits) }

@@ -184,6 +184,12 @@ struct ConsoleUnderTest {
             filter(get("dead letters until", NumberBounds.epochMillis) { "/dead-letters?until=\(e($0))" }),
             filter(post("redrive preview since", NumberBounds.epochMillis, "/dead-letters/redrive/preview") { "since=\(e($0))" }),
             filter(post("redrive until", NumberBounds.epochMillis, "/dead-letters/redrive") { "expected=0&until=\(e($0))" }),
+            filter(get("topic partition", NumberBounds.partition) { "/topics/prices.raw?partition=\(e($0))" }),
+            filter(get("topic limit", TopicFilter.limits) { "/topics/prices.raw?limit=\(e($0))" }),
+            get("record partition", NumberBounds.partition, inPath: true) { "/topics/prices.raw/\(Console.segment($0))/0" },
+            get("record offset", NumberBounds.offset, inPath: true) { "/topics/prices.raw/0/\(Console.segment($0))" },
+            get("tail partition", NumberBounds.partition) { "/api/topics/prices.raw/tail?after=\(e($0)):0" },
+            get("tail offset", NumberBounds.offset) { "/api/topics/prices.raw/tail?after=0:\(e($0))" },
         ]
     }()
 
@@ -353,6 +359,60 @@ struct ConsoleUnderTest {
     /// change nothing; an operator's redrive is recorded under the operator's name. A sign-in
     /// starts a session whose cookie holds nothing of the token and differs per sign-in; signing
     /// out ends it, so the same cookie is refused afterwards.
+    /// Any topic is browsed without a group: the newest records newest first, filtered by
+    /// partition, exact key (a `+` in the form is a space) and value text; a record's page shows
+    /// its exact bytes; the live tail's API answers what arrived after the page's position and
+    /// where to go on; an unknown topic is a 404 and is not created.
+    @Test func anyTopicIsBrowsedWithFiltersTheWholeRecordAndALiveTail() async throws {
+        try await Console.with { console in
+            let producer = try KafkaProducer(configuration: ProducerConfiguration(kafka: console.service.kafka))
+            let exact = #"{"trade_price":2874000.00000000,"trade_price":"oops","code":"KRW-BTC"}"#
+            var records = (0..<5).map { ProducerRecord(topic: "prices.ticks", partition: 0, key: Array("k\($0)".utf8), value: Array("tick \($0)".utf8)) }
+            records.append(ProducerRecord(topic: "prices.ticks", partition: 0, key: Array("with space".utf8), value: Array(exact.utf8),
+                                          headers: [KafkaHeader(key: "trace", value: Array("t-9".utf8))]))
+            for r in records { #expect(try await producer.send(r).error == nil) }
+
+            let topics = try await console.request(.get, "/topics")
+            #expect(topics.status == 200 && topics.body.contains("data-topic=\"prices.ticks\""), "\(topics.body.prefix(1500))")
+            #expect(topics.body.contains("<a href=\"/stages/prices-decode\">prices-decode</a></td></tr>"), "written by the stage")
+            let page = try await console.request(.get, "/topics/prices.ticks")
+            #expect(page.status == 200 && page.body.contains("6 match"), "\(page.body.prefix(2000))")
+            let offsets = page.body.components(separatedBy: "data-offset=\"").dropFirst().map { $0.prefix { $0 != "\"" } }
+            #expect(offsets == ["0:5", "0:4", "0:3", "0:2", "0:1", "0:0"], "newest first: \(offsets)")
+            #expect(try await console.request(.get, "/topics/prices.ticks?key=with+space").body.contains("1 match"), "the key with a space")
+            #expect(try await console.request(.get, "/topics/prices.ticks?contains=tick+3").body.contains("data-offset=\"0:3\""))
+            #expect(try await console.request(.get, "/topics/prices.ticks?contains=tick+3").body.contains("1 match"))
+            #expect(try await console.request(.get, "/topics/prices.ticks?limit=2").body.contains("6 match; the newest 2 are shown"))
+            #expect(try await console.request(.get, "/topics/prices.raw?partition=1").body.contains("0 match"), "partition 1 of prices.raw is empty")
+            #expect(try await console.request(.get, "/topics/prices.ticks?tail=yes").status == 400)
+
+            let whole = try await console.request(.get, "/topics/prices.ticks/0/5")
+            #expect(whole.status == 200 && whole.body.contains(HTML.text(exact)), "the exact bytes, duplicate key and number as written")
+            #expect(whole.body.contains("<td>trace</td><td>t-9</td>"))
+            #expect(try await console.request(.get, "/topics/prices.ticks/0/99").status == 404)
+
+            let tailing = try await console.request(.get, "/topics/prices.ticks?tail=on&contains=late")
+            #expect(tailing.body.contains("data-live=\"tail\"") && tailing.body.contains("data-after=\"0:6\"") && tailing.body.contains("data-filter=\"contains=late\""))
+            let none = try await console.request(.get, "/api/topics/prices.ticks/tail?after=0:6")
+            #expect(none.status == 200 && none.body.contains("\"records\":[]") && none.body.contains("\"after\":\"0:6\""), "\(none.body)")
+            for i in 0..<2 { #expect(try await producer.send(ProducerRecord(topic: "prices.ticks", partition: 0, value: Array("late \(i)".utf8))).error == nil) }
+            let more = try await console.request(.get, "/api/topics/prices.ticks/tail?after=0:6")
+            struct Tail: Decodable { struct R: Decodable { var offset: Int64; var value: String; var link: String }; var records: [R]; var after: String }
+            let tail = try JSONDecoder().decode(Tail.self, from: Data(more.body.utf8))
+            #expect(tail.records.map(\.offset) == [6, 7] && tail.records.map(\.value) == ["late 0", "late 1"] && tail.after == "0:8", "\(more.body)")
+            #expect(tail.records.first?.link == "/topics/prices.ticks/0/6")
+            let filtered = try JSONDecoder().decode(Tail.self, from: Data(try await console.request(.get, "/api/topics/prices.ticks/tail?after=0:6&contains=late+1").body.utf8))
+            #expect(filtered.records.map(\.offset) == [7] && filtered.after == "0:8", "filtered, and the position past what was read")
+            await producer.close()
+
+            #expect(try await console.request(.get, "/topics/no.such.topic").status == 404)
+            #expect(try await console.request(.get, "/api/topics/no.such.topic/tail?after=").status == 404)
+            let admin = try KafkaAdmin(configuration: console.service.kafka)
+            #expect(try await !admin.topicExists("no.such.topic"), "looking did not create it")
+            await admin.close()
+        }
+    }
+
     /// Dead letters are found by their original key, and one dead letter's page redrives that
     /// one only: the preview counts 1, the CLI line names its topic, partition and offset, exactly
     /// that record goes back to its origin, and the page then says who redrove it. Another is

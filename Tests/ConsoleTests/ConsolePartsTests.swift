@@ -192,6 +192,77 @@ import Workers
         #expect(ConsoleState.withWorkers(row, longGone, now: now).status == "OK")
     }
 
+    /// The stage page: charts with labelled axes for lag, rates, dead letters, errors and
+    /// end-to-end latency (from the workers' reports); the stage's workers with their rates and
+    /// latency; its outputs per topic; its own dead letters only, counted by reason.
+    @Test func aStagePageShowsItsWorkersOutputsDeadLettersAndCharts() throws {
+        let topology = try Topology.parse("""
+            topics:
+              - {name: prices.raw, partitions: 1}
+              - {name: prices.ticks, partitions: 1}
+              - {name: pipeline.dead-letters, partitions: 1}
+            stages:
+              - {name: prices-decode, chain: [prices.decode], inputs: [prices.raw], outputs: {ticks: prices.ticks}, dead-letter-topic: pipeline.dead-letters}
+              - {name: other, chain: [prices.decode], inputs: [prices.raw], outputs: {ticks: prices.ticks}, dead-letter-topic: pipeline.dead-letters}
+            """)
+        let state = ConsoleState(topology: topology)
+        let now: Int64 = 1_800_000_000_000
+        var live = status("prices-decode", pid: 7, reportedAt: now - 1_000)
+        live.inRate = 100
+        live.deadLettered = 12
+        live.deadLetterRate = 2.5
+        live.errors = 3
+        live.errorRate = 0.5
+        live.latencyMeanMs = 40
+        live.latencyMaxMs = 250
+        live.outRates = ["prices.ticks": 97.5]
+        var slower = status("prices-decode", pid: 8, reportedAt: now - 2_000)
+        slower.inRate = 300
+        slower.latencyMeanMs = 80
+        slower.latencyMaxMs = 900
+        slower.outRates = ["prices.ticks": 2.5]
+        let roster = WorkerRoster(statuses: [live, slower, status("other", pid: 9, reportedAt: now)], members: [:], now: now, silence: .seconds(30))
+        let figures = try #require(roster.figures(stage: "prices-decode"))
+        #expect(figures.outRates == ["prices.ticks": 100] && figures.deadLetterRate == 2.5 && figures.errorRate == 0.5)
+        #expect(figures.latencyMeanMs == 70 && figures.latencyMaxMs == 900, "the mean weighted by input rate (40×100 + 80×300)/400, the largest max")
+        state.update(roster: roster)
+        var row = try #require(state.row("prices-decode"))
+        row.sampledAt = now - 5_000
+        state.update(row, at: now - 5_000)
+        row.sampledAt = now
+        state.update(row, at: now)
+
+        func letter(_ stage: String, _ reason: DecodeFailure.Reason, offset: Int64) throws -> DeadLetterEntry {
+            let input = InputRecord(key: Array("KRW-BTC".utf8), value: Array("{bad".utf8), timestamp: 1234,
+                                    origin: RecordOrigin(topic: "prices.raw", partition: 0, offset: offset))
+            let d = DeadLetter(stage: stage, transform: nil, input: input, failure: DecodeFailure(field: "price", reason: reason, detail: "d"))
+            return try #require(DeadLetterEntry(ConsumerRecord(
+                topic: "pipeline.dead-letters", partition: 0, offset: offset, key: d.key, value: d.value,
+                headers: d.recordHeaders.map { KafkaHeader(key: $0.name, value: $0.value) }, timestamp: 1234 + offset)))
+        }
+        let letters = [try letter("prices-decode", .missingField, offset: 1), try letter("prices-decode", .missingField, offset: 2),
+                       try letter("prices-decode", .wrongType, offset: 3), try letter("other", .wrongType, offset: 4)]
+        let page = try #require(ConsolePages(state: state).stage("prices-decode", tier: 0, now: now, deadLetters: letters, deadLetterError: nil))
+        #expect(page.components(separatedBy: "<figure class=\"chart\">").count - 1 == 7, "seven charts")
+        for title in ["records", "seconds", "records/s", "dead letters/s", "errors/s", "ms", "time (UTC)"] {
+            #expect(page.contains(">\(HTML.text(title))</text>"), "an axis titled \(title)")
+        }
+        #expect(page.contains("dead letters per second: 2.5/s now") && page.contains("errors per second (failed deliveries and commits): 0.5/s now"))
+        #expect(page.contains("end-to-end latency, mean") && page.contains("70 ms now"), "the latency chart's last point")
+        #expect(page.contains("data-worker=\"h/7/prices-decode\"") && page.contains("data-worker=\"h/8/prices-decode\""))
+        #expect(!page.contains("data-worker=\"h/9/other\""), "another stage's worker is not listed")
+        #expect(page.contains("<td>40 ms</td><td>250 ms</td>"), "a worker's latency, mean and max")
+        #expect(page.contains("data-topic=\"prices.ticks\"") && page.contains("100/s"), "outputs per topic")
+        #expect(page.contains("3 dead letters: 2 missing-field, 1 wrong-type"), "its own dead letters only, by reason")
+        #expect(page.contains("href=\"/dead-letters?stage=prices-decode\""))
+        #expect(!page.contains("style="), "no inline style")
+
+        // No worker: said so, and the workers' charts have no samples.
+        let bare = ConsoleState(topology: topology)
+        let empty = try #require(ConsolePages(state: bare).stage("other", tier: 0, now: now, deadLetters: [], deadLetterError: "broker down"))
+        #expect(empty.contains("id=\"no-workers\"") && empty.contains("cannot read the dead letters: broker down") && empty.contains("no samples yet"))
+    }
+
     @Test func onlyLoopbackListensWithoutAToken() {
         #expect(ConsoleSettings.isLoopback("127.0.0.1") && ConsoleSettings.isLoopback("localhost") && ConsoleSettings.isLoopback("::1"))
         #expect(!ConsoleSettings.isLoopback("0.0.0.0") && !ConsoleSettings.isLoopback("10.0.0.5"))

@@ -205,7 +205,44 @@ import Testing
                     try await browser.go(base + "/stages/prices-decode")
                     return (try await browser.run("return Number(document.querySelector('figure.chart svg').dataset.points)") as? Int ?? 0) >= 2
                 }
+                // It lists its live worker, and the charts of what the workers report (outputs,
+                // dead letters, errors, latency) have points, with labelled axes. (New ticks:
+                // latency is reported for the intervals in which inputs were settled.)
+                #expect(try await producer.send((60..<70).map { PriceTicks.tick($0) }).allSatisfy { $0.error == nil })
+                try await Self.eventually("the workers' charts with points") {
+                    try await browser.go(base + "/stages/prices-decode")
+                    let charts = try await browser.run("""
+                        return Array.from(document.querySelectorAll('figure.chart')).map(f => {
+                          const svg = f.querySelector('svg'); const t = f.querySelector('text.y-title');
+                          return (t ? t.textContent : '-') + '=' + (svg ? svg.dataset.points : 0); })
+                        """) as? [String] ?? []
+                    return charts.count == 7 && charts.allSatisfy { !$0.hasSuffix("=0") && !$0.hasPrefix("-") }
+                }
+                let stageWorkers = try await browser.run("return Array.from(document.querySelectorAll('tr[data-worker]')).map(r => r.querySelector('td.state').textContent)") as? [String]
+                #expect(stageWorkers == ["alive"], "its one worker: \(stageWorkers ?? [])")
+                #expect(try await browser.run("return document.getElementById('stage-dead-letters').textContent") as? String ?? "" != "None.", "its dead letters")
                 try await browser.screenshot(to: Self.screenshots + "/stage.png")
+
+                // A topic's live tail, left open: records produced afterwards appear at the top,
+                // a hostile one as text.
+                try await browser.go(base + "/topics/prices.ticks?tail=on")
+                let tailProducer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [bootstrap]))
+                #expect(try await tailProducer.send([
+                    ProducerRecord(topic: "prices.ticks", partition: 0, key: Array("tail-1".utf8), value: Array("<img src=x onerror=\"window.__xss=9\">".utf8)),
+                    ProducerRecord(topic: "prices.ticks", partition: 0, key: Array("tail-2".utf8), value: Array("plain".utf8)),
+                ]).allSatisfy { $0.error == nil })
+                await tailProducer.close()
+                try await Self.eventually("the tail shows both") {
+                    let keys = try await browser.run("return Array.from(document.querySelectorAll('tr.arrived')).map(r => r.cells[3].textContent)") as? [String] ?? []
+                    return Set(keys).isSuperset(of: ["tail-1", "tail-2"])
+                }
+                let tailPage = try await browser.run("""
+                    return { xss: typeof window.__xss, images: document.images.length,
+                             values: Array.from(document.querySelectorAll('tr.arrived')).map(r => r.cells[4].textContent) }
+                    """) as? [String: Any] ?? [:]
+                #expect(tailPage["xss"] as? String == "undefined" && tailPage["images"] as? Int == 0, "\(tailPage)")
+                #expect((tailPage["values"] as? [String] ?? []).contains("<img src=x onerror=\"window.__xss=9\">"), "shown as text: \(tailPage)")
+                try await browser.screenshot(to: Self.screenshots + "/topic-tail.png")
 
                 // The worker stops (it leaves the group); new ticks wait: the overview, left
                 // open, turns prices-decode to STOP by itself.

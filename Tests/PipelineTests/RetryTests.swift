@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import Testing
 @testable import Pipeline
 import PipelineTesting
@@ -168,5 +169,51 @@ import Workers
         let landedAhead = outputs.firstIndex(of: "v0") ?? 0
         #expect(landedAhead > 0, "later outputs landed ahead of the retried ones (else this test shows nothing)")
         #expect(order == (0..<count).map { "v\($0)" }, "the last copies in the topic: \(order.prefix(30)) …; \(landedAhead) outputs landed before the first v0")
+    }
+}
+
+extension RetryTests {
+    /// What a worker reports about itself for the console's stage page: errors (failed delivery
+    /// attempts) and their rate, outputs per topic, and the end-to-end latency of its interval,
+    /// taken once (the next report starts a new interval).
+    @Test func theStatusReportCarriesErrorsOutputsPerTopicAndLatency() async throws {
+        let mock = try KafkaMockCluster(brokers: 1)
+        for (t, p) in [("in", 2), ("out", 2), ("dlq", 1)] { try mock.createTopic(t, partitions: p) }
+        let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [mock.bootstrapServers]))
+        #expect(try await producer.send((0..<200).map { ProducerRecord(topic: "in", partition: Int32($0 % 2), value: Array("v\($0)".utf8)) })
+            .allSatisfy { $0.error == nil })
+        await producer.close()
+        let topology = try Self.topology(attempts: 1000)
+        var settings = WorkerSettings(bootstrapServers: [mock.bootstrapServers])
+        settings.sessionTimeout = .seconds(6)
+        settings.heartbeatInterval = .milliseconds(300)
+        settings.messageTimeout = .milliseconds(300)
+        settings.maxBatchSize = 20
+        let service = try StageService(definition: try topology.stage(named: "relay"), topology: topology, settings: settings.measured())
+        let reporter = WorkerStatusReporter(
+            service: service, topic: WorkerStatus.defaultTopic, interval: .seconds(1), kafka: KafkaConfiguration(bootstrapServers: [mock.bootstrapServers]),
+            logger: .init(label: "status"))
+        var previous = WorkerStatusReporter.Previous(at: .now)
+        let quiet = reporter.status(previous: &previous)
+        #expect(quiet.latencyMeanMs == nil && quiet.errors == 0 && quiet.outRates == [:], "nothing yet")
+        let running = Task { try await service.run() }
+        mock.setBrokerRoundTrip(1, milliseconds: 1000)
+        try await eventually("failed deliveries") { service.readings.retries >= 2 }
+        mock.setBrokerRoundTrip(1, milliseconds: 0)
+        try await eventually("every input settled") { service.readings.inputsSettled >= 200 }
+        let status = reporter.status(previous: &previous)
+        let next = reporter.status(previous: &previous)
+        service.requestStop()
+        try await running.value
+
+        #expect((status.errors ?? 0) > 0 && (status.errorRate ?? 0) > 0, "errors \(status.errors ?? -1), \(status.errorRate ?? -1)/s")
+        #expect(status.errors == service.readings.deliveryErrors + service.readings.commitFailures,
+                "one count: the metrics'")
+        #expect(status.outRates?.keys.sorted() == ["out"] && (status.outRates?["out"] ?? 0) > 0, "\(status.outRates ?? [:])")
+        #expect(status.deadLettered == 0 && status.deadLetterRate == 0)
+        let mean = try #require(status.latencyMeanMs), max = try #require(status.latencyMaxMs)
+        #expect(mean > 0 && max >= mean && max < 60_000, "latency mean \(mean) ms, max \(max) ms")
+        #expect(next.latencyMeanMs == nil && next.latencyMaxMs == nil, "the interval's latencies were taken by the report before")
+        #expect(next.outRates?["out"] == 0, "no outputs since")
     }
 }

@@ -113,6 +113,12 @@ struct StageMetrics: Sendable {
         /// Every `pipeline_dead_letters_total` of the stage, whatever the reason.
         let deadLettered = Total()
         let inFlightRecords = Total()
+        /// Every `pipeline_delivery_errors_total` and `pipeline_commit_failures_total`.
+        let errors = Total()
+        /// `pipeline_records_out_total` per output topic.
+        let producedByTopic = Mutex<[String: Total]>([:])
+        /// The end-to-end latencies since the status report last took them.
+        let latency = Mutex(LatencyWindow())
         let loopBusy = Seconds()
         /// When the first input was processed and the last output settled (benchmarks count from
         /// the first record to the last acknowledged output, so start-up and group join do not count).
@@ -128,12 +134,14 @@ struct StageMetrics: Sendable {
         recordsIn = Self.counter(MetricName.recordsIn, d, factory, total: readBack.processed)
         inputsSettled = Self.counter(MetricName.inputsSettled, d, factory, total: readBack.inputsSettled)
         batchProcessing = Metrics.Timer(label: MetricName.batchProcessing, dimensions: d, factory: factory)
-        endToEndLatency = Metrics.Timer(label: MetricName.endToEndLatency, dimensions: d, factory: factory)
+        endToEndLatency = Metrics.Timer(
+            label: MetricName.endToEndLatency, dimensions: d,
+            handler: ReadBackTimer(factory.makeTimer(label: MetricName.endToEndLatency, dimensions: d), readBack: readBack), factory: factory)
         rebalances = Counter(label: MetricName.rebalances, dimensions: d, factory: factory)
-        commitFailures = Counter(label: MetricName.commitFailures, dimensions: d, factory: factory)
+        commitFailures = Self.counter(MetricName.commitFailures, d, factory, total: readBack.errors)
         retries = Counter(label: MetricName.retries, dimensions: d, factory: factory)
         resent = Counter(label: MetricName.resent, dimensions: d, factory: factory)
-        deliveryErrors = Counter(label: MetricName.deliveryErrors, dimensions: d, factory: factory)
+        deliveryErrors = Self.counter(MetricName.deliveryErrors, d, factory, total: readBack.errors)
         checkpoints = Counter(label: MetricName.checkpoints, dimensions: d, factory: factory)
         checkpointsWaiting = Gauge(label: MetricName.checkpointsWaiting, dimensions: d, factory: factory)
         restoredPartitions = Counter(label: MetricName.restoredPartitions, dimensions: d, factory: factory)
@@ -154,10 +162,10 @@ struct StageMetrics: Sendable {
         fetchedRecords = Gauge(label: MetricName.fetchedRecords, dimensions: d, factory: factory)
     }
 
-    private static func counter(_ label: String, _ dimensions: [(String, String)], _ factory: any MetricsFactory, total: Total) -> Counter {
+    private static func counter(_ label: String, _ dimensions: [(String, String)], _ factory: any MetricsFactory, total: Total, also: Total? = nil) -> Counter {
         Counter(
             label: label, dimensions: dimensions,
-            handler: ReadBackCounter(factory.makeCounter(label: label, dimensions: dimensions), total: total), factory: factory)
+            handler: ReadBackCounter(factory.makeCounter(label: label, dimensions: dimensions), total: total, also: also), factory: factory)
     }
 
     private static func gauge(_ label: String, _ dimensions: [(String, String)], _ factory: any MetricsFactory, last: Total) -> Gauge {
@@ -169,7 +177,13 @@ struct StageMetrics: Sendable {
     }
 
     func recordsOut(topic: String) -> Counter {
-        Self.counter(MetricName.recordsOut, [("stage", stage), ("topic", topic)], factory, total: readBack.produced)
+        let perTopic = readBack.producedByTopic.withLock { totals in
+            if let total = totals[topic] { return total }
+            let total = Total()
+            totals[topic] = total
+            return total
+        }
+        return Self.counter(MetricName.recordsOut, [("stage", stage), ("topic", topic)], factory, total: readBack.produced, also: perTopic)
     }
 
     func deadLetters(reason: String) -> Counter {
@@ -220,12 +234,16 @@ final class Seconds: Sendable {
 private final class ReadBackCounter: CounterHandler, Sendable {
     let exported: any CounterHandler
     let total: Total
-    init(_ exported: any CounterHandler, total: Total) {
+    /// A second total the count also goes to (a topic's share of the stage's outputs).
+    let also: Total?
+    init(_ exported: any CounterHandler, total: Total, also: Total? = nil) {
         self.exported = exported
         self.total = total
+        self.also = also
     }
     func increment(by amount: Int64) {
         total.add(Int(amount))
+        also?.add(Int(amount))
         exported.increment(by: amount)
     }
     func reset() { exported.reset() }
@@ -262,4 +280,37 @@ private final class ReadBackSeconds: FloatingPointCounterHandler, Sendable {
         exported.increment(by: amount)
     }
     func reset() { exported.reset() }
+}
+
+/// End-to-end latencies since the status report last took them: how many, their sum and the
+/// largest (the report's mean and max over its interval).
+struct LatencyWindow: Sendable {
+    var count = 0
+    var sumNanoseconds: Int64 = 0
+    var maxNanoseconds: Int64 = 0
+
+    mutating func add(_ nanoseconds: Int64) {
+        count += 1
+        sumNanoseconds = sumNanoseconds.addingReportingOverflow(nanoseconds).overflow ? .max : sumNanoseconds + nanoseconds
+        maxNanoseconds = max(maxNanoseconds, nanoseconds)
+    }
+
+    /// Mean and max in milliseconds; nil without a latency.
+    var milliseconds: (mean: Double, max: Double)? {
+        count == 0 ? nil : (Double(sumNanoseconds) / Double(count) / 1e6, Double(maxNanoseconds) / 1e6)
+    }
+}
+
+/// Forwards to the factory's timer and adds to the latency window the status report reads.
+private final class ReadBackTimer: TimerHandler, Sendable {
+    let exported: any TimerHandler
+    let readBack: StageMetrics.ReadBack
+    init(_ exported: any TimerHandler, readBack: StageMetrics.ReadBack) {
+        self.exported = exported
+        self.readBack = readBack
+    }
+    func recordNanoseconds(_ duration: Int64) {
+        readBack.latency.withLock { $0.add(duration) }
+        exported.recordNanoseconds(duration)
+    }
 }

@@ -33,6 +33,16 @@ public struct WorkerStatus: Sendable, Codable, Hashable {
     /// Seconds since the event loop last turned (polls included).
     public var lastLoopTurnAge: Double
     public var lastError: String?
+    /// Failed delivery attempts and failed commits (nil from a worker before these fields).
+    public var errors: Int?
+    /// Since the previous report: dead letters and errors per second, and the end-to-end
+    /// latency of the inputs settled (from the input record's timestamp), mean and max in ms.
+    public var deadLetterRate: Double?
+    public var errorRate: Double?
+    public var latencyMeanMs: Double?
+    public var latencyMaxMs: Double?
+    /// Outputs per second per output topic since the previous report.
+    public var outRates: [String: Double]?
 
     public init(
         stage: String, group: String, version: String, host: String, pid: Int32, clientID: String, startedAt: Int64, reportedAt: Int64,
@@ -102,7 +112,7 @@ public final class WorkerStatusReporter: Service, Sendable {
         // Replaced when it cannot deliver any more (fenced, its producer id lost): a report is
         // not worth stopping the worker for, and a broken producer would fail it for good.
         let producers = try ProducerSlot(logger: logger) { [configuration, logger] in try KafkaProducer(configuration: configuration, logger: logger) }
-        var previous: (processed: Int, produced: Int, at: ContinuousClock.Instant) = (0, 0, .now)
+        var previous = Previous(at: .now)
         var failing = false
         while !Task.isShuttingDownGracefully && !Task.isCancelled {
             let status = self.status(previous: &previous)
@@ -122,25 +132,47 @@ public final class WorkerStatusReporter: Service, Sendable {
         await producers.close(deadline: .seconds(5))
     }
 
-    func status(previous: inout (processed: Int, produced: Int, at: ContinuousClock.Instant)) -> WorkerStatus {
+    /// The totals of the previous report (rates are the differences over the interval).
+    struct Previous {
+        var processed = 0
+        var produced = 0
+        var deadLettered = 0
+        var errors = 0
+        var producedByTopic: [String: Int] = [:]
+        var at: ContinuousClock.Instant
+    }
+
+    func status(previous: inout Previous) -> WorkerStatus {
         let progress = service.progress
         let health = service.health.snapshot()
         let processed = progress.processed
         let produced = progress.produced
         let now = ContinuousClock.now
         let seconds = (now - previous.at).asSeconds
-        let rate = seconds > 0 ? Double(processed - previous.processed) / seconds : 0
-        let outRate = seconds > 0 ? Double(produced - previous.produced) / seconds : 0
-        previous = (processed, produced, now)
+        func rate(_ now: Int, _ before: Int) -> Double { seconds > 0 ? Double(max(0, now - before)) / seconds : 0 }
+        let latency = service.takeLatency()
+        let outRates = progress.producedByTopic.reduce(into: [String: Double]()) { rates, entry in
+            rates[entry.key] = rate(entry.value, previous.producedByTopic[entry.key] ?? 0)
+        }
+        let before = previous
+        previous = Previous(processed: processed, produced: produced, deadLettered: progress.deadLettered, errors: progress.errors,
+                            producedByTopic: progress.producedByTopic, at: now)
         let host = Self.hostName
         let pid = getpid()
-        return WorkerStatus(
+        var status = WorkerStatus(
             stage: service.definition.name, group: service.definition.group, version: WorkerStatus.version, host: host, pid: pid,
             clientID: kafka.clientID ?? WorkerStatus.clientID(stage: service.definition.name, host: host, pid: pid),
             startedAt: startedAt, reportedAt: Int64(Date().timeIntervalSince1970 * 1000), assignedPartitions: health.assigned,
-            inFlightRecords: progress.inFlightRecords, lagRecords: health.lagRecords, inRate: rate, outRate: outRate,
-            processed: processed, produced: produced, deadLettered: progress.deadLettered,
+            inFlightRecords: progress.inFlightRecords, lagRecords: health.lagRecords, inRate: rate(processed, before.processed),
+            outRate: rate(produced, before.produced), processed: processed, produced: produced, deadLettered: progress.deadLettered,
             rssBytes: Self.rss(), cpuSeconds: Self.cpuSeconds(), lastLoopTurnAge: health.loopAge.asSeconds, lastError: health.lastError)
+        status.errors = progress.errors
+        status.deadLetterRate = rate(progress.deadLettered, before.deadLettered)
+        status.errorRate = rate(progress.errors, before.errors)
+        status.latencyMeanMs = latency?.mean
+        status.latencyMaxMs = latency?.max
+        status.outRates = outRates
+        return status
     }
 
     /// Resident memory from /proc/self/statm (0 where there is none).

@@ -26,7 +26,16 @@ struct StageRecorder: Sendable {
         return StageProgress(
             processed: r.processed.value, inputsSettled: r.inputsSettled.value, produced: r.produced.value,
             deadLettered: r.deadLettered.value, inFlightRecords: r.inFlightRecords.value,
-            activeSeconds: active, loopBusySeconds: r.loopBusy.value)
+            activeSeconds: active, loopBusySeconds: r.loopBusy.value, errors: r.errors.value,
+            producedByTopic: r.producedByTopic.withLock { $0.mapValues(\.value) })
+    }
+
+    /// The mean and largest end-to-end latency (ms) since the last call; nil when none was recorded.
+    func takeLatency() -> (mean: Double, max: Double)? {
+        metrics.readBack.latency.withLock { window in
+            defer { window = LatencyWindow() }
+            return window.milliseconds
+        }
     }
 
     // MARK: The loop
@@ -137,6 +146,10 @@ public struct StageProgress: Sendable {
     public var activeSeconds: Double
     /// Seconds the event loop was busy (the rest it waited for events).
     public var loopBusySeconds: Double
+    /// Failed delivery attempts and failed commits.
+    public var errors: Int = 0
+    /// Outputs delivered per topic.
+    public var producedByTopic: [String: Int] = [:]
 }
 
 /// What was delivered for one entry of a settlement queue, over all its attempts.

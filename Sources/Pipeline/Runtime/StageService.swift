@@ -92,6 +92,10 @@ public final class StageService: Service, Sendable {
     /// summary; tests read the metrics themselves through ``WorkerSettings/metricsFactory``).
     public var progress: StageProgress { recorder.progress }
 
+    /// The mean and largest end-to-end latency (ms) since the last call (the status report's
+    /// interval); nil when no input was settled.
+    public func takeLatency() -> (mean: Double, max: Double)? { recorder.takeLatency() }
+
     /// Where the stage's metrics go (``WorkerSettings/metricsFactory``, else the bootstrapped one).
     public var metricsFactory: any MetricsFactory { recorder.metrics.factory }
 
