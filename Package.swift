@@ -227,7 +227,7 @@ let package = Package(
             name: "decode-bench", dependencies: ["Workers"], path: "Benchmarks/DecodeBench",
             exclude: ["peer_pydantic.py", "peer_msgspec.py", "peer_timing.py"]),
         .executableTarget(
-            name: "hotpath-bench", dependencies: ["Kafka", "Pipeline", "Workers", .product(name: "Logging", package: "swift-log")], path: "Benchmarks/HotPathBench"),
+            name: "hotpath-bench", dependencies: ["Kafka", "Pipeline", "Producers", "Workers", .product(name: "Logging", package: "swift-log")], path: "Benchmarks/HotPathBench"),
         .executableTarget(
             name: "thumbnail-bench", dependencies: ["SafeFetch", "Thumbnails"], path: "Benchmarks/ThumbnailBench", exclude: ["bench_worker.py"]),
 

@@ -11,6 +11,13 @@
 // with its copies), for a producer with no broker: nothing is sent, so no network thread
 // does work in the measured part. The first batch is a warm-up outside the measured function.
 //
+//     hotpath-bench ingest COUNT
+//
+// The ingest endpoint's per-record work instead: COUNT of the same tickers (all valid) in
+// JSON-lines bodies of 20 (`scripts/bench-ingest`'s posts), each read as `ingest http` reads a
+// body (`IngestBatch.parse`: split, validated by the prices decoder, keyed) and submitted to
+// the producer's queue as the endpoint submits it. HTTP and the answer are not in it.
+//
 // `scripts/bench-instructions` runs it under `valgrind --tool=callgrind` counting only inside
 // `measuredBatches` (`--toggle-collect`), twice with different COUNTs, and prints the
 // difference per record: a figure that repeats to the instruction for the same binary.
@@ -18,6 +25,7 @@ import Foundation
 import Kafka
 import Logging
 import Pipeline
+import Producers
 import Workers
 
 let arguments = CommandLine.arguments
@@ -26,6 +34,7 @@ guard arguments.count == 3, let count = Int(arguments[2]), count > 1_000 else {
     exit(2)
 }
 let stageNames = arguments[1].split(separator: ",").map(String.init)
+let ingest = arguments[1] == "ingest"
 
 let markets = (0..<24).map { "KRW-C\($0)" }
 var random = SplitMix64(seed: 7)
@@ -33,7 +42,7 @@ let base: Int64 = 1_700_000_000_000
 let inputs: [ConsumerRecord] = (0..<count).map { i in
     let market = markets[i % markets.count]
     var price = 1000 + Double(random.next() % 5000) / 10
-    if i % 50 == 49 { price = -price }
+    if i % 50 == 49 && !ingest { price = -price }
     let t = base + Int64(i) * 3
     let value = """
         {"type":"ticker","code":"\(market)","opening_price":1000.0,"high_price":1600.0,"low_price":990.0,\
@@ -42,6 +51,42 @@ let inputs: [ConsumerRecord] = (0..<count).map { i in
         "timestamp":\(t + 4),"stream_type":"REALTIME"}
         """
     return ConsumerRecord(topic: "bench.raw", partition: 0, offset: Int64(i), key: Array(market.utf8), value: Array(value.utf8), timestamp: t)
+}
+
+if ingest {
+    var configuration = ProducerConfiguration(bootstrapServers: [])
+    configuration.maxQueuedMessages = 10_000_000
+    configuration.messageTimeout = .seconds(3600)
+    configuration.kafka.raw["queue.buffering.max.kbytes"] = "2097151"
+    var quiet = Logger(label: "hotpath-bench")
+    quiet.logLevel = .error
+    let producer = try KafkaProducer(configuration: configuration, logger: quiet)
+    let validator = IngestValidator()
+    // Bodies of 20 JSON lines, as the load posts them.
+    let bodies: [[UInt8]] = stride(from: 0, to: count, by: 20).map { start in
+        inputs[start..<min(start + 20, count)].reduce(into: [UInt8]()) { body, r in body += r.value!; body.append(0x0A) }
+    }
+    var tickets: [DeliveryTicket] = []
+    var accepted = 0
+
+    @inline(never)
+    func measuredBodies(_ bodies: ArraySlice<[UInt8]>) {
+        for body in bodies {
+            guard let batch = try? IngestBatch.parse(body, stream: .prices, topic: "bench.prices", maxRecords: 1000, validator: validator),
+                batch.rejected.isEmpty, let (ticket, stoppedAt) = try? producer.submitUntilFull(ProducerBatch(batch.records)), stoppedAt == nil
+            else {
+                FileHandle.standardError.write(Data("a body was refused or librdkafka's queue is full\n".utf8))
+                exit(1)
+            }
+            accepted += batch.records.count
+            tickets.append(ticket)
+        }
+    }
+    measuredBodies(bodies[0..<50])  // warm-up: 1,000 records
+    accepted = 0
+    measuredBodies(bodies[50...])
+    print("records \(count - 1_000) accepted \(accepted)")
+    exit(0)
 }
 
 var options = TransformCatalog.Options()

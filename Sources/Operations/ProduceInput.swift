@@ -26,13 +26,27 @@ public enum UpstreamStream: String, Sendable, CaseIterable {
     /// in place where they decide it (Foundation parses the body only where they do not: nested
     /// or path-derived keys, fractional or boolean ids).
     public func entityKey(of value: ArraySlice<UInt8>) -> String? {
-        if let decided = TopLevelFields.firstScalar(keyFields, in: value) {
+        if let decided = TopLevelFields.firstScalar(keyNames, in: value) {
             if let key = decided { return key }
             if self != .hangouts && self != .challenges { return nil }  // no other rule to try
         }
         guard let object = (try? JSONSerialization.jsonObject(with: Data(value))) as? [String: Any] else { return nil }
         return entityKey(object)
     }
+
+    /// ``keyFields`` as the scanner compares them, made once.
+    var keyNames: TopLevelFields.Names {
+        switch self {
+        case .prices: Self.priceNames
+        case .products, .campaigns: Self.idNames
+        case .hangouts: Self.hangoutNames
+        case .challenges: Self.challengeNames
+        }
+    }
+    private static let priceNames = TopLevelFields.Names(UpstreamStream.prices.keyFields)
+    private static let idNames = TopLevelFields.Names(UpstreamStream.products.keyFields)
+    private static let hangoutNames = TopLevelFields.Names(UpstreamStream.hangouts.keyFields)
+    private static let challengeNames = TopLevelFields.Names(UpstreamStream.challenges.keyFields)
 
     /// The top-level fields an entity key is read from, in order.
     var keyFields: [String] {

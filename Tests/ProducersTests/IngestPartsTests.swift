@@ -95,6 +95,35 @@ let badTick = #"{"type":"ticker","code":"KRW-ETH","trade_price":-1,"signed_chang
         #expect(batch.records.first?.key == Array("KRW-DOGE".utf8))
     }
 
+    /// The body's lines are found with memchr (an empty line, a missing last line feed and a
+    /// body of line feeds only included), and a record is read as an envelope only when it holds
+    /// `"value"`: anywhere in it, even inside a string, the envelope reader decides.
+    @Test func linesAndTheEnvelopePrecheck() {
+        #expect(IngestBatch.lines(Array("a\n\nbc\nd".utf8)) == [0..<1, 3..<5, 6..<7])
+        #expect(IngestBatch.lines(Array("\n\n".utf8)).isEmpty && IngestBatch.lines([]).isEmpty)
+        #expect(IngestBatch.lines(Array("abc\n".utf8)) == [0..<3])
+        #expect(!IngestBatch.mayBeEnvelope(Array(tick.utf8)))
+        #expect(IngestBatch.mayBeEnvelope(Array(#"{"key":"k","value":{}}"#.utf8)))
+        #expect(IngestBatch.mayBeEnvelope(Array(#"{"note":"a \"value\" in text"}"#.utf8)) == false, "an escaped quote is not the field")
+        #expect(IngestBatch.mayBeEnvelope(Array(#""value""#.utf8)) && !IngestBatch.mayBeEnvelope(Array(#""valu"#.utf8)))
+        #expect(!IngestBatch.mayBeEnvelope(Array(#"{"values":1}"#.utf8)))
+    }
+
+    /// The entity key reads the object only as far as its first key name's value: the first of
+    /// the names wins wherever it is, a repeated key keeps its first value, and a fraction or a
+    /// boolean there is left to the slow reader, as before.
+    @Test func theEntityKeyStopsAtTheFirstNamesValue() {
+        #expect(UpstreamStream.prices.entityKey(of: Array(#"{"market":"KRW-A","code":"KRW-B"}"#.utf8)[...]) == "KRW-B", "code before market")
+        #expect(UpstreamStream.prices.entityKey(of: Array(#"{"code":"KRW-B","code":"KRW-C"}"#.utf8)[...]) == "KRW-B")
+        #expect(UpstreamStream.prices.entityKey(of: Array(#"{"cd":"KRW-S","market":"KRW-M"}"#.utf8)[...]) == "KRW-M")
+        #expect(UpstreamStream.prices.entityKey(of: Array(#"{"code":"","cd":"KRW-S"}"#.utf8)[...]) == "KRW-S", "an empty code names nothing")
+        #expect(UpstreamStream.products.entityKey(of: Array(#"{"id":2012,"name":"x"}"#.utf8)[...]) == "2012")
+        #expect(UpstreamStream.products.entityKey(of: Array(#"{"id":2012.0}"#.utf8)[...]) == "2012.0", "a fraction: Foundation's reading")
+        #expect(UpstreamStream.products.entityKey(of: Array(#"{"name":"x"}"#.utf8)[...]) == nil)
+        #expect(UpstreamStream.prices.entityKey(of: Array(#"{"type":"ticker","code":"KRW-Z","#.utf8)[...]) == "KRW-Z",
+                "the rest is not read: whether the record is valid is the decoder's to say")
+    }
+
     @Test func bodiesThatHoldNoRecordsAreRefusedAsAWhole() {
         #expect(throws: IngestBatch.BodyError.empty) { try parse("  \n ") }
         #expect(throws: IngestBatch.BodyError.empty) { try parse("[]") }

@@ -60,8 +60,10 @@ public struct IngestBatch: Sendable {
                     detail: "expected a JSON object, got \(ProduceParser.kind(other))"))
                 continue
             }
-            let envelope = JSONLinesRunner.parseLine(value, topic: topic, offset: 0)
-            if envelope.value != value[...] {
+            // An envelope has a "value" field: a record without those bytes is not one (most
+            // are not; the envelope reader is a scan of its own).
+            let envelope = Self.mayBeEnvelope(value) ? JSONLinesRunner.parseLine(value, topic: topic, offset: 0) : nil
+            if let envelope, envelope.value != value[...] {
                 switch enveloped(envelope, stream: stream, topic: topic, validator: validator) {
                 case .success(let record): batch.records.append(record)
                 case .failure(var rejection):
@@ -114,8 +116,8 @@ public struct IngestBatch: Sendable {
             return [trimmed(body[first...])]
         }
         var values: [[UInt8]] = []
-        for line in body.split(separator: 0x0A, omittingEmptySubsequences: true) {
-            let line = trimmed(line)
+        for line in lines(body) {
+            let line = trimmed(body[line])
             guard !line.isEmpty else { continue }
             if line[0] == UInt8(ascii: "["), let elements = ProduceParser.splitArray(line, from: 0) {
                 values += elements.map(\.1)  // (an empty array adds nothing)
@@ -125,6 +127,37 @@ public struct IngestBatch: Sendable {
         }
         guard !values.isEmpty else { throw .empty }
         return values
+    }
+
+    /// The ranges of `body`'s lines (between line feeds, empty ones left out), found with memchr.
+    static func lines(_ body: [UInt8]) -> [Range<Int>] {
+        var ranges: [Range<Int>] = []
+        body.withUnsafeBufferPointer { buffer in
+            guard let base = buffer.baseAddress else { return }
+            var start = 0
+            while start < buffer.count {
+                let end = memchr(base + start, 0x0A, buffer.count - start).map { UnsafePointer($0.assumingMemoryBound(to: UInt8.self)) - base } ?? buffer.count
+                if end > start { ranges.append(start..<end) }
+                start = end + 1
+            }
+        }
+        return ranges
+    }
+
+    /// Whether `value` holds the bytes `"value"` (an envelope's field): each `"` found with memchr.
+    static func mayBeEnvelope(_ value: [UInt8]) -> Bool {
+        let needle: [UInt8] = Array(#""value""#.utf8)
+        return value.withUnsafeBufferPointer { buffer in
+            guard let base = buffer.baseAddress, buffer.count >= needle.count else { return false }
+            var at = 0
+            let last = buffer.count - needle.count
+            while at <= last, let quote = memchr(base + at, Int32(UInt8(ascii: "\"")), last - at + 1) {
+                let i = UnsafePointer(quote.assumingMemoryBound(to: UInt8.self)) - base
+                if memcmp(base + i, needle, needle.count) == 0 { return true }
+                at = i + 1
+            }
+            return false
+        }
     }
 
     private static func trimmed(_ bytes: ArraySlice<UInt8>) -> [UInt8] {
