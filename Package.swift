@@ -11,6 +11,7 @@ let package = Package(
         .library(name: "Operations", targets: ["Operations"]),
         .library(name: "Workers", targets: ["Workers"]),
         .library(name: "Thumbnails", targets: ["Thumbnails"]),
+        .library(name: "Push", targets: ["Push"]),
         // Test doubles: linked by tests, never by the binaries.
         .library(name: "WorkersTesting", targets: ["WorkersTesting"]),
         .library(name: "PipelineTesting", targets: ["PipelineTesting"]),
@@ -39,6 +40,9 @@ let package = Package(
         // Already in the graph through hummingbird; named for the HTTP parts a console channel
         // handler sees (NIOHTTPTypes).
         .package(url: "https://github.com/apple/swift-nio-extras", from: "1.35.2"),
+        // Already in the graph through swift-certificates (hummingbird's TLS); named for the push
+        // senders' JWTs (RS256 for FCM's OAuth assertion, ES256 for APNs' provider token).
+        .package(url: "https://github.com/apple/swift-crypto", "3.12.3"..<"5.0.0"),
     ],
     targets: [
         // C modules: the only doors into C libraries.
@@ -84,6 +88,24 @@ let package = Package(
                 "Workers",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+
+        // Push delivery: the FCM (and APNs) senders, I/O stages like the thumbnail worker, with
+        // the sent ledger they read from Kafka.
+        .target(
+            name: "Push",
+            dependencies: [
+                "Kafka",
+                "Workers",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
             ]
         ),
 
@@ -192,6 +214,9 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                // The local FCM checks the service account's RS256 assertion.
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
             ]),
 
         .executableTarget(
@@ -206,6 +231,7 @@ let package = Package(
                 "SafeFetch",
                 "Workers",
                 "Thumbnails",
+                "Push",
                 // The image server of `pipelinectl chaos --workload thumbnails` (slow bodies, hangs).
                 "HTTPTesting",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -280,6 +306,18 @@ let package = Package(
         .testTarget(
             name: "WorkersTests",
             dependencies: ["Workers", "WorkersTesting", .product(name: "PropertyBased", package: "swift-property-based")]
+        ),
+        .testTarget(
+            name: "PushTests",
+            dependencies: [
+                "Push",
+                "Workers",
+                "HTTPTesting",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Metrics", package: "swift-metrics"),
+            ]
         ),
         .testTarget(
             name: "ThumbnailsTests",

@@ -130,6 +130,7 @@ public struct TopicBrowser: Sendable {
         var scanned = 0, matched = 0
         var reader = TopicReader(kafka: kafka)
         reader.idleTimeout = .seconds(10)
+        reader.fetchMaxWait = .milliseconds(20)
         try await reader.read(from: start) { batch in
             for r in batch {
                 scanned += 1
@@ -171,6 +172,7 @@ public struct TopicBrowser: Sendable {
         var scanned = 0, matched = 0
         var reader = TopicReader(kafka: kafka)
         reader.idleTimeout = .seconds(10)
+        reader.fetchMaxWait = .milliseconds(20)
         try await reader.read(from: start) { batch in
             for r in batch {
                 // Past the limit: the rest of the batch waits for the next call.
@@ -202,6 +204,7 @@ public struct TopicBrowser: Sendable {
         var found: ConsumerRecord?
         var reader = TopicReader(kafka: kafka)
         reader.idleTimeout = .seconds(10)
+        reader.fetchMaxWait = .milliseconds(20)
         try await reader.read(from: [TopicPartitionOffset(topic, partition, offset: offset)],
                               until: [TopicPartition(topic, partition): NumberBounds.saturatingAdd(offset, 1)]) { batch in
             // An offset past the end is reset to the partition's start: nothing there, and no

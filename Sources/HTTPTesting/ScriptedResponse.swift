@@ -73,6 +73,8 @@ public struct RecordedRequest: Sendable {
     /// The target's path, without the query: what routes are matched on.
     public var path: String
     public var headers: HTTPFields
+    /// The request's body (up to 4 MB).
+    public var body: [UInt8] = []
 
     public init(method: HTTPRequest.Method, target: String, headers: HTTPFields) {
         self.method = method

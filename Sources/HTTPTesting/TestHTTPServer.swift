@@ -180,7 +180,9 @@ struct ScriptResponder: HTTPResponder {
     struct ConnectionClosed: Error {}
 
     func respond(to request: Request, context: ConnectionContext) async throws -> Response {
-        let received = RecordedRequest(method: request.method, target: request.head.path ?? "/", headers: request.headers)
+        var received = RecordedRequest(method: request.method, target: request.head.path ?? "/", headers: request.headers)
+        // The body, bounded (a fake API reads forms and JSON, never uploads).
+        if let collected = try? await request.body.collect(upTo: 4 * 1024 * 1024) { received.body = Array(collected.readableBytesView) }
         let scripted = await state.answer(received)
         let body = scripted.body
         switch scripted.delivery {

@@ -12,6 +12,10 @@ public struct TopicReader: Sendable {
     public var kafka: KafkaConfiguration
     /// Gives up when nothing arrives for this long.
     public var idleTimeout: Duration = .seconds(15)
+    /// How long the broker may hold a fetch that finds nothing (`fetch.wait.max.ms`; nil:
+    /// librdkafka's 500 ms). A page that reads a few records sets it short, so that its read
+    /// does not end half a second after the last record.
+    public var fetchMaxWait: Duration?
 
     public init(kafka: KafkaConfiguration) {
         self.kafka = kafka
@@ -25,9 +29,7 @@ public struct TopicReader: Sendable {
         config.autoCommit = false
         config.reportEndOfPartition = true
         config.autoOffsetReset = .earliest
-        // A read ends at the partition's end: the broker need not hold the last, empty fetch
-        // (its default 500 ms is most of a short read's time).
-        config.fetchMaxWait = .milliseconds(20)
+        config.fetchMaxWait = fetchMaxWait
         return try KafkaConsumer(configuration: config, logger: Logger(label: "pipelinectl.reader"))
     }
 

@@ -3,6 +3,7 @@ import Dispatch
 import Foundation
 import Logging
 import Pipeline
+import Push
 import Workers
 import Thumbnails
 import Metrics
@@ -133,7 +134,7 @@ struct Worker: AsyncParsableCommand {
         settings.transactionalID = transactionalId
         settings.transactionTimeout = transactionTimeout
         // A stage that does I/O is built here, where its module is linked.
-        var concurrent: (stage: any ConcurrentTransform, pool: RenderPool)?
+        var concurrent: (stage: any ConcurrentTransform, pool: RenderPool?)?
         if definition.rendersThumbnails {
             do {
                 let made = try ThumbnailTransform.make(options: definition.options.thumbnails, logger: logger)
@@ -142,7 +143,20 @@ struct Worker: AsyncParsableCommand {
                 throw ValidationError("\(self.topology): stages.\(definition.name).options.\(error)")
             }
         }
-        defer { concurrent?.pool.shutdown() }
+        defer { concurrent?.pool?.shutdown() }
+        // A push sender: its ledger of what was sent, read from its `sent` output topic.
+        var ledgerService: SentLedgerService?
+        if definition.sendsPushes {
+            let ledger = SentLedger()
+            do {
+                let sender = try FCMSender.make(options: definition.options.push, ledger: ledger, logger: logger)
+                concurrent = (sender, nil)
+            } catch {
+                throw ValidationError("\(self.topology): stages.\(definition.name).options.\(error)")
+            }
+            let window = definition.options.push.ledgerWindowMillis.map { Duration.milliseconds($0) } ?? .seconds(24 * 3600)
+            ledgerService = SentLedgerService(ledger: ledger, topic: definition.topic(forOutput: "sent"), kafka: kafka, window: window, logger: logger)
+        }
         let service = try StageService(
             definition: definition, topology: topology, settings: settings, health: health, logger: logger, concurrent: concurrent?.stage)
 
@@ -155,6 +169,7 @@ struct Worker: AsyncParsableCommand {
                     + (statusTopic.isEmpty ? [] : [.init(
                         service: WorkerStatusReporter(service: service, topic: statusTopic, interval: statusInterval, kafka: kafka, logger: logger),
                         successTerminationBehavior: .ignore, failureTerminationBehavior: .ignore)])
+                    + (ledgerService.map { [.init(service: $0, successTerminationBehavior: .ignore)] } ?? [])
                     + [.init(service: service, successTerminationBehavior: .gracefullyShutdownGroup)],
                 logger: logger))
         signals.attach(logger: logger) { Task { await group.triggerGracefulShutdown() } }
@@ -166,6 +181,9 @@ extension Topology.Stage {
     /// Whether this stage is the thumbnail worker (its I/O stage is built here, where the
     /// Thumbnails module is linked).
     var rendersThumbnails: Bool { chain == [ThumbnailTransform.transformName] }
+
+    /// Whether this stage sends push notifications (FCM; built here, where Push is linked).
+    var sendsPushes: Bool { chain == [FCMSender.transformName] }
 }
 
 /// SIGTERM and SIGINT for a worker, handled from the first moment of its run: the first one

@@ -41,6 +41,12 @@ public struct DecodeFailure: Error, Sendable, Hashable, Codable, CustomStringCon
         /// The transform did not finish the record within the time the runtime allows it (set by the
         /// runtime: exactly once, half the transaction timeout, so the transaction can commit).
         case timedOut = "timed-out"
+        /// A push provider (FCM, APNs) could not be reached or kept answering 429 or 5xx until
+        /// the send's attempts or deadline were spent.
+        case sendFailed = "send-failed"
+        /// A push provider refused the message for good (a 4xx other than a dead token: a sender
+        /// mismatch, an invalid payload); the provider's reason is in the detail.
+        case sendRejected = "send-rejected"
     }
 
     /// Path of the offending field, e.g. `trade_price`, `[1].code`, `pages[3].images`; `$` is the whole value.

@@ -1,0 +1,175 @@
+import AsyncHTTPClient
+import Foundation
+import HTTPTesting
+import Push
+import Testing
+import Workers
+@testable import Push
+
+/// The FCM sender against a local FCM that checks what the real one checks (the assertion's
+/// signature and claims, the bearer token, the body) and answers as FCM does.
+@Suite(.serialized, .timeLimit(.minutes(2))) struct FCMSenderTests {
+    static func notification(token: String, dedupe: String) -> InputRecord {
+        let n = PushNotification(recipient: .token(token), title: "Walk 10,000 steps", body: "Campaign 101 is 80% funded",
+                                 data: ["campaign": "101"], collapseKey: "campaign-101", dedupeKey: dedupe, imageURL: "https://cdn.example/t/1.jpg")
+        return InputRecord(key: Array("token:\(token)".utf8), value: n.fcmJSON(), headers: [RecordHeader("dedupe-key", "fcm:" + dedupe)],
+                           timestamp: 1, origin: RecordOrigin(topic: "notifications.fcm", partition: 0, offset: 0))
+    }
+
+    static func sender(_ fake: FakeFCM, retry: PushRetry = Self.fastRetry, ledger: SentLedger? = nil) throws -> FCMSender {
+        let account = try ServiceAccount(json: fake.serviceAccountJSON, source: "test")
+        let tokens = FCMAccessTokens(account: account, client: .shared)
+        return FCMSender(tokens: tokens, client: .shared, endpoint: fake.server.baseURL, app: "walk", retry: retry, ledger: ledger)
+    }
+
+    static var fastRetry: PushRetry {
+        var r = PushRetry()
+        r.initialBackoff = .milliseconds(20)
+        r.maxBackoff = .milliseconds(200)
+        r.attemptTimeout = .seconds(2)
+        r.deadline = .seconds(10)
+        return r
+    }
+
+    static func json(_ record: OutputRecord) -> [String: Any] {
+        (try? JSONSerialization.jsonObject(with: Data(record.value ?? []))) as? [String: Any] ?? [:]
+    }
+
+    @Test func aNotificationIsSentWithAVerifiedTokenAndRecordedAsSent() async throws {
+        let fake = try await FakeFCM.start()
+        let sender = try Self.sender(fake)
+        let out = await sender.process(Self.notification(token: "device-1", dedupe: "d1"))
+        #expect(out.failures.isEmpty, "\(out.failures)")
+        let sent = try #require(out.records.first)
+        #expect(sent.output == "sent" && sent.key == Array("fcm:d1".utf8), "keyed by the dedupe key")
+        let value = Self.json(sent)
+        #expect(value["provider"] as? String == "fcm" && value["token"] as? String == "device-1")
+        #expect((value["id"] as? String)?.hasPrefix("projects/test-project/messages/") == true, "\(value)")
+        #expect(fake.sent.count == 1 && fake.assertionsRefused == 0)
+        let message = try #require(fake.sent.first?.body["message"] as? [String: Any])
+        #expect((message["notification"] as? [String: Any])?["title"] as? String == "Walk 10,000 steps")
+        // The token is cached: a second send fetches none.
+        _ = await sender.process(Self.notification(token: "device-2", dedupe: "d2"))
+        #expect(fake.tokensIssued == 1 && fake.sent.count == 2)
+        try await fake.server.close()
+    }
+
+    @Test func deadTokensGoToTheirTopicAndAreNotRetried() async throws {
+        let fake = try await FakeFCM.start()
+        let sender = try Self.sender(fake)
+        for token in ["unregistered-1", "invalid-2"] {
+            let before = fake.server.requests(to: "/v1/projects/test-project/messages:send")
+            let out = await sender.process(Self.notification(token: token, dedupe: token))
+            let dead = try #require(out.records.first)
+            #expect(dead.output == "dead-tokens" && dead.key == Array(token.utf8) && out.failures.isEmpty)
+            let value = Self.json(dead)
+            #expect(value["app"] as? String == "walk" && value["token"] as? String == token)
+            #expect((value["reason"] as? String)?.contains(token.hasPrefix("unregistered") ? "UNREGISTERED" : "INVALID_ARGUMENT") == true, "\(value)")
+            #expect(fake.server.requests(to: "/v1/projects/test-project/messages:send") == before + 1, "no retry")
+        }
+        try await fake.server.close()
+    }
+
+    @Test func quotaAndUnavailableAreRetriedHonouringRetryAfterThenSent() async throws {
+        let fake = try await FakeFCM.start()
+        fake.fail([FakeFCM.error(429, "RESOURCE_EXHAUSTED", "quota", code: "QUOTA_EXCEEDED", retryAfter: "1"),
+                   FakeFCM.error(503, "UNAVAILABLE", "unavailable", code: "UNAVAILABLE"),
+                   FakeFCM.error(500, "INTERNAL", "internal", code: "INTERNAL")])
+        let sender = try Self.sender(fake)
+        let started = ContinuousClock.now
+        let out = await sender.process(Self.notification(token: "device-3", dedupe: "d3"))
+        let took = ContinuousClock.now - started
+        #expect(out.records.first?.output == "sent", "\(out.failures)")
+        #expect(fake.server.requests(to: "/v1/projects/test-project/messages:send") == 4)
+        #expect(took >= .seconds(1), "Retry-After: 1 was waited: \(took)")
+        try await fake.server.close()
+    }
+
+    @Test func anExpiredTokenIsRefreshedOnceOnA401() async throws {
+        let fake = try await FakeFCM.start()
+        let sender = try Self.sender(fake)
+        _ = await sender.process(Self.notification(token: "device-4", dedupe: "d4"))
+        fake.expireTokens()
+        let out = await sender.process(Self.notification(token: "device-5", dedupe: "d5"))
+        #expect(out.records.first?.output == "sent", "\(out.failures)")
+        #expect(fake.tokensIssued == 2, "one refresh")
+        try await fake.server.close()
+    }
+
+    @Test func aSenderMismatchIsADeadLetterWithTheProvidersReason() async throws {
+        let fake = try await FakeFCM.start()
+        let sender = try Self.sender(fake)
+        let out = await sender.process(Self.notification(token: "mismatch-1", dedupe: "d6"))
+        let failure = try #require(out.failures.first)
+        #expect(failure.reason == .sendRejected && failure.detail.contains("SENDER_ID_MISMATCH") && out.records.isEmpty, "\(failure)")
+        try await fake.server.close()
+    }
+
+    /// Nothing waits past the send's deadline: a provider that keeps failing (and one that
+    /// does not answer) ends in a `send-failed` dead letter within it, and a `Retry-After`
+    /// beyond the deadline is not waited for.
+    @Test func attemptsAndTheDeadlineBoundASend() async throws {
+        let fake = try await FakeFCM.start()
+        fake.fail(Array(repeating: FakeFCM.error(503, "UNAVAILABLE", "down", code: "UNAVAILABLE"), count: 20))
+        var retry = Self.fastRetry
+        retry.attempts = 3
+        let out = await (try Self.sender(fake, retry: retry)).process(Self.notification(token: "device-7", dedupe: "d7"))
+        #expect(out.failures.first?.reason == .sendFailed && out.failures.first?.detail.contains("3 attempts") == true, "\(out.failures)")
+        #expect(fake.server.requests(to: "/v1/projects/test-project/messages:send") == 3)
+
+        fake.clearFailures()
+        fake.fail([FakeFCM.error(429, "RESOURCE_EXHAUSTED", "quota", code: "QUOTA_EXCEEDED", retryAfter: "3600")])
+        let patient = ContinuousClock.now
+        let later = await (try Self.sender(fake, retry: retry)).process(Self.notification(token: "device-10", dedupe: "d10"))
+        #expect(later.failures.first?.reason == .sendFailed && ContinuousClock.now - patient < .seconds(2), "an hour's Retry-After: given up at once")
+        fake.setDelay(.seconds(3))
+        retry.attempts = 100
+        retry.attemptTimeout = .milliseconds(300)
+        retry.deadline = .seconds(2)
+        let started = ContinuousClock.now
+        let slow = await (try Self.sender(fake, retry: retry)).process(Self.notification(token: "device-8", dedupe: "d8"))
+        let took = ContinuousClock.now - started
+        #expect(slow.failures.first?.reason == .sendFailed, "\(slow)")
+        #expect(took < .seconds(3), "bounded by the 2 s deadline: \(took)")
+        try await fake.server.close()
+    }
+
+    /// A notification the ledger holds (sent before, by this worker or another) is not sent again.
+    @Test func theLedgerKeepsARedeliveredNotificationFromBeingSentTwice() async throws {
+        let fake = try await FakeFCM.start()
+        let ledger = SentLedger()
+        ledger.markLoaded()
+        let sender = try Self.sender(fake, ledger: ledger)
+        #expect(await sender.process(Self.notification(token: "device-9", dedupe: "d9")).records.count == 1)
+        let again = await sender.process(Self.notification(token: "device-9", dedupe: "d9"))
+        #expect(again.records.isEmpty && again.failures.isEmpty, "the redelivery produces nothing")
+        #expect(fake.sent.count == 1, "sent once")
+        try await fake.server.close()
+    }
+
+    @Test func aBadServiceAccountFileIsNamedNeverShown() throws {
+        #expect(throws: PushConfigurationError.self) { try ServiceAccount(json: Array("[]".utf8), source: "sa.json") }
+        do { _ = try ServiceAccount(json: Array(#"{"type":"service_account","project_id":"p","client_email":"e","private_key":"SECRET-NOT-A-KEY"}"#.utf8), source: "sa.json") } catch {
+            #expect(error.description.contains("private_key") && !error.description.contains("SECRET"), "\(error)")
+        }
+        do { _ = try ServiceAccount(json: Array(#"{"type":"service_account","client_email":"e","private_key":"k"}"#.utf8), source: "sa.json") } catch {
+            #expect(error.description == "sa.json: project_id is missing (a service-account key file has it)")
+        }
+    }
+
+    @Test func backoffIsExponentialWithJitterAndRetryAfterWins() {
+        var r = PushRetry()
+        r.initialBackoff = .milliseconds(100)
+        r.maxBackoff = .seconds(1)
+        var random = SystemRandomNumberGenerator()
+        for attempt in 1...8 {
+            let wait = r.backoff(after: attempt, retryAfter: nil, random: &random)
+            #expect(wait > .zero && wait <= min(.seconds(1), .milliseconds(100 * (1 << (attempt - 1)))), "\(attempt): \(wait)")
+        }
+        #expect(r.backoff(after: 1, retryAfter: .seconds(7), random: &random) == .seconds(7), "Retry-After as given")
+        #expect(PushRetry.retryAfter("3", now: Date()) == .seconds(3))
+        #expect(PushRetry.retryAfter("soon", now: Date()) == nil)
+        // An HTTP date: the time until then (2027-01-15 08:00:00 GMT is 1,800,000,000).
+        #expect(PushRetry.retryAfter("Fri, 15 Jan 2027 08:00:10 GMT", now: Date(timeIntervalSince1970: 1_800_000_000)) == .seconds(10))
+    }
+}
