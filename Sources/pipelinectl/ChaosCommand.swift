@@ -526,6 +526,15 @@ actor ChaosRun {
             exactlyOnce: exactlyOnce, zombies: plan.steps.contains { $0.fault == .pause },
             ownersOverlap: !exactlyOnce && plan.steps.contains { $0.fault == .evict })
         checked.inputs(acknowledged: inputs, logged: logged)
+        if isLocalBroker {
+            // Acknowledged outputs and dead letters the broker no longer holds as they were
+            // (gone, or other bytes at their offset): its loss, which leaves no hole when it
+            // wrote later records at the lost offsets.
+            let acks = AcknowledgementLog.read(path: acknowledgementLogPath)
+            checked.outputAcknowledgementsGone = AcknowledgementLog.gone(acks, topic: topics.output, held: outputs)
+            checked.deadLetterAcknowledgementsGone = AcknowledgementLog.gone(acks, topic: topics.deadLetters, held: deadLetters)
+            try? FileManager.default.removeItem(atPath: acknowledgementLogPath)
+        }
         checked.wedged = report.wedged
         checked.badExits = report.badExits
         checked.fencedExits = fencedExits
@@ -654,6 +663,14 @@ actor ChaosRun {
         return FileManager.default.isExecutableFile(atPath: exe) ? exe : CommandLine.arguments[0]
     }()
 
+    /// Where the workers write what the broker acknowledged (tansu runs only).
+    var acknowledgementLogPath: String { FileManager.default.temporaryDirectory.appendingPathComponent("chaos-acks-\(id).log").path }
+
+    var isLocalBroker: Bool {
+        if case .local = spec.target { return true }
+        return false
+    }
+
     private func startWorker() throws {
         let session = spec.target.sessionTimeout
         let w = try ManagedProcess.launch(
@@ -663,6 +680,8 @@ actor ChaosRun {
                 "--session-timeout", "\(session.components.seconds)s", "--shutdown-deadline", "20s",
                 "--metrics-address", "127.0.0.1:0", "--statistics-interval", "1s", "--transactional-id", "\(stage)-\(UInt32.random(in: 0..<UInt32.max))",
             ] + (spec.retries == .low ? Self.lowRetryProperties.flatMap { ["-X", $0] } : [])
+                // On tansu: what the broker acknowledged, to tell its losses from the workers'.
+                + (isLocalBroker ? ["--acknowledgement-log", acknowledgementLogPath] : [])
                 + (plan.steps.contains { $0.fault == .evict } ? Self.evictionArguments : []),
             environment: [:])
         workers.append(w)

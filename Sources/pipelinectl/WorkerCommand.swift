@@ -88,6 +88,7 @@ struct Worker: AsyncParsableCommand {
         worker restarted on the same host takes again.
         """)
     var transactionalId: String?
+    @Option(help: .hidden) var acknowledgementLog: String?
     @Option(help: "Exactly-once stages: how long a transaction may stay open before the broker aborts it.", transform: { text in
         guard let d = parseDuration(text) else { throw ValidationError("--transaction-timeout: '\(text)' is not a duration such as 60s") }
         return d
@@ -132,6 +133,11 @@ struct Worker: AsyncParsableCommand {
         settings.heartbeatInterval = sessionTimeout.map { $0 / 6 }
         settings.stopAfterInputs = stopAfter
         settings.transactionalID = transactionalId
+        if let acknowledgementLog {
+            do { settings.acknowledgementLog = try AcknowledgementLog(path: acknowledgementLog) } catch {
+                throw ValidationError("--acknowledgement-log: \(error)")
+            }
+        }
         settings.transactionTimeout = transactionTimeout
         // A stage that does I/O is built here, where its module is linked.
         var concurrent: (stage: any ConcurrentTransform, pool: RenderPool?)?

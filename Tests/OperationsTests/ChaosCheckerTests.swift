@@ -170,6 +170,30 @@ import Workers
             committed: ends, ends: ends, exactlyOnce: false)
         #expect(workers.garbageNotDeadLettered.count == 1 && workers.deadLetterOffsetsMissingCount == 0)
         #expect(workers.verdict == "FAIL" && !workers.brokerFault)
+
+        // The same loss where the broker wrote another record at the lost offset (no hole): the
+        // workers' acknowledgement log says it was acknowledged there, and the topic holds other
+        // bytes; then it is the broker's.
+        let last = published[published.count - 1]
+        var replaced = fewer
+        replaced.append(ConsumerRecord(topic: last.topic, partition: last.partition, offset: last.offset, key: last.key, value: Array("other".utf8),
+                                       headers: [], timestamp: last.timestamp))
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("acks-\(UUID().uuidString).log").path
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let log = try! AcknowledgementLog(path: path)
+        log.append(published.map { AcknowledgementLog.Entry(topic: "dl", partition: $0.partition, offset: $0.offset, value: $0.value) })
+        log.append([AcknowledgementLog.Entry(topic: "other", partition: 0, offset: 0, value: nil)])
+        let acks = AcknowledgementLog.read(path: path)
+        #expect(acks.count == published.count + 1)
+        #expect(AcknowledgementLog.gone(acks, topic: "dl", held: published) == 0, "every acknowledged one as it was")
+        #expect(AcknowledgementLog.gone(acks, topic: "dl", held: replaced) == 1, "other bytes at an acknowledged offset")
+        #expect(AcknowledgementLog.gone(acks, topic: "dl", held: fewer) == 1, "an acknowledged offset gone")
+        var reused = ChaosChecker.check(
+            inputs: inputs, oracle: oracle, outputs: outputs, deadLetters: replaced, changelog: [],
+            committed: ends, ends: ends, exactlyOnce: false)
+        #expect(reused.verdict == "FAIL" && reused.deadLetterOffsetsMissingCount == 0, "without the log: no hole, the workers'")
+        reused.deadLetterAcknowledgementsGone = AcknowledgementLog.gone(acks, topic: "dl", held: replaced)
+        #expect(reused.verdict == "BROKER LOST OUTPUT" && reused.description.contains("acknowledged and gone 1"), "\(reused.description)")
     }
 
     /// The thumbnail workload's checker: a request with neither thumbnails nor a dead letter is

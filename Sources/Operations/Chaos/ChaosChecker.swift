@@ -214,10 +214,21 @@ public struct ChaosReport: Sendable, CustomStringConvertible {
     /// account for: the broker assigned offsets to records it no longer holds, at least as many
     /// as are missing (seen with tansu on S3 across a restart: it acknowledged records, the
     /// worker settled them, and they were gone after the restart), while everything else held.
+    ///
+    /// Also counted: records the workers were told were acknowledged (their acknowledgement
+    /// log, on tansu) that the topic no longer holds as they were. Tansu can lose the last
+    /// records it acknowledged before a restart and then write later ones at their offsets:
+    /// that leaves no hole, only acknowledged records that are gone.
     public var outputLostByBroker: Bool {
         !exactlyOnce && !(lost.isEmpty && garbageNotDeadLettered.isEmpty) && passedApartFromMissingRecords
-            && lost.count <= outputOffsetsMissingCount && garbageNotDeadLettered.count <= deadLetterOffsetsMissingCount
+            && lost.count <= outputOffsetsMissingCount + outputAcknowledgementsGone
+            && garbageNotDeadLettered.count <= deadLetterOffsetsMissingCount + deadLetterAcknowledgementsGone
     }
+
+    /// Outputs and dead letters the broker acknowledged that the topics no longer hold as they
+    /// were (from the workers' acknowledgement log; tansu runs only).
+    public var outputAcknowledgementsGone = 0
+    public var deadLetterAcknowledgementsGone = 0
 
     /// Whether the broker, not the workers, broke the run (wedged, or lost acknowledged records).
     public var brokerFault: Bool { wedged != nil || !inputsLostByBroker.isEmpty || outputLostByBroker }
@@ -242,9 +253,11 @@ public struct ChaosReport: Sendable, CustomStringConvertible {
         var lines = [
             "inputs: \(inputsAcknowledged) acknowledged, lost by the broker \(list(inputsLostByBroker)), held twice \(inputsDuplicatedByBroker)",
             "candles: expected \(expected), lost \(list(lost)), wrong \(list(wrong)), unexpected \(list(unexpected)), duplicates \(duplicates)\(exactlyOnce ? " (must be 0)" : ""), out of order \(list(outOfOrder)), late after a retry \(list(lateAfterRetry)) (sent again after them \(resent)), last copies out of order \(list(lastCopiesOutOfOrder))\(ownersOverlap && !lastCopiesOutOfOrder.isEmpty ? " (from members whose partitions had moved on)" : "")"
-                + (exactlyOnce ? "" : ", offsets missing from the topic \(list(outputOffsetsMissing))"),
+                + (exactlyOnce ? "" : ", offsets missing from the topic \(list(outputOffsetsMissing))")
+                + (outputAcknowledgementsGone > 0 ? ", acknowledged and gone \(outputAcknowledgementsGone)" : ""),
             "dead letters: redriven outputs \(redriven), garbage \(garbage), garbage not dead-lettered \(list(garbageNotDeadLettered)), good input dead-lettered \(list(goodDeadLettered))"
-                + (exactlyOnce ? "" : ", offsets missing from the topic \(list(deadLetterOffsetsMissing))"),
+                + (exactlyOnce ? "" : ", offsets missing from the topic \(list(deadLetterOffsetsMissing))")
+                + (deadLetterAcknowledgementsGone > 0 ? ", acknowledged and gone \(deadLetterAcknowledgementsGone)" : ""),
             "offsets: \(offsetsAtEnd ? "the group's offsets reached the end" : "NOT at the end: \(offsetsDetail)")",
             "changelog: \(checkpoints) checkpoints of \(changelogKeys) keys, state wrong \(list(checkpointsWrong)), last behind the end \(list(changelogKeysBehind)), regressions \(changelogRegressions)"
                 + (changelogRegressionDetails.isEmpty ? "" : " \(changelogRegressionDetails.prefix(3))")

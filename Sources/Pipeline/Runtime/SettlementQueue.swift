@@ -78,6 +78,8 @@ final class SettlementQueue: Sendable {
         let membership: MembershipGate
         let logLimiter: LogRateLimiter
         let logger: Logger
+        /// What the broker acknowledged, written down for a verifier (nil: not written).
+        var acknowledgements: AcknowledgementLog? = nil
         /// Stops the worker: something can never be settled.
         let fail: @Sendable (WorkerError) -> Void
         /// Where the settlement task runs: the worker's task group.
@@ -294,6 +296,11 @@ private struct Settler: Sendable {
                 } else if sources[i] != SettlementQueue.Delivery.checkpoint {
                     delivered.output(topic: records.topic(i))
                 }
+            }
+            if let log = context.acknowledgements {
+                log.append(reports.indices.filter { reports[$0].error == nil && sources[$0] != SettlementQueue.Delivery.checkpoint }.map { i in
+                    AcknowledgementLog.Entry(topic: records.topic(i), partition: reports[i].partition, offset: reports[i].offset, value: records[i].value)
+                })
             }
             // Retried outputs land after whatever of this delivery was acknowledged behind them
             // on their partition: those go again too, after them.

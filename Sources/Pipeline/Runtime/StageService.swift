@@ -174,7 +174,7 @@ public final class StageService: Service, Sendable {
                 logLimiter: logLimiter, logger: logger)
         let backpressure = Backpressure(maxRecords: definition.maxInFlightRecords, maxBytes: definition.maxInFlightBytes)
         let settlementTasks = ChildTasks()
-        let settlement = SettlementQueue.Context(
+        var settlement = SettlementQueue.Context(
             stageName: definition.name, transformName: transformName, deadLetterTopic: definition.deadLetterTopic, retry: definition.retry, consumer: consumer, producer: producer,
             backpressure: backpressure, guarantee: guarantee, recorder: recorder, membership: membership, logLimiter: logLimiter, logger: logger,
             fail: { [logger] error in
@@ -183,6 +183,7 @@ public final class StageService: Service, Sendable {
                 feed.yield(.failed(error))
             },
             tasks: settlementTasks)
+        settlement.acknowledgements = settings.acknowledgementLog
         // Used by this task alone: it runs the loop, then (after run returned) hands the loop's
         // shutdown to the deadline race; the two never overlap.
         nonisolated(unsafe) let loop = StageLoop(

@@ -42,6 +42,10 @@ public struct WorkerSettings: Sendable {
     public var backpressurePauseAfter: Duration = .seconds(1)
     /// Where the stage's metrics go (nil: the process's `MetricsSystem`; tests pass a `TestMetrics`).
     public var metricsFactory: (any MetricsFactory)?
+    /// Where every acknowledged output and dead letter is written down (topic, partition,
+    /// offset, value hash), for a verifier (`pipelinectl chaos`) to tell a broker's loss of
+    /// acknowledged records from the worker's. nil: nothing is written.
+    public var acknowledgementLog: AcknowledgementLog?
 
     public init(kafka: KafkaConfiguration) { self.kafka = kafka }
     public init(bootstrapServers: [String]) { self.kafka = KafkaConfiguration(bootstrapServers: bootstrapServers) }
