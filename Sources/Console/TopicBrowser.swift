@@ -107,30 +107,44 @@ public struct TopicBrowser: Sendable {
         return try await admin.partitions(of: topic)
     }
 
-    /// The newest records that match, newest first.
-    public func newest(_ topic: String, filter: TopicFilter) async throws -> BrowsedRecords {
+    /// The low and high marks of `topic`'s partitions (only `partition` when given).
+    func watermarks(_ topic: String, partition: Int32?) async throws -> [(TopicPartition, Watermarks)] {
         let admin = try KafkaAdmin(configuration: kafka, timeout: .seconds(10))
-        var start: [TopicPartitionOffset] = []
-        var after: [Int32: Int64] = [:]
         do {
-            for tp in try await partitions(topic, admin: admin) where filter.partition.map({ $0 == tp.partition }) ?? true {
-                let marks = try await admin.watermarks(tp)
-                after[tp.partition] = marks.high
-                guard marks.high > marks.low else { continue }
-                // The high mark only places the start (tansu's is low for multi-record
-                // batches); the read goes to the end the fetches report.
-                start.append(TopicPartitionOffset(topic, tp.partition, offset: max(marks.low, NumberBounds.saturatingSubtract(marks.high, scanPerPartition))))
+            var marks: [(TopicPartition, Watermarks)] = []
+            for tp in try await partitions(topic, admin: admin) where partition.map({ $0 == tp.partition }) ?? true {
+                marks.append((tp, try await admin.watermarks(tp)))
             }
             await admin.close()
+            return marks
         } catch {
             await admin.close()
             throw error
         }
-        var found: [ConsumerRecord] = []
-        var scanned = 0, matched = 0
+    }
+
+    /// A reader for a page's few records: the broker does not hold its last, empty fetch for
+    /// librdkafka's 500 ms.
+    var reader: TopicReader {
         var reader = TopicReader(kafka: kafka)
         reader.idleTimeout = .seconds(10)
         reader.fetchMaxWait = .milliseconds(20)
+        return reader
+    }
+
+    /// The newest records that match, newest first.
+    public func newest(_ topic: String, filter: TopicFilter) async throws -> BrowsedRecords {
+        var start: [TopicPartitionOffset] = []
+        var after: [Int32: Int64] = [:]
+        for (tp, marks) in try await watermarks(topic, partition: filter.partition) {
+            after[tp.partition] = marks.high
+            guard marks.high > marks.low else { continue }
+            // The high mark only places the start (tansu's is low for multi-record
+            // batches); the read goes to the end the fetches report.
+            start.append(TopicPartitionOffset(topic, tp.partition, offset: max(marks.low, NumberBounds.saturatingSubtract(marks.high, scanPerPartition))))
+        }
+        var found: [ConsumerRecord] = []
+        var scanned = 0, matched = 0
         try await reader.read(from: start) { batch in
             for r in batch {
                 scanned += 1
@@ -153,26 +167,15 @@ public struct TopicBrowser: Sendable {
     /// call goes on from the returned position). A partition the position does not name starts
     /// at its end.
     public func tail(_ topic: String, after position: TailPosition, filter: TopicFilter) async throws -> BrowsedRecords {
-        let admin = try KafkaAdmin(configuration: kafka, timeout: .seconds(10))
         var start: [TopicPartitionOffset] = []
         var next = position.next
-        do {
-            for tp in try await partitions(topic, admin: admin) where filter.partition.map({ $0 == tp.partition }) ?? true {
-                let marks = try await admin.watermarks(tp)
-                let from = max(next[tp.partition] ?? marks.high, marks.low)
-                next[tp.partition] = from
-                start.append(TopicPartitionOffset(topic, tp.partition, offset: from))
-            }
-            await admin.close()
-        } catch {
-            await admin.close()
-            throw error
+        for (tp, marks) in try await watermarks(topic, partition: filter.partition) {
+            let from = max(next[tp.partition] ?? marks.high, marks.low)
+            next[tp.partition] = from
+            start.append(TopicPartitionOffset(topic, tp.partition, offset: from))
         }
         var found: [ConsumerRecord] = []
         var scanned = 0, matched = 0
-        var reader = TopicReader(kafka: kafka)
-        reader.idleTimeout = .seconds(10)
-        reader.fetchMaxWait = .milliseconds(20)
         try await reader.read(from: start) { batch in
             for r in batch {
                 // Past the limit: the rest of the batch waits for the next call.
@@ -191,20 +194,10 @@ public struct TopicBrowser: Sendable {
 
     /// One record, or nil when the partition has nothing at that offset.
     public func record(_ topic: String, partition: Int32, offset: Int64) async throws -> ConsumerRecord? {
-        let admin = try KafkaAdmin(configuration: kafka, timeout: .seconds(10))
-        let partitions: [TopicPartition]
-        do {
-            partitions = try await self.partitions(topic, admin: admin)
-            await admin.close()
-        } catch {
-            await admin.close()
-            throw error
-        }
-        guard partitions.contains(TopicPartition(topic, partition)) else { return nil }
+        // (The marks only say the partition exists: an offset past tansu's low high mark may
+        // still hold a record.)
+        guard !(try await watermarks(topic, partition: partition)).isEmpty else { return nil }
         var found: ConsumerRecord?
-        var reader = TopicReader(kafka: kafka)
-        reader.idleTimeout = .seconds(10)
-        reader.fetchMaxWait = .milliseconds(20)
         try await reader.read(from: [TopicPartitionOffset(topic, partition, offset: offset)],
                               until: [TopicPartition(topic, partition): NumberBounds.saturatingAdd(offset, 1)]) { batch in
             // An offset past the end is reset to the partition's start: nothing there, and no
