@@ -1,4 +1,7 @@
 import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
 import HTTPTesting
 import Kafka
 import Operations
@@ -75,6 +78,18 @@ import Workers
                 deadTokens = try await OperatorCommandTests.readAll("notifications.dead-tokens", bootstrap: bootstrap)
                 return Set(deadTokens.compactMap { $0.key.map { String(decoding: $0, as: UTF8.self) } }) == Set(dead.map { "unregistered-\($0)" })
             }
+            // The sender's metrics, as Prometheus scrapes them from the worker.
+            let line = second.output().split(separator: "\n").last { $0.contains("metrics and health endpoint listening") } ?? ""
+            let port = line.range(of: #"port=(\d+)"#, options: .regularExpression).flatMap { Int(line[$0].dropFirst(5)) }
+            let (data, _) = try await URLSession.shared.data(from: URL(string: "http://127.0.0.1:\(try #require(port))/metrics")!)
+            let metrics = String(decoding: data, as: UTF8.self).split(separator: "\n").filter { !$0.hasPrefix("#") }
+            /// The value of the series `name` that has every one of `labels` (in any order).
+            func value(_ name: String, _ labels: [String]) -> Double? {
+                metrics.first { $0.hasPrefix(name + "{") && labels.allSatisfy($0.contains) }.flatMap { Double($0.split(separator: " ").last ?? "") }
+            }
+            #expect((value("push_sends_total", [#"provider="fcm""#, #"outcome="sent""#]) ?? 0) > 0, "\(metrics.filter { $0.hasPrefix("push_") })")
+            #expect((value("push_token_refreshes_total", [#"provider="fcm""#]) ?? 0) >= 1)
+            #expect(metrics.contains { $0.hasPrefix("push_send_seconds_bucket") }, "the latency histogram")
             second.terminate()
             #expect(await second.waitForExit() == 0)
 
