@@ -66,7 +66,16 @@ public struct LagHistory: Sendable {
                 outRate: workers?.outRate, deadLetterRate: workers?.deadLetterRate, errorRate: workers?.errorRate,
                 latencyMeanMs: workers?.latencyMeanMs, latencyMaxMs: workers?.latencyMaxMs)
             if let last = tiers[i].last, last.time == start {
-                tiers[i][tiers[i].count - 1] = point
+                // The workers' figures of the interval: the latest one any observation had (an
+                // observation without, such as no input settled since the last report, does
+                // not erase it).
+                var merged = point
+                merged.outRate = point.outRate ?? last.outRate
+                merged.deadLetterRate = point.deadLetterRate ?? last.deadLetterRate
+                merged.errorRate = point.errorRate ?? last.errorRate
+                merged.latencyMeanMs = point.latencyMeanMs ?? last.latencyMeanMs
+                merged.latencyMaxMs = point.latencyMaxMs ?? last.latencyMaxMs
+                tiers[i][tiers[i].count - 1] = merged
             } else if tiers[i].last.map({ $0.time < start }) ?? true {
                 tiers[i].append(point)
                 if tiers[i].count > tier.capacity { tiers[i].removeFirst(tiers[i].count - tier.capacity) }

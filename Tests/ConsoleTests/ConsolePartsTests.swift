@@ -40,6 +40,14 @@ import Workers
         #expect(history.points("s", tier: 1, now: now).count == 34, "1 min points: 2,000 s span 34 intervals")
         #expect(history.points("s", tier: 2, now: now).count == 2, "30 min points")
         #expect(history.points("other", tier: 0, now: now).isEmpty)
+        // The workers' figures of an interval: an observation without them keeps the last one's.
+        var figures = StageFigures(outRate: 5, outRates: [:], deadLetterRate: 1, errorRate: 0, latencyMeanMs: 40, latencyMaxMs: 90)
+        history.record("w", time: t0, lagRecords: 0, lagSeconds: 0, inRate: 0, arrivalRate: 0, workers: figures)
+        figures.latencyMeanMs = nil
+        figures.latencyMaxMs = nil
+        history.record("w", time: t0 + 1000, lagRecords: 0, lagSeconds: 0, inRate: 0, arrivalRate: 0, workers: figures)
+        history.record("w", time: t0 + 2000, lagRecords: 0, lagSeconds: 0, inRate: 0, arrivalRate: 0, workers: nil)
+        #expect(history.points("w", tier: 0, now: t0 + 2000).map(\.latencyMeanMs) == [40] && history.points("w", tier: 0, now: t0 + 2000).first?.outRate == 5)
         // Out-of-order observations do not rewrite older points.
         history.record("s", time: t0, lagRecords: -1, lagSeconds: 0, inRate: 0, arrivalRate: 0)
         #expect(history.points("s", tier: 0, now: now).allSatisfy { $0.lagRecords >= 0 })
