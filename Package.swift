@@ -96,6 +96,7 @@ let package = Package(
         .target(
             name: "Push",
             dependencies: [
+                "Deadlines",
                 "Kafka",
                 "Workers",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),

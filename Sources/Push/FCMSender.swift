@@ -1,4 +1,5 @@
 import AsyncHTTPClient
+import Deadlines
 import Foundation
 import Logging
 import NIOCore
@@ -166,15 +167,26 @@ public struct FCMSender: ConcurrentTransform {
         request.headers.add(name: "Content-Type", value: "application/json; charset=utf-8")
         request.body = .bytes(ByteBuffer(bytes: body))
         let timeout = min(retry.attemptTimeout, max(.milliseconds(1), deadline - ContinuousClock.now))
-        do {
-            let response = try await client.execute(request, timeout: .nanoseconds(Int64(timeout.components.seconds) * 1_000_000_000 + timeout.components.attoseconds / 1_000_000_000))
-            let answer = try await response.body.collect(upTo: 256 * 1024)
-            let outcome = Self.classify(status: Int(response.status.code), body: Array(answer.readableBytesView),
-                                        retryAfter: PushRetry.retryAfter(response.headers.first(name: "Retry-After"), now: Date()))
+        let client = self.client
+        // The whole exchange, the answer's body included, within the attempt's time.
+        let answered = await Deadline.race(timeout) { () -> Result<(status: Int, body: [UInt8], retryAfter: String?), any Error> in
+            do {
+                let response = try await client.execute(request, timeout: .seconds(Int64(timeout.components.seconds) + 1))
+                let body = try await response.body.collect(upTo: 256 * 1024)
+                return .success((Int(response.status.code), Array(body.readableBytesView), response.headers.first(name: "Retry-After")))
+            } catch {
+                return .failure(error)
+            }
+        }
+        switch answered {
+        case nil:
+            return .retry(reason: "no whole answer within \(timeout)", retryAfter: nil)
+        case .failure(let error)?:
+            return .retry(reason: "\(error)", retryAfter: nil)
+        case .success(let answer)?:
+            let outcome = Self.classify(status: answer.status, body: answer.body, retryAfter: PushRetry.retryAfter(answer.retryAfter, now: Date()))
             if case .refreshCredentials = outcome { tokens.invalidate(token) }
             return outcome
-        } catch {
-            return .retry(reason: "\(error)", retryAfter: nil)
         }
     }
 

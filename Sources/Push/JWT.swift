@@ -93,13 +93,6 @@ public enum JWT {
         Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
             .replacingOccurrences(of: "=", with: "")
     }
-
-    /// The bytes of base64url text (padding optional); nil when it is not base64url.
-    public static func base64URLDecoded(_ text: some StringProtocol) -> [UInt8]? {
-        var s = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        while s.count % 4 != 0 { s += "=" }
-        return Data(base64Encoded: s).map(Array.init)
-    }
 }
 
 /// A push sender's configuration that cannot be used: the message names the option or file.

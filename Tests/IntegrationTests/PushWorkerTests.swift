@@ -95,9 +95,12 @@ import Workers
 
             let sentKeys = fake.sentDedupeKeys
             let repeats = sentKeys.count - Set(sentKeys).count
-            print("push: \(total) notifications, \(atKill) sent before the SIGKILL, \(sentKeys.count) sends in all, \(repeats) repeated (bound \(concurrency))")
+            print("push: \(total) notifications, \(atKill) sent before the SIGKILL, \(sentKeys.count) sends in all, \(repeats) repeated (in flight: up to \(concurrency) sends plus sent records not yet acknowledged)")
             #expect(Set(sentKeys) == expected, "nothing else sent")
-            #expect(repeats <= concurrency, "repeats bounded by the sends in flight at the kill: \(repeats)")
+            // What can repeat: the sends in flight at the kill (`concurrency`) and the sends FCM had
+            // accepted whose sent record the broker had not yet acknowledged (one produce round
+            // trip's worth at this rate, under `concurrency` here).
+            #expect(repeats <= 2 * concurrency, "repeats bounded by what was in flight at the kill: \(repeats)")
             let ledger = try await OperatorCommandTests.readAll("notifications.sent", bootstrap: bootstrap)
             #expect(Set(ledger.compactMap { $0.key.map { String(decoding: $0, as: UTF8.self) } }) == expected, "one sent record per notification")
         }

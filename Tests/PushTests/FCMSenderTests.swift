@@ -122,6 +122,16 @@ import Workers
         let patient = ContinuousClock.now
         let later = await (try Self.sender(fake, retry: retry)).process(Self.notification(token: "device-10", dedupe: "d10"))
         #expect(later.failures.first?.reason == .sendFailed && ContinuousClock.now - patient < .seconds(2), "an hour's Retry-After: given up at once")
+        // An answer whose body trickles for 10 s: the attempt ends at its timeout, the next one is sent.
+        fake.fail([ScriptedResponse(status: .ok, headers: [.contentType: "application/json"],
+                                    body: Array(#"{"name":"projects/test-project/messages/trickled"}"#.utf8), delivery: .trickle(every: .milliseconds(200), size: 1))])
+        var short = retry
+        short.attemptTimeout = .milliseconds(500)
+        let before = fake.server.requests(to: "/v1/projects/test-project/messages:send")
+        let trickled = ContinuousClock.now
+        let cut = await (try Self.sender(fake, retry: short)).process(Self.notification(token: "device-11", dedupe: "d11"))
+        #expect(cut.records.first?.output == "sent" && ContinuousClock.now - trickled < .seconds(3), "\(cut.failures)")
+        #expect(fake.server.requests(to: "/v1/projects/test-project/messages:send") == before + 2, "the trickled attempt was cut, the next sent")
         fake.setDelay(.seconds(3))
         retry.attempts = 100
         retry.attemptTimeout = .milliseconds(300)
@@ -149,12 +159,14 @@ import Workers
 
     @Test func aBadServiceAccountFileIsNamedNeverShown() throws {
         #expect(throws: PushConfigurationError.self) { try ServiceAccount(json: Array("[]".utf8), source: "sa.json") }
-        do { _ = try ServiceAccount(json: Array(#"{"type":"service_account","project_id":"p","client_email":"e","private_key":"SECRET-NOT-A-KEY"}"#.utf8), source: "sa.json") } catch {
-            #expect(error.description.contains("private_key") && !error.description.contains("SECRET"), "\(error)")
+        let badKey = #expect(throws: PushConfigurationError.self) {
+            try ServiceAccount(json: Array(#"{"type":"service_account","project_id":"p","client_email":"e","private_key":"SECRET-NOT-A-KEY"}"#.utf8), source: "sa.json")
         }
-        do { _ = try ServiceAccount(json: Array(#"{"type":"service_account","client_email":"e","private_key":"k"}"#.utf8), source: "sa.json") } catch {
-            #expect(error.description == "sa.json: project_id is missing (a service-account key file has it)")
+        #expect(badKey?.description.contains("private_key") == true && badKey?.description.contains("SECRET") == false, "\(String(describing: badKey))")
+        let noProject = #expect(throws: PushConfigurationError.self) {
+            try ServiceAccount(json: Array(#"{"type":"service_account","client_email":"e","private_key":"k"}"#.utf8), source: "sa.json")
         }
+        #expect(noProject?.description == "sa.json: project_id is missing (a service-account key file has it)")
     }
 
     @Test func backoffIsExponentialWithJitterAndRetryAfterWins() {
