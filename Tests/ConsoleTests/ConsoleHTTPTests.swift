@@ -275,6 +275,7 @@ struct ConsoleUnderTest {
         (.get, "/static/console.js"), (.get, "/login"), (.get, "/healthz"), (.get, "/favicon.ico"), (.get, "/no-such-page"),
         (.post, "/stages/prices-decode/reset"), (.post, "/dead-letters/redrive/preview"), (.post, "/dead-letters/redrive"), (.post, "/login"),
         (.post, "/dead-letters/handled"),
+        (.get, "/topics"), (.get, "/topics/prices.raw"), (.get, "/topics/prices.raw/0/0"), (.get, "/api/topics/prices.raw/tail?after=0:0"),
     ]
 
     /// DNS rebinding: a page of another name that resolves to 127.0.0.1 reaches the console
