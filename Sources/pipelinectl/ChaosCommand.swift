@@ -37,7 +37,7 @@ struct Chaos: AsyncParsableCommand {
             revocation is evicted; its checkpoints must never land after the new owner's \
             (--broker mock only)
               slow-upstream   (--workload thumbnails) the image server trickles bodies and leaves \
-            requests hanging for a while
+            requests hanging for a while, and for at least its next 10 requests
 
             Then everything heals, one tick per market an hour later closes every minute, the run \
             waits until the group's offsets reach the end, stops the workers with SIGTERM, reads \
@@ -883,12 +883,17 @@ actor ChaosRun {
 
 /// The thumbnail workload's image server (loopback, port 0): image `i` is a small PNG at
 /// `/img/i.png`. While slow (``ChaosPlan/Fault/slowUpstream``), every body trickles a byte per
-/// 50 ms and every fifth request is left hanging.
+/// 50 ms and every fifth request is left hanging. The slowness lasts its hold and at least the
+/// next ``slowAtLeast`` requests: a hold in which no worker fetched (all of them waiting on a
+/// rebalance that a paused member holds up, as a CI run saw) still slows the fetches after it.
 final class ChaosImageServer: Sendable {
     private final class Slowness: Sendable {
-        let until = Mutex<ContinuousClock.Instant?>(nil)
+        /// Slow until this instant, and for this many more requests.
+        let state = Mutex<(until: ContinuousClock.Instant?, owed: Int)>((nil, 0))
         let answered = Atomic<Int>(0)
     }
+
+    static let slowAtLeast = 10
 
     private let server: TestHTTPServer
     private let slowness = Slowness()
@@ -902,7 +907,12 @@ final class ChaosImageServer: Sendable {
         let png = StoredPNG.container(width: 32, height: 24, colourType: 2, idat: StoredPNG.zlibStored(raw))
         let slowness = self.slowness
         let handler: TestHTTPServer.Handler = { _ in
-            guard let until = slowness.until.withLock({ $0 }), ContinuousClock.now < until else { return .ok(png, contentType: "image/png") }
+            let slow = slowness.state.withLock { state in
+                let owed = state.owed > 0
+                if owed { state.owed -= 1 }
+                return owed || state.until.map { ContinuousClock.now < $0 } ?? false
+            }
+            guard slow else { return .ok(png, contentType: "image/png") }
             let n = slowness.answered.add(1, ordering: .relaxed).newValue
             return n % 5 == 0 ? .hang : .trickle(png, every: .milliseconds(50))
         }
@@ -911,7 +921,9 @@ final class ChaosImageServer: Sendable {
 
     func url(of image: Int) -> String { "\(server.baseURL)/img/\(image).png" }
 
-    func slow(for hold: Duration) { slowness.until.withLock { $0 = .now + hold } }
+    func slow(for hold: Duration) {
+        slowness.state.withLock { $0 = (until: .now + hold, owed: Self.slowAtLeast) }
+    }
 
     /// Requests answered slowly so far.
     var requestedWhileSlow: Int { slowness.answered.load(ordering: .relaxed) }
