@@ -12,7 +12,8 @@ let package = Package(
         .library(name: "Workers", targets: ["Workers"]),
         .library(name: "Thumbnails", targets: ["Thumbnails"]),
         .library(name: "Push", targets: ["Push"]),
-        // Test doubles: linked by tests, never by the binaries.
+        // Test doubles: linked by tests; HTTPTesting's servers also by pipelinectl's chaos (the
+        // image server) and dev (the local FCM and APNs).
         .library(name: "WorkersTesting", targets: ["WorkersTesting"]),
         .library(name: "PipelineTesting", targets: ["PipelineTesting"]),
         .library(name: "HTTPTesting", targets: ["HTTPTesting"]),
@@ -43,6 +44,8 @@ let package = Package(
         // Already in the graph through swift-certificates (hummingbird's TLS); named for the push
         // senders' JWTs (RS256 for FCM's OAuth assertion, ES256 for APNs' provider token).
         .package(url: "https://github.com/apple/swift-crypto", "3.12.3"..<"5.0.0"),
+        // Already in the graph through swift-nio-ssl; named for the local APNs' certificate.
+        .package(url: "https://github.com/apple/swift-certificates", from: "1.21.1"),
     ],
     targets: [
         // C modules: the only doors into C libraries.
@@ -107,6 +110,9 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                // APNs' connection: the trust roots of a `ca-file`.
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ]
         ),
 
@@ -215,9 +221,15 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-                // The local FCM checks the service account's RS256 assertion.
+                // The local FCM checks the service account's RS256 assertion, the local APNs
+                // the provider token's ES256 signature.
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
+                // The local APNs: HTTP/2 over TLS with a certificate made at start.
+                .product(name: "HummingbirdCore", package: "hummingbird"),
+                .product(name: "HummingbirdHTTP2", package: "hummingbird"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "X509", package: "swift-certificates"),
             ]),
 
         .executableTarget(

@@ -15,6 +15,8 @@ public struct ScriptedResponse: Sendable {
         /// No answer at all: the request waits until the client gives up (closes the
         /// connection) or the server closes, and the connection is closed without a response.
         case hang
+        /// The connection is closed at once, no response (with HTTP/2, every stream on it).
+        case reset
     }
 
     public var status: HTTPResponse.Status
@@ -54,6 +56,9 @@ public struct ScriptedResponse: Sendable {
     /// Never answers (see ``Delivery/hang``).
     public static let hang = ScriptedResponse(status: .ok, delivery: .hang)
 
+    /// Closes the connection without an answer (see ``Delivery/reset``).
+    public static let reset = ScriptedResponse(status: .ok, delivery: .reset)
+
     /// 200 with `body` one byte every `interval` (see ``Delivery/trickle(every:size:)``).
     public static func trickle(_ body: [UInt8], every interval: Duration) -> Self {
         ScriptedResponse(status: .ok, body: body, delivery: .trickle(every: interval, size: 1))
@@ -75,6 +80,10 @@ public struct RecordedRequest: Sendable {
     public var headers: HTTPFields
     /// The request's body (up to 4 MB).
     public var body: [UInt8] = []
+    /// Whether it came over HTTP/2.
+    public var http2 = false
+    /// Which connection it came on (the same number for requests on one connection).
+    public var connection = 0
 
     public init(method: HTTPRequest.Method, target: String, headers: HTTPFields) {
         self.method = method

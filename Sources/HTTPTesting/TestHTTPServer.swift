@@ -1,14 +1,18 @@
 import Hummingbird
+import HummingbirdCore
+import HummingbirdHTTP2
 import Logging
 import NIOCore
 import ServiceLifecycle
 import Synchronization
 
-/// A scriptable HTTP/1.1 server for tests, on Hummingbird: 127.0.0.1, a free port.
+/// A scriptable HTTP/1.1 server for tests, on Hummingbird: 127.0.0.1, a free port; with a
+/// ``TestCertificate``, HTTPS with HTTP/2 (ALPN `h2`, HTTP/1.1 for clients without it).
 ///
 /// Each path has a script, a queue of ``ScriptedResponse``s taken one per request (the last
 /// one repeats once the others are used), or a handler that computes the answer from the
-/// request (for a fake API whose answers depend on the query). A path with neither is a 404.
+/// request (for a fake API whose answers depend on the query). A path with neither goes to the
+/// fallback handler (for paths that carry a value, such as APNs' `/3/device/TOKEN`), else 404.
 /// Every request is recorded, so tests can assert "no retry" or "exactly one retry" from what
 /// the server saw.
 public final class TestHTTPServer: Sendable {
@@ -20,20 +24,32 @@ public final class TestHTTPServer: Sendable {
     private let group: ServiceGroup
     private let run: Task<Void, any Error>
 
-    /// `http://127.0.0.1:<port>`.
-    public var baseURL: String { "http://127.0.0.1:\(port)" }
+    public let isTLS: Bool
+
+    /// `http://127.0.0.1:<port>` (`https://localhost:<port>` with TLS: the name the test
+    /// certificate is for).
+    public var baseURL: String { isTLS ? "https://localhost:\(port)" : "http://127.0.0.1:\(port)" }
 
     /// Returns once the server is listening: `routes` are scripts per path, `handlers`
-    /// compute the answer per path (a handler wins over a script for the same path).
-    public init(routes: [String: [ScriptedResponse]] = [:], handlers: [String: Handler] = [:]) async throws {
-        let state = State(scripts: routes, handlers: handlers)
+    /// compute the answer per path (a handler wins over a script for the same path), `fallback`
+    /// answers every other path; with `tls`, HTTPS and HTTP/2.
+    public init(
+        routes: [String: [ScriptedResponse]] = [:], handlers: [String: Handler] = [:], fallback: Handler? = nil, tls: TestCertificate? = nil
+    ) async throws {
+        let state = State(scripts: routes, handlers: handlers, fallback: fallback)
         var logger = Logger(label: "TestHTTPServer")
         logger.logLevel = .warning
         // The port once listening, or why the server stopped before.
         let (started, starting) = AsyncStream.makeStream(of: Result<Int, any Error>.self)
+        let server: HTTPServerBuilder =
+            if let tls {
+                try .http2Upgrade(tlsConfiguration: tls.serverConfiguration, additionalChannelHandlers: [CloseWhenClientCloses()])
+            } else {
+                .http1(configuration: .init(additionalChannelHandlers: [CloseWhenClientCloses()]))
+            }
         let app = Application(
             responder: ScriptResponder(state: state),
-            server: .http1(configuration: .init(additionalChannelHandlers: [CloseWhenClientCloses()])),
+            server: server,
             configuration: ApplicationConfiguration(address: .hostname("127.0.0.1", port: 0), serverName: nil),
             onServerRunning: { channel in
                 if let port = channel.localAddress?.port {
@@ -66,6 +82,7 @@ public final class TestHTTPServer: Sendable {
             throw TestHTTPServerError(description: "the server stopped before it was listening")
         }
         self.port = port
+        self.isTLS = tls != nil
         self.state = state
         self.group = group
         self.run = run
@@ -111,17 +128,20 @@ extension TestHTTPServer {
 
         let scripts: [String: [ScriptedResponse]]
         let handlers: [String: Handler]
+        let fallback: Handler?
         let log = Mutex(Log())
         let slow = Mutex(SlowResponses())
 
-        init(scripts: [String: [ScriptedResponse]], handlers: [String: Handler]) {
+        init(scripts: [String: [ScriptedResponse]], handlers: [String: Handler], fallback: Handler?) {
             self.scripts = scripts
             self.handlers = handlers
+            self.fallback = fallback
         }
 
-        /// Records `request` and answers it from its path's handler or script (404 without).
+        /// Records `request` and answers it from its path's handler or script, else the
+        /// fallback (404 without).
         func answer(_ request: RecordedRequest) async -> ScriptedResponse {
-            let handler = handlers[request.path]
+            let handler = handlers[request.path] ?? (scripts[request.path] == nil ? fallback : nil)
             let scripted = log.withLock { log -> ScriptedResponse? in
                 log.requests.append(request)
                 guard handler == nil else { return nil }
@@ -181,6 +201,9 @@ struct ScriptResponder: HTTPResponder {
 
     func respond(to request: Request, context: ConnectionContext) async throws -> Response {
         var received = RecordedRequest(method: request.method, target: request.head.path ?? "/", headers: request.headers)
+        // An HTTP/2 request comes on a stream channel, a child of the connection's.
+        received.http2 = context.channel.parent != nil
+        received.connection = ObjectIdentifier(context.channel.parent ?? context.channel).hashValue
         // The body, bounded (a fake API reads forms and JSON, never uploads).
         if let collected = try? await request.body.collect(upTo: 4 * 1024 * 1024) { received.body = Array(collected.readableBytesView) }
         let scripted = await state.answer(received)
@@ -207,6 +230,10 @@ struct ScriptResponder: HTTPResponder {
                 }
                 try await writer.finish(nil)
             })
+        case .reset:
+            // The whole connection, every stream on it too.
+            try? await (context.channel.parent ?? context.channel).close()
+            throw ConnectionClosed()
         case .hang:
             try await state.whileSlow(context.channel) {
                 try? await context.channel.closeFuture.get()

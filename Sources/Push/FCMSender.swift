@@ -6,57 +6,6 @@ import NIOCore
 import NIOHTTP1
 import Workers
 
-/// How a sender retries: attempts in all, the backoff (exponential with full jitter, or the
-/// provider's `Retry-After`), each attempt's timeout and the whole send's deadline.
-public struct PushRetry: Sendable, Hashable {
-    public var attempts = 5
-    public var initialBackoff: Duration = .milliseconds(500)
-    public var maxBackoff: Duration = .seconds(30)
-    public var attemptTimeout: Duration = .seconds(10)
-    /// No send waits past this, backoffs included: what is left is a `send-failed` dead letter.
-    public var deadline: Duration = .seconds(60)
-
-    public init() {}
-
-    /// The wait before attempt `attempt + 1` (`attempt` from 1): the provider's `Retry-After`
-    /// when it gave one (as given: a sender that cannot wait that long before its deadline
-    /// gives up instead of coming back early), else a random time up to initial × 2^(attempt-1),
-    /// at most `maxBackoff`.
-    func backoff(after attempt: Int, retryAfter: Duration?, random: inout some RandomNumberGenerator) -> Duration {
-        if let retryAfter { return retryAfter }
-        let cap = min(maxBackoff, initialBackoff * (1 << min(attempt - 1, 20)))
-        let ms = max(1, Int64(cap.components.seconds * 1000 + cap.components.attoseconds / 1_000_000_000_000_000))
-        return .milliseconds(Int64.random(in: 1...ms, using: &random))
-    }
-
-    /// `Retry-After` as seconds or an HTTP date; nil when absent or unreadable.
-    static func retryAfter(_ value: String?, now: Date) -> Duration? {
-        guard let value = value?.trimmingCharacters(in: .whitespaces), !value.isEmpty else { return nil }
-        if let seconds = Int64(value), seconds >= 0 { return .seconds(seconds) }
-        let f = DateFormatter()
-        f.locale = Locale(identifier: "en_US_POSIX")
-        f.timeZone = TimeZone(identifier: "GMT")
-        f.dateFormat = "EEE, dd MMM yyyy HH:mm:ss zzz"
-        guard let date = f.date(from: value) else { return nil }
-        return .milliseconds(max(0, Int64(date.timeIntervalSince(now) * 1000)))
-    }
-}
-
-/// What a provider answered, sorted into what the sender does with it.
-public enum PushOutcome: Sendable, Equatable {
-    /// Accepted; FCM's message name or APNs' `apns-id`.
-    case sent(id: String)
-    /// The device token is gone or invalid: no retry; the token goes to the dead-tokens topic.
-    case deadToken(reason: String)
-    /// Worth another attempt (429, 5xx, a connection or timeout failure), after `retryAfter`
-    /// when the provider said.
-    case retry(reason: String, retryAfter: Duration?)
-    /// The credentials were refused: refresh once, then try again.
-    case refreshCredentials(reason: String)
-    /// Refused for good (a sender mismatch, an invalid payload): a dead letter with the reason.
-    case rejected(reason: String)
-}
-
 /// `push.fcm`: one `notifications.fcm` record (an FCM HTTP v1 `messages:send` body) in, sent to
 /// FCM; out, a `notifications.sent` record (keyed by the notification's dedupe key), or a
 /// `notifications.dead-tokens` record (keyed by the token), or a dead letter (`send-rejected`,
@@ -77,10 +26,9 @@ public struct FCMSender: ConcurrentTransform {
     public let project: String
     /// The app named on dead-token records (for the app's backend to prune its tokens).
     public let app: String
-    public let retry: PushRetry
-    public let ledger: SentLedger?
-    let metrics: PushMetrics
+    let delivery: PushDelivery
     let logger: Logger
+    public var retry: PushRetry { delivery.retry }
 
     public init(
         tokens: FCMAccessTokens, client: HTTPClient, endpoint: String = "https://fcm.googleapis.com", app: String? = nil,
@@ -91,9 +39,7 @@ public struct FCMSender: ConcurrentTransform {
         self.endpoint = endpoint.hasSuffix("/") ? String(endpoint.dropLast()) : endpoint
         self.project = tokens.account.projectID
         self.app = app ?? tokens.account.projectID
-        self.retry = retry
-        self.ledger = ledger
-        self.metrics = PushMetrics(provider: "fcm")
+        self.delivery = PushDelivery(provider: "fcm", app: self.app, retry: retry, ledger: ledger)
         self.logger = logger
     }
 
@@ -104,54 +50,8 @@ public struct FCMSender: ConcurrentTransform {
         let value = Array(slice)
         let message: FCMMessage
         do throws(DecodeFailure) { message = try FCMMessage(value, headers: record.headers) } catch { return TransformOutput(failures: [error]) }
-        if let ledger, !ledger.isLoaded { _ = await ledger.waitLoaded(timeout: .seconds(30)) }
-        if let ledger, ledger.contains(message.dedupeKey) {
-            metrics.outcome("duplicate")
-            return .empty
-        }
-        let started = ContinuousClock.now
-        let deadline = started + retry.deadline
-        var random = SystemRandomNumberGenerator()
-        var attempt = 0
-        var refreshed = false
-        var last = ""
-        while true {
-            attempt += 1
-            let outcome = await send(value, deadline: deadline)
-            switch outcome {
-            case .sent(let id):
-                metrics.sent(after: ContinuousClock.now - started)
-                ledger?.insert(message.dedupeKey)
-                return TransformOutput(records: [PushRecords.sent(provider: "fcm", id: id, message.dedupeKey, recipient: message.recipient, key: record.key)])
-            case .deadToken(let reason):
-                metrics.outcome("dead-token")
-                guard case .token(let token) = message.recipient else {
-                    // A topic is never a dead token: FCM said so of something else.
-                    return TransformOutput(failures: [DecodeFailure(field: "message.topic", reason: .sendRejected, detail: reason)])
-                }
-                return TransformOutput(records: [PushRecords.deadToken(provider: "fcm", app: app, token: token, reason: reason, message.dedupeKey)])
-            case .rejected(let reason):
-                metrics.outcome("rejected")
-                return TransformOutput(failures: [DecodeFailure(field: "$", reason: .sendRejected, detail: reason)])
-            case .refreshCredentials(let reason):
-                last = reason
-                if !refreshed {
-                    refreshed = true
-                    attempt -= 1  // a refresh is not an attempt
-                    continue
-                }
-                metrics.outcome("rejected")
-                return TransformOutput(failures: [DecodeFailure(field: "$", reason: .sendRejected, detail: "refused after a new token: \(reason)")])
-            case .retry(let reason, let retryAfter):
-                last = reason
-                let wait = retry.backoff(after: attempt, retryAfter: retryAfter, random: &random)
-                guard attempt < retry.attempts, ContinuousClock.now + wait < deadline else {
-                    metrics.outcome("failed")
-                    return TransformOutput(failures: [DecodeFailure(field: "$", reason: .sendFailed, detail: "\(attempt) attempts: \(last)")])
-                }
-                metrics.outcome("retried")
-                try? await Task.sleep(for: wait)
-            }
+        return await delivery.deliver(dedupeKey: message.dedupeKey, recipient: message.recipient) { deadline in
+            await send(value, deadline: deadline)
         }
     }
 
@@ -167,24 +67,13 @@ public struct FCMSender: ConcurrentTransform {
         request.headers.add(name: "Content-Type", value: "application/json; charset=utf-8")
         request.body = .bytes(ByteBuffer(bytes: body))
         let timeout = min(retry.attemptTimeout, max(.milliseconds(1), deadline - ContinuousClock.now))
-        let client = self.client
-        // The whole exchange, the answer's body included, within the attempt's time.
-        let answered = await Deadline.race(timeout) { () -> Result<(status: Int, body: [UInt8], retryAfter: String?), any Error> in
-            do {
-                let response = try await client.execute(request, timeout: .seconds(Int64(timeout.components.seconds) + 1))
-                let body = try await response.body.collect(upTo: 256 * 1024)
-                return .success((Int(response.status.code), Array(body.readableBytesView), response.headers.first(name: "Retry-After")))
-            } catch {
-                return .failure(error)
-            }
-        }
-        switch answered {
+        switch await PushDelivery.exchange(client, request, timeout: timeout) {
         case nil:
             return .retry(reason: "no whole answer within \(timeout)", retryAfter: nil)
         case .failure(let error)?:
             return .retry(reason: "\(error)", retryAfter: nil)
         case .success(let answer)?:
-            let outcome = Self.classify(status: answer.status, body: answer.body, retryAfter: PushRetry.retryAfter(answer.retryAfter, now: Date()))
+            let outcome = Self.classify(status: answer.status, body: answer.body, retryAfter: PushRetry.retryAfter(answer.headers.first(name: "Retry-After"), now: Date()))
             if case .refreshCredentials = outcome { tokens.invalidate(token) }
             return outcome
         }
@@ -219,8 +108,7 @@ public struct FCMSender: ConcurrentTransform {
 /// The fields of an FCM `messages:send` body the sender needs: whom it goes to and its dedupe
 /// key (the record's `dedupe-key` header, else `message.data.dedupe_key`).
 struct FCMMessage {
-    enum Recipient: Equatable { case token(String), topic(String), condition(String) }
-    var recipient: Recipient
+    var recipient: PushRecipient
     var dedupeKey: String
 
     init(_ value: [UInt8], headers: [RecordHeader]) throws(DecodeFailure) {

@@ -8,7 +8,7 @@ enum PushRecords {
     /// `notifications.sent` (output `sent`): keyed by the notification's dedupe key, so that the
     /// compacted topic keeps one record per notification and is the senders' ledger.
     /// `{"provider","id","dedupe_key","token"|"topic"|"condition","sent_at"}`.
-    static func sent(provider: String, id: String, _ dedupeKey: String, recipient: FCMMessage.Recipient, key: [UInt8]?) -> OutputRecord {
+    static func sent(provider: String, id: String, _ dedupeKey: String, recipient: PushRecipient) -> OutputRecord {
         var w = JSONWriter(capacity: 256)
         w.beginObject()
         w.key("provider"); w.string(provider)
@@ -82,6 +82,10 @@ struct PushMetrics: Sendable {
 /// The dedupe keys of notifications already sent: checked before each send, filled by the
 /// sender as it sends and by ``SentLedgerService`` from the `notifications.sent` topic (what other
 /// workers, or this one before a restart, sent). Bounded: the oldest keys go first past `capacity`.
+///
+/// A send claims its key first (``claim(_:)``): while one send of a key is in flight, another of
+/// the same key (the same notification emitted twice, as a stage that keeps its state per input
+/// partition does when an entity arrives on two) waits for its outcome instead of going out too.
 public final class SentLedger: Sendable {
     private struct State {
         var keys: Set<String> = []
@@ -89,6 +93,8 @@ public final class SentLedger: Sendable {
         var head = 0
         var loaded = false
         var waiting: [CheckedContinuation<Void, Never>] = []
+        /// Keys being sent, with the sends of the same key that wait for the outcome.
+        var inFlight: [String: [CheckedContinuation<Void, Never>]] = [:]
     }
 
     public let capacity: Int
@@ -144,6 +150,41 @@ public final class SentLedger: Sendable {
     }
 
     public var count: Int { state.withLock { $0.keys.count } }
+
+    /// Whether this send may go: false when `key` was sent; while another send of `key` is in
+    /// flight, waits for it to finish and decides again. A true answer must be followed by
+    /// ``finish(_:sent:)``.
+    public func claim(_ key: String) async -> Bool {
+        while true {
+            enum Verdict { case sent, claimed, wait }
+            let verdict = state.withLock { s -> Verdict in
+                if s.keys.contains(key) { return .sent }
+                if s.inFlight[key] != nil { return .wait }
+                s.inFlight[key] = []
+                return .claimed
+            }
+            switch verdict {
+            case .sent: return false
+            case .claimed: return true
+            case .wait:
+                await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+                    let now = state.withLock { s -> Bool in
+                        guard s.inFlight[key] != nil else { return true }
+                        s.inFlight[key]?.append(c)
+                        return false
+                    }
+                    if now { c.resume() }
+                }
+            }
+        }
+    }
+
+    /// Ends a claimed send: records `key` when it was sent, and wakes the sends that waited for it.
+    public func finish(_ key: String, sent: Bool) {
+        if sent { insert(key) }
+        let waiting = state.withLock { $0.inFlight.removeValue(forKey: key) ?? [] }
+        for w in waiting { w.resume() }
+    }
 
     public func insert(_ key: String) {
         state.withLock { s in

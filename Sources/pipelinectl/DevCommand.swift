@@ -129,6 +129,8 @@ final class DevSession {
     let interactive = isatty(STDOUT_FILENO) == 1
     private(set) var broker: LocalBroker?
     private(set) var sampleServer: DevSampleServer?
+    /// The local FCM and APNs, when a push sender runs.
+    private(set) var push: DevPushProviders?
     /// `ingest http`, the pollers and the console.
     private(set) var services: [(name: String, process: ManagedProcess.Handle)] = []
     private(set) var polled: [String: Int] = [:]
@@ -179,6 +181,11 @@ final class DevSession {
             let lists = PollSource.allCases.map { "\($0.rawValue) \(server.catalogue.items[$0]?.count ?? 0)" }.joined(separator: ", ")
             say("sample server: \(server.names.count) images at \(DevSampleServer.base)/images/, upstream lists (\(lists)) at \(DevSampleServer.base)/upstream/")
         }
+        if stages.contains(where: \.sendsPushes) {
+            let push = try await DevPushProviders.start(topology: topology)
+            self.push = push
+            say("local push providers: FCM at \(push.fcm.server.baseURL), APNs (HTTP/2, TLS) at \(push.apns.server.baseURL)")
+        }
         for stage in stages {
             let fetchesImages = stage.rendersThumbnails && sampleServer != nil
             let process = try ManagedProcess.launch(
@@ -188,7 +195,7 @@ final class DevSession {
                     "--session-timeout", "2s", "--metrics-address", "127.0.0.1:0", "--log-format", "json",
                     "--statistics-interval", "1s", "--shutdown-deadline", "20s",
                 ] + (fetchesImages ? ["--allow-network", "127.0.0.1/32"] : []),
-                environment: [:])
+                environment: stage.sendsPushes ? push?.environment ?? [:] : [:])
             Self.childPIDs.set(Self.childPIDs.get() + [process.pid])
             workers.append(DevWorker(stage: stage, process: process))
         }
@@ -431,6 +438,7 @@ final class DevSession {
         if let reader = notificationReader { try? await reader.close(deadline: .seconds(5)) }
         await scrapeFinalFromLogs()
         await sampleServer?.close()
+        await push?.close()
         if let broker { await broker.stop() }
     }
 
@@ -456,6 +464,7 @@ final class DevSession {
         }
         if !silent.isEmpty { say("no output from: \(silent.joined(separator: ", "))") }
         if let last = lastNotification.get() { say("last notification: \(last)") }
+        for line in push?.summary() ?? [] { say(line) }
         for stage in stages where stage.rendersThumbnails {
             guard let root = ThumbnailTransform.storeRoot(stage.options.thumbnails) else { continue }
             let files = FileManager.default.enumerator(atPath: root)?.compactMap { $0 as? String }.filter { $0.contains(".") } ?? []

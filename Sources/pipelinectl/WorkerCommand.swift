@@ -152,11 +152,17 @@ struct Worker: AsyncParsableCommand {
         defer { concurrent?.pool?.shutdown() }
         // A push sender: its ledger of what was sent, read from its `sent` output topic.
         var ledgerService: SentLedgerService?
+        var apns: APNsSender?
         if definition.sendsPushes {
             let ledger = SentLedger()
             do {
-                let sender = try FCMSender.make(options: definition.options.push, ledger: ledger, logger: logger)
-                concurrent = (sender, nil)
+                if definition.chain == [APNsSender.transformName] {
+                    let sender = try APNsSender.make(options: definition.options.push, ledger: ledger, logger: logger)
+                    apns = sender
+                    concurrent = (sender, nil)
+                } else {
+                    concurrent = (try FCMSender.make(options: definition.options.push, ledger: ledger, logger: logger), nil)
+                }
             } catch {
                 throw ValidationError("\(self.topology): stages.\(definition.name).options.\(error)")
             }
@@ -179,7 +185,11 @@ struct Worker: AsyncParsableCommand {
                     + [.init(service: service, successTerminationBehavior: .gracefullyShutdownGroup)],
                 logger: logger))
         signals.attach(logger: logger) { Task { await group.triggerGracefulShutdown() } }
-        try await group.run()
+        do { try await group.run() } catch {
+            await apns?.shutdown()
+            throw error
+        }
+        await apns?.shutdown()
     }
 }
 
@@ -188,8 +198,8 @@ extension Topology.Stage {
     /// Thumbnails module is linked).
     var rendersThumbnails: Bool { chain == [ThumbnailTransform.transformName] }
 
-    /// Whether this stage sends push notifications (FCM; built here, where Push is linked).
-    var sendsPushes: Bool { chain == [FCMSender.transformName] }
+    /// Whether this stage sends push notifications (FCM or APNs; built here, where Push is linked).
+    var sendsPushes: Bool { chain == [FCMSender.transformName] || chain == [APNsSender.transformName] }
 }
 
 /// SIGTERM and SIGINT for a worker, handled from the first moment of its run: the first one

@@ -10,26 +10,33 @@ import PipelineTesting
 import Testing
 import Workers
 
-/// `pipelinectl worker` running a `push.fcm` stage against the local broker and a local FCM
-/// that checks what the real one checks: every notification reaches FCM at least once across a
-/// SIGKILL of the sender mid-batch; what is sent twice is bounded by what was in flight at the
-/// kill (the stage's concurrency), the sent ledger keeping the rest from going again; dead
-/// tokens reach their topic.
-@Suite(.serialized, .timeLimit(.minutes(5))) struct PushWorkerTests {
-    @Test func everyNotificationReachesFCMAcrossASigkillAndRepeatsAreBounded() async throws {
+/// `pipelinectl worker` running a `push.fcm` and a `push.apns` stage against the local broker,
+/// a local FCM and a local APNs (HTTP/2 over TLS) that check what the real ones check: every
+/// notification reaches each provider at least once across a SIGKILL of both senders mid-batch;
+/// what is sent twice is bounded by what was in flight at the kill (the stage's concurrency),
+/// the sent ledger keeping the rest from going again; dead tokens reach their topic.
+@Suite(.serialized, .timeLimit(.minutes(6))) struct PushWorkerTests {
+    @Test func everyNotificationReachesFCMAndAPNsAcrossASigkillAndRepeatsAreBounded() async throws {
         let fake = try await FakeFCM.start()
+        let apns = try await FakeAPNs.start()
         // Slow enough answers that sends are in flight when the worker is killed.
         fake.setDelay(.milliseconds(15))
+        apns.setDelay(.milliseconds(15))
         let work = FileManager.default.temporaryDirectory.appendingPathComponent("push-\(UUID().uuidString.prefix(8))")
         try FileManager.default.createDirectory(at: work, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: work) }
         let credentials = work.appendingPathComponent("fcm-service-account.json").path
         FileManager.default.createFile(atPath: credentials, contents: Data(fake.serviceAccountJSON), attributes: [.posixPermissions: 0o600])
+        let p8 = work.appendingPathComponent("AuthKey.p8").path
+        FileManager.default.createFile(atPath: p8, contents: Data(apns.keyP8.utf8), attributes: [.posixPermissions: 0o600])
+        let ca = work.appendingPathComponent("apns-ca.pem").path
+        try apns.certificate.writeTrustRoot(to: ca)
         let concurrency = 8
         let topologyPath = work.appendingPathComponent("topology.yaml").path
         try """
             topics:
               - {name: notifications.fcm, partitions: 2}
+              - {name: notifications.apns, partitions: 2}
               - {name: notifications.sent, partitions: 2, config: {cleanup.policy: compact}}
               - {name: notifications.dead-tokens, partitions: 1, config: {cleanup.policy: compact}}
               - {name: pipeline.dead-letters, partitions: 1}
@@ -41,6 +48,21 @@ import Workers
                 dead-letter-topic: pipeline.dead-letters
                 concurrency: \(concurrency)
                 options: {credentials-file: \(credentials), fcm-endpoint: "\(fake.server.baseURL)", app: walk, send-backoff: 50ms}
+              - name: notifications-apns
+                chain: [push.apns]
+                inputs: [notifications.apns]
+                outputs: {sent: notifications.sent, dead-tokens: notifications.dead-tokens}
+                dead-letter-topic: pipeline.dead-letters
+                concurrency: \(concurrency)
+                options:
+                  key-file: \(p8)
+                  key-id: \(apns.keyID)
+                  team-id: \(apns.teamID)
+                  bundle-id: \(apns.bundleID)
+                  apns-endpoint: "\(apns.server.baseURL)"
+                  ca-file: \(ca)
+                  app: walk
+                  send-backoff: 50ms
             """.write(toFile: topologyPath, atomically: true, encoding: .utf8)
 
         try await LocalBroker.with { broker in
@@ -52,32 +74,52 @@ import Workers
             let total = 400
             let dead = Set([7, 123, 301])
             let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [bootstrap]))
-            let records = (0..<total).map { i -> ProducerRecord in
+            /// A device's APNs token: 64 hex digits.
+            func device(_ i: Int) -> String { String(format: "%064x", i) }
+            for i in dead { apns.unregister(device(1000 + i)) }
+            let records = (0..<total).flatMap { i -> [ProducerRecord] in
                 let token = dead.contains(i) ? "unregistered-\(i)" : "device-\(i % 37)"
                 let n = PushNotification(recipient: .token(token), title: "Step \(i)", body: "b", collapseKey: "c\(i % 5)", dedupeKey: "n\(i)")
-                return ProducerRecord(topic: "notifications.fcm", key: Array("token:\(token)".utf8), value: n.fcmJSON(),
-                                      headers: [KafkaHeader(key: "dedupe-key", string: "n\(i)")])
+                var onIPhone = n
+                onIPhone.recipient = .token(device(dead.contains(i) ? 1000 + i : i % 37))
+                return [
+                    ProducerRecord(topic: "notifications.fcm", key: Array("token:\(token)".utf8), value: n.fcmJSON(),
+                                   headers: [KafkaHeader(key: "dedupe-key", string: "n\(i)")]),
+                    ProducerRecord(topic: "notifications.apns", key: Array("token:\(device(dead.contains(i) ? 1000 + i : i % 37))".utf8),
+                                   value: onIPhone.apnsJSON(), headers: [KafkaHeader(key: "dedupe-key", string: "apns:n\(i)"),
+                                                                         KafkaHeader(key: "apns-collapse-id", string: "c\(i % 5)")]),
+                ]
             }
             #expect(try await producer.send(records).allSatisfy { $0.error == nil })
             await producer.close()
 
             let first = try WorkerProcessTests.startWorker("notifications-fcm", topology: topologyPath, bootstrap: bootstrap)
             defer { first.kill() }
-            try await eventually("a quarter sent", within: .seconds(90)) { fake.sent.count >= total / 4 }
+            let firstAPNs = try WorkerProcessTests.startWorker("notifications-apns", topology: topologyPath, bootstrap: bootstrap)
+            defer { firstAPNs.kill() }
+            try await eventually("a quarter sent", within: .seconds(90)) { fake.sent.count >= total / 4 && apns.sent.count >= total / 4 }
             first.kill()
+            firstAPNs.kill()
             _ = await first.waitForExit()
-            let atKill = fake.sent.count
-            #expect(atKill < total - dead.count, "killed mid-way: \(atKill) sent")
+            _ = await firstAPNs.waitForExit()
+            let atKill = fake.sent.count, atKillAPNs = apns.sent.count
+            #expect(atKill < total - dead.count && atKillAPNs < total - dead.count, "killed mid-way: \(atKill) and \(atKillAPNs) sent")
 
             let second = try WorkerProcessTests.startWorker("notifications-fcm", topology: topologyPath, bootstrap: bootstrap)
             defer { second.kill() }
+            let secondAPNs = try WorkerProcessTests.startWorker("notifications-apns", topology: topologyPath, bootstrap: bootstrap)
+            defer { secondAPNs.kill() }
             let expected = Set((0..<total).filter { !dead.contains($0) }.map { "n\($0)" })
-            try await eventually("every notification sent", within: .seconds(120)) { Set(fake.sentDedupeKeys).isSuperset(of: expected) }
+            try await eventually("every notification sent", within: .seconds(120)) {
+                Set(fake.sentDedupeKeys).isSuperset(of: expected) && Set(apns.sentDedupeKeys).isSuperset(of: expected)
+            }
             var deadTokens: [ConsumerRecord] = []
+            let deadKeys = Set(dead.map { "unregistered-\($0)" } + dead.map { device(1000 + $0) })
             try await eventually("the dead tokens on their topic", within: .seconds(60)) {
                 deadTokens = try await OperatorCommandTests.readAll("notifications.dead-tokens", bootstrap: bootstrap)
-                return Set(deadTokens.compactMap { $0.key.map { String(decoding: $0, as: UTF8.self) } }) == Set(dead.map { "unregistered-\($0)" })
+                return Set(deadTokens.compactMap { $0.key.map { String(decoding: $0, as: UTF8.self) } }) == deadKeys
             }
+            #expect(apns.sent.allSatisfy(\.http2) && apns.providerTokensSeen == 2, "HTTP/2; one provider token per worker run: \(apns.providerTokensSeen)")
             // The sender's metrics, as Prometheus scrapes them from the worker.
             let line = second.output().split(separator: "\n").last { $0.contains("metrics and health endpoint listening") } ?? ""
             let port = line.range(of: #"port=(\d+)"#, options: .regularExpression).flatMap { Int(line[$0].dropFirst(5)) }
@@ -91,19 +133,24 @@ import Workers
             #expect((value("push_token_refreshes_total", [#"provider="fcm""#]) ?? 0) >= 1)
             #expect(metrics.contains { $0.hasPrefix("push_send_seconds_bucket") }, "the latency histogram")
             second.terminate()
+            secondAPNs.terminate()
             #expect(await second.waitForExit() == 0)
+            #expect(await secondAPNs.waitForExit() == 0)
 
-            let sentKeys = fake.sentDedupeKeys
-            let repeats = sentKeys.count - Set(sentKeys).count
-            print("push: \(total) notifications, \(atKill) sent before the SIGKILL, \(sentKeys.count) sends in all, \(repeats) repeated (in flight: up to \(concurrency) sends plus sent records not yet acknowledged)")
-            #expect(Set(sentKeys) == expected, "nothing else sent")
-            // What can repeat: the sends in flight at the kill (`concurrency`) and the sends FCM had
-            // accepted whose sent record the broker had not yet acknowledged (one produce round
-            // trip's worth at this rate, under `concurrency` here).
-            #expect(repeats <= 2 * concurrency, "repeats bounded by what was in flight at the kill: \(repeats)")
+            for (provider, sentKeys, before) in [("FCM", fake.sentDedupeKeys, atKill), ("APNs", apns.sentDedupeKeys, atKillAPNs)] {
+                let repeats = sentKeys.count - Set(sentKeys).count
+                print("push: \(provider): \(total) notifications, \(before) sent before the SIGKILL, \(sentKeys.count) sends in all, \(repeats) repeated (in flight: up to \(concurrency) sends plus sent records not yet acknowledged)")
+                #expect(Set(sentKeys) == expected, "\(provider): nothing else sent")
+                // What can repeat: the sends in flight at the kill (`concurrency`) and the sends the
+                // provider had accepted whose sent record the broker had not yet acknowledged (one
+                // produce round trip's worth at this rate, under `concurrency` here).
+                #expect(repeats <= 2 * concurrency, "\(provider): repeats bounded by what was in flight at the kill: \(repeats)")
+            }
             let ledger = try await OperatorCommandTests.readAll("notifications.sent", bootstrap: bootstrap)
-            #expect(Set(ledger.compactMap { $0.key.map { String(decoding: $0, as: UTF8.self) } }) == expected, "one sent record per notification")
+            #expect(Set(ledger.compactMap { $0.key.map { String(decoding: $0, as: UTF8.self) } }) == expected.union(expected.map { "apns:" + $0 }),
+                    "one sent record per notification and provider")
         }
         try await fake.server.close()
+        try await apns.server.close()
     }
 }

@@ -59,12 +59,18 @@ import Workers
             let settings = WorkerSettings(bootstrapServers: ["127.0.0.1:1"])
             if stage.chain == ["thumbnails.render"] {
                 #expect(stage.options.thumbnails.storeDirectory == "thumbnails")
+            }
+            if let name = stage.chain.first, TransformCatalog.concurrentNames.contains(name) {
                 #expect(throws: TopologyError.self) { try StageService(definition: stage, topology: t, settings: settings) }
                 continue
             }
             _ = try StageService(definition: stage, topology: t, settings: settings)
         }
         #expect(t.stages.contains { $0.chain == ["thumbnails.render"] })
+        // The push senders: no key in the topology (the environment names the files); APNs' ids.
+        let apns = try #require(t.stages.first { $0.chain == ["push.apns"] })
+        #expect(apns.options.push.apnsKeyFile == nil && apns.options.push.apnsBundleID != nil && apns.options.push.apnsTeamID != nil)
+        #expect(t.stages.contains { $0.chain == ["push.fcm"] && $0.options.push.credentialsFile == nil })
     }
 
     @Test func thumbnailOptionsAreReadAndCheckedWithTheirLine() throws {

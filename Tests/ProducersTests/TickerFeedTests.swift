@@ -111,6 +111,10 @@ import WorkersTesting
         configuration.pingInterval = .milliseconds(200)
         configuration.idleTimeout = .milliseconds(1000)
         let seen = try await Self.collect(WebSocketFeed(configuration: configuration), messages: 1)
+        // The server reads the silent connection's frames in its own task, which a loaded machine
+        // may run after the client has moved on (a CI run closed the server before: 0 pings
+        // seen): they are in its socket buffer; wait for it to have read them.
+        try? await eventually("the server read the client's pings", within: .seconds(10)) { clientPings.withLock { $0.count } >= 2 }
         await server.close()
 
         #expect(seen.messages.map(\.text) == [Self.ticker(0)])

@@ -157,6 +157,33 @@ import Workers
         try await fake.server.close()
     }
 
+    /// The same notification twice at once (a stage that keeps state per input partition emits
+    /// it once per partition an entity arrives on): the second waits for the first's outcome and
+    /// is not sent; after a send that failed, the next one of the key goes.
+    @Test func theSameKeyInFlightTwiceIsSentOnce() async throws {
+        let fake = try await FakeFCM.start()
+        fake.setDelay(.milliseconds(200))
+        let ledger = SentLedger()
+        ledger.markLoaded()
+        let sender = try Self.sender(fake, ledger: ledger)
+        let outs = await withTaskGroup(of: TransformOutput.self) { group in
+            for _ in 0..<3 { group.addTask { await sender.process(Self.notification(token: "device-5", dedupe: "d5")) } }
+            return await group.reduce(into: []) { $0.append($1) }
+        }
+        #expect(fake.sent.count == 1 && outs.filter { !$0.records.isEmpty }.count == 1, "sent once: \(fake.sent.count)")
+        var once = Self.fastRetry
+        once.attempts = 1
+        let failing = try Self.sender(fake, retry: once, ledger: ledger)
+        fake.fail([FakeFCM.error(503, "UNAVAILABLE", "unavailable"), FakeFCM.error(503, "UNAVAILABLE", "unavailable")])
+        let before = fake.server.requests.count
+        let failed = await withTaskGroup(of: TransformOutput.self) { group in
+            for _ in 0..<2 { group.addTask { await failing.process(Self.notification(token: "device-6", dedupe: "d6")) } }
+            return await group.reduce(into: []) { $0.append($1) }
+        }
+        #expect(failed.allSatisfy { $0.failures.first?.reason == .sendFailed } && fake.server.requests.count - before >= 2, "each tried: \(failed)")
+        try await fake.server.close()
+    }
+
     @Test func aBadServiceAccountFileIsNamedNeverShown() throws {
         #expect(throws: PushConfigurationError.self) { try ServiceAccount(json: Array("[]".utf8), source: "sa.json") }
         let badKey = #expect(throws: PushConfigurationError.self) {

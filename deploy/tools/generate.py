@@ -14,6 +14,7 @@ Generated (do not edit by hand; edit this script or topology.yaml and run it aga
     deploy/k8s/kustomization.yaml            every manifest above plus the hand-written ones
     deploy/systemd/pipeline-workers.target   wants one pipeline-worker@STAGE.service per stage
     deploy/systemd/pipeline-producers.target wants pipeline-ingest-http.service and a pipeline-ingest-poll@SOURCE per source
+    deploy/systemd/pipeline-worker@<push stage>.service.d/push-key.conf   its provider key as a systemd credential
 
 Everything else under deploy/ is written by hand.
 """
@@ -56,6 +57,14 @@ PRODUCERS = [{"name": "ingest-http", "args": ["ingest", "http"], "url": None}] +
     {"name": f"ingest-poll-{source}", "args": ["ingest", "poll", source], "url": url} for source, url in POLL_SOURCES]
 
 
+# The push senders' keys (docs/push.md): the file each reads, named by an environment variable,
+# from the Secret push-credentials (k8s), a compose secret, or a systemd credential. Never a flag.
+PUSH_KEYS = {
+    ("push.fcm",): {"file": "fcm-service-account.json", "env": "PIPELINE_FCM_CREDENTIALS_FILE"},
+    ("push.apns",): {"file": "AuthKey.p8", "env": "PIPELINE_APNS_KEY_FILE"},
+}
+
+
 def load_topology():
     return yaml.safe_load((ROOT / "topology.yaml").read_text())
 
@@ -85,6 +94,8 @@ def stage_facts(topo):
             "lag": LAG_THRESHOLD_STATEFUL if stateful else LAG_THRESHOLD_STATELESS,
             # The thumbnail worker writes files: where (relative to the image's WORKDIR /app).
             "store": (s.get("options") or {}).get("store-directory") if s["chain"] == ["thumbnails.render"] else None,
+            # A push sender reads its provider key from a file named by the environment.
+            "push": PUSH_KEYS.get(tuple(s["chain"])),
         })
     return out
 
@@ -177,7 +188,14 @@ services:
     command: [worker, {s['name']}, --topology, topology.yaml, --metrics-address, "0.0.0.0:{METRICS_PORT}", --log-format, json]
 """ + (f"""    # Writes the thumbnails (read-only root file system otherwise): shared by every replica.
     volumes: [thumbnails:{store_path(s)}]
-""" if s["store"] else ""))
+""" if s["store"] else "") + (f"""    # Its provider key, a compose secret (./secrets/{s['push']['file']}), read from the file the
+    # environment names. Profile "push" (needs the key): docker compose --profile push up -d.
+    profiles: [push]
+    secrets: [{s['push']['file']}]
+    environment:
+      KAFKA_BOOTSTRAP_SERVERS: kafka:9092
+      {s['push']['env']}: /run/secrets/{s['push']['file']}
+""" if s["push"] else ""))
 
     lines.append(f"""  # The endpoint the apps' backends post to (POST /v1/{{stream}}, answered once durable). Client
   # tokens from PIPELINE_INGEST_TOKENS (a .env file beside this one; one client per line:
@@ -214,6 +232,10 @@ services:
         lines.append("""volumes:
   thumbnails:
 """)
+    keys = [s["push"]["file"] for s in stages if s["push"]]
+    if keys:
+        lines.append("# The push senders' keys (docs/push.md), never in the image or a flag.\nsecrets:\n"
+                     + "".join(f"  {k}:\n    file: ./secrets/{k}\n" for k in keys))
     return "\n".join(lines)
 
 
@@ -270,6 +292,9 @@ POD_SECURITY = """      automountServiceAccountToken: false
         runAsNonRoot: true
         runAsUser: 10001
         runAsGroup: 10001
+        # Secret volumes are the kubelet's (root); fsGroup makes them group 10001, so mode 0440
+        # lets the worker read its keys and nobody else.
+        fsGroup: 10001
         seccompProfile: {type: RuntimeDefault}
 """.rstrip("\n")
 KAFKA_ENV = """            - name: KAFKA_BOOTSTRAP_SERVERS
@@ -298,7 +323,21 @@ KAFKA_VOLUMES = """        - name: kafka-ca
 
 def k8s_stage(s):
     n = s["name"]
-    mount, volume, claim = "", "", ""
+    mount, volume, claim, env = "", "", "", ""
+    if s["push"]:
+        key = s["push"]["file"]
+        mount = f"""
+            # The provider key (Secret push-credentials), read from the file the environment names.
+            - {{name: push-key, mountPath: /etc/pipeline/push, readOnly: true}}"""
+        volume = f"""
+        - name: push-key
+          secret:
+            secretName: push-credentials
+            defaultMode: 0440
+            items: [{{key: {key}, path: {key}}}]"""
+        env = f"""
+            - name: {s['push']['env']}
+              value: /etc/pipeline/push/{key}"""
     if s["store"]:
         mount = f"""
             # Thumbnails are written here (the root file system is read-only).
@@ -376,7 +415,7 @@ spec:
 {KAFKA_ENV}
             # Read by the worker itself; never a flag (flags show in ps).
             - name: KAFKA_SASL_PASSWORD
-              valueFrom: {{secretKeyRef: {{name: kafka-credentials, key: password}}}}
+              valueFrom: {{secretKeyRef: {{name: kafka-credentials, key: password}}}}{env}
           ports:
             - {{name: metrics, containerPort: {METRICS_PORT}, protocol: TCP}}
           # /healthz: the event loop turns (every second, also when idle).
@@ -480,7 +519,7 @@ def k8s_producer(p):
             - {name: ingest-tokens, mountPath: /etc/pipeline/ingest, readOnly: true}"""
         volumes = """
         - name: ingest-tokens
-          secret: {secretName: ingest-tokens, defaultMode: 0400}"""
+          secret: {secretName: ingest-tokens, defaultMode: 0440}"""
         ports = f"""
             - {{name: ingest, containerPort: {INGEST_PORT}, protocol: TCP}}"""
         why = ("One replica: an Idempotency-Key is remembered by the process that answered it, so a retried\n"
@@ -600,7 +639,8 @@ data:
 
 
 HAND_WRITTEN_K8S = ["namespace.yaml", "configmap-kafka-connection.yaml", "secret-kafka-credentials.yaml",
-                    "triggerauthentication.yaml", "configmap-upstreams.yaml", "secret-ingest-tokens.yaml"]
+                    "triggerauthentication.yaml", "configmap-upstreams.yaml", "secret-ingest-tokens.yaml",
+                    "secret-push-credentials.yaml"]
 
 
 def kustomization(stages):
@@ -645,6 +685,17 @@ WantedBy=multi-user.target
 """
 
 
+def systemd_push_dropin(s):
+    key, env = s["push"]["file"], s["push"]["env"]
+    return header() + f"""# The provider key of pipeline-worker@{s['name']}: a systemd credential, readable by this unit
+# only (in $CREDENTIALS_DIRECTORY, %d), never in worker.env or a flag. Put the key at
+# /etc/pipeline/credentials/{key} (root, 0600); systemd hands a copy to the worker.
+[Service]
+LoadCredential={key}:/etc/pipeline/credentials/{key}
+Environment={env}=%d/{key}
+"""
+
+
 def systemd_producers_target():
     wants = " ".join(["pipeline-ingest-http.service"] + [f"pipeline-ingest-poll@{s}.service" for s, _ in POLL_SOURCES])
     return header() + f"""[Unit]
@@ -672,6 +723,8 @@ def outputs():
         files[DEPLOY / f"k8s/producers/{p['name']}.yaml"] = k8s_producer(p)
     for s in stages:
         files[DEPLOY / f"k8s/stages/{s['name']}.yaml"] = k8s_stage(s)
+        if s["push"]:
+            files[DEPLOY / f"systemd/pipeline-worker@{s['name']}.service.d/push-key.conf"] = systemd_push_dropin(s)
     return files
 
 

@@ -125,7 +125,7 @@ public struct TransformCatalog: Sendable {
         public var hangoutImageBase = "http://127.0.0.1:8089/static-file/"
         /// The thumbnail worker's settings (`thumbnails.render`).
         public var thumbnails = ThumbnailOptions()
-        /// A push sender's settings (`push.fcm`).
+        /// A push sender's settings (`push.fcm`, `push.apns`).
         public var push = PushOptions()
         public init() {}
     }
@@ -155,7 +155,7 @@ public struct TransformCatalog: Sendable {
 
     /// Transforms that do I/O (``ConcurrentTransform``): valid in a topology, each alone in its chain,
     /// built by the host that links their module (`pipelinectl worker`), not by this catalog.
-    public static let concurrentNames = ["thumbnails.render", "push.fcm"]
+    public static let concurrentNames = ["thumbnails.render", "push.fcm", "push.apns"]
 
     public func transform(named name: String) throws(UnknownTransform) -> any Transform {
         let prices = PriceTickDecoder(limits: options.limits)
@@ -208,7 +208,8 @@ public struct TransformCatalog: Sendable {
         case "challenges.standings": ChallengeStandingsTransform.options
         case "challenges.notifications": ChallengeNotificationTransform.options
         case "thumbnails.render": ThumbnailOptions.stageOptions
-        case "push.fcm": PushOptions.stageOptions
+        case "push.fcm": PushOptions.fcmStageOptions
+        case "push.apns": PushOptions.apnsStageOptions
         default: []
         }
     }

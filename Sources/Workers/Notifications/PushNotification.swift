@@ -190,8 +190,10 @@ public struct NotificationDecoder: Sendable {
     }
 }
 
-/// `notifications.render`: typed notification in, one FCM record (`notifications.fcm`) and one
-/// APNs record (`notifications.apns`, with the `apns-collapse-id` header) out. Stateless.
+/// `notifications.render`: typed notification in, one provider's record out: for an APNs device
+/// token (64 hex digits) an APNs record (`notifications.apns`, with the `apns-collapse-id`
+/// header); for an FCM registration token or a topic an FCM record (`notifications.fcm`; FCM
+/// reaches a topic's iPhones through its APNs bridge, and APNs has no topics). Stateless.
 public struct NotificationRenderTransform: Transform {
     public var decoder: NotificationDecoder
     public init(decoder: NotificationDecoder = NotificationDecoder()) { self.decoder = decoder }
@@ -202,11 +204,19 @@ public struct NotificationRenderTransform: Transform {
         guard let value = record.value else { return }  // tombstone: nothing to send
         let n: PushNotification
         do { n = try decoder.decode(value) } catch { return out.fail(error) }
-        out.append(contentsOf: [
-            OutputRecord(output: "notifications.fcm", key: record.key, value: n.fcmJSON(), dedupeKey: "fcm:" + n.dedupeKey),
-            OutputRecord(
-                output: "notifications.apns", key: record.key, value: n.apnsJSON(),
-                headers: [RecordHeader("apns-collapse-id", n.collapseKey)], dedupeKey: "apns:" + n.dedupeKey),
-        ])
+        if case .token(let token) = n.recipient, Self.isAPNsDeviceToken(token) {
+            out.append(
+                OutputRecord(
+                    output: "notifications.apns", key: record.key, value: n.apnsJSON(),
+                    headers: [RecordHeader("apns-collapse-id", n.collapseKey)], dedupeKey: "apns:" + n.dedupeKey))
+        } else {
+            out.append(OutputRecord(output: "notifications.fcm", key: record.key, value: n.fcmJSON(), dedupeKey: "fcm:" + n.dedupeKey))
+        }
+    }
+
+    /// An APNs device token is 32 bytes, written as 64 hexadecimal digits; an FCM registration
+    /// token is longer and has `:`, `-` and `_` in it. A token is one provider's, never both.
+    public static func isAPNsDeviceToken(_ token: String) -> Bool {
+        token.utf8.count == 64 && token.utf8.allSatisfy { ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x61 && $0 <= 0x66) || ($0 >= 0x41 && $0 <= 0x46) }
     }
 }

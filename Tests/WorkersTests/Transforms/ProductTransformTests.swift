@@ -114,9 +114,12 @@ import WorkersTesting
         let books = try #require(driver.outputs.first { $0.dedupeKey == "new-products:books:30000" })
         #expect(books.valueString?.contains(#""image""#) == false)
 
-        // Rendered: FCM notification.image; APNs mutable-content with the image next to aps.
+        // Rendered: FCM notification.image (the topic); APNs mutable-content with the image next
+        // to aps (an iPhone's device token).
         var render = TestDriver(NotificationRenderTransform())
+        let device = String(repeating: "ab", count: 32)
         render.send(value: watches.valueString, timestamp: 61_000)
+        render.send(value: watches.valueString?.replacingOccurrences(of: #""topic":"new-products-watches""#, with: #""token":"\#(device)""#), timestamp: 61_000)
         let fcm = try #require(render.outputs(named: "notifications.fcm").first?.valueString)
         #expect(fcm.contains(#""notification":{"title":"New products","body":"Apple Watch","image":"file:///thumbs/1-0-list.jpg"}"#), "\(fcm)")
         let apns = try #require(render.outputs(named: "notifications.apns").first?.valueString)
@@ -174,13 +177,24 @@ import WorkersTesting
             """)
     }
 
-    @Test func typedFormRoundTripsAndRenderStageEmitsBoth() throws {
+    /// One provider per notification: a topic and an FCM registration token go to FCM, an APNs
+    /// device token (64 hex digits) to APNs, never both (a device would get it twice).
+    @Test func typedFormRoundTripsAndRenderStageRoutesByToken() throws {
         #expect(try NotificationDecoder().decode(n.jsonBytes()) == n)
         var driver = TestDriver(NotificationRenderTransform())
-        let out = driver.send(key: "topic:campaign-7", value: String(decoding: n.jsonBytes(), as: UTF8.self), timestamp: 1)
-        #expect(out.records.map(\.output) == ["notifications.fcm", "notifications.apns"])
+        let topic = driver.send(key: "topic:campaign-7", value: String(decoding: n.jsonBytes(), as: UTF8.self), timestamp: 1)
+        #expect(topic.records.map(\.output) == ["notifications.fcm"] && topic.records.map(\.dedupeKey) == ["fcm:campaign:7:goal"])
+        var android = n
+        android.recipient = .token("fR3n7:APA91bj6BqAf3hT12Eisz7Dqb09QsSFeAIgcVg9-IrOpAa")
+        let fcm = driver.send(key: "token:x", value: String(decoding: android.jsonBytes(), as: UTF8.self), timestamp: 1)
+        #expect(fcm.records.map(\.output) == ["notifications.fcm"])
+        var iphone = n
+        iphone.recipient = .token(String(repeating: "0f", count: 32))
+        let out = driver.send(key: "token:y", value: String(decoding: iphone.jsonBytes(), as: UTF8.self), timestamp: 1)
+        #expect(out.records.map(\.output) == ["notifications.apns"])
         #expect(out.records.last?.headers == [RecordHeader("apns-collapse-id", "campaign-7-goal")])
-        #expect(out.records.map(\.dedupeKey) == ["fcm:campaign:7:goal", "apns:campaign:7:goal"])
+        #expect(out.records.map(\.dedupeKey) == ["apns:campaign:7:goal"])
+        #expect(!NotificationRenderTransform.isAPNsDeviceToken(String(repeating: "0f", count: 31) + "0g"))
         driver.send(value: #"{"title":"x"}"#, timestamp: 2)
         #expect(driver.deadLetters.map(\.failure.field) == ["token"])
     }
