@@ -269,6 +269,13 @@ let package = Package(
             name: "hotpath-bench", dependencies: ["Kafka", "Pipeline", "Producers", "Workers", .product(name: "Logging", package: "swift-log")], path: "Benchmarks/HotPathBench"),
         .executableTarget(
             name: "thumbnail-bench", dependencies: ["SafeFetch", "Thumbnails"], path: "Benchmarks/ThumbnailBench", exclude: ["bench_worker.py"]),
+        .executableTarget(
+            name: "push-bench",
+            dependencies: [
+                "Push", "Workers", "HTTPTesting", .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOPosix", package: "swift-nio"), .product(name: "NIOSSL", package: "swift-nio-ssl"),
+            ],
+            path: "Benchmarks/PushBench", exclude: ["peer_httpx.py"]),
 
         // Tests, one target per module: all but IntegrationTests need no broker (they use
         // values, librdkafka's in-process mock cluster and local HTTP servers);

@@ -31,13 +31,15 @@ public final class FakeFCM: Sendable {
         var delay: Duration = .zero
     }
 
-    public static func start(project: String = "test-project") async throws -> FakeFCM {
+    /// With `tls`, HTTPS and HTTP/2, as the real one (clients trust `tls.pem`).
+    public static func start(project: String = "test-project", tls: TestCertificate? = nil) async throws -> FakeFCM {
         let key = try _RSA.Signing.PrivateKey(keySize: .bits2048)
         let box = Box()
-        let server = try await TestHTTPServer(handlers: [
-            "/token": { request in await box.fake!.token(request) },
-            "/v1/projects/\(project)/messages:send": { request in await box.fake!.send(request) },
-        ])
+        let server = try await TestHTTPServer(
+            handlers: [
+                "/token": { request in await box.fake!.token(request) },
+                "/v1/projects/\(project)/messages:send": { request in await box.fake!.send(request) },
+            ], tls: tls)
         let fake = FakeFCM(server: server, project: project, privateKey: key)
         box.fake = fake
         return fake

@@ -26,8 +26,8 @@ final class DevPushProviders {
         let credentials = folder + "/fcm-service-account.json"
         let key = folder + "/AuthKey.p8"
         let ca = folder + "/apns-ca.pem"
-        FileManager.default.createFile(atPath: credentials, contents: Data(fcm.serviceAccountJSON), attributes: [.posixPermissions: 0o600])
-        FileManager.default.createFile(atPath: key, contents: Data(apns.keyP8.utf8), attributes: [.posixPermissions: 0o600])
+        _ = FileManager.default.createFile(atPath: credentials, contents: Data(fcm.serviceAccountJSON), attributes: [.posixPermissions: 0o600])
+        _ = FileManager.default.createFile(atPath: key, contents: Data(apns.keyP8.utf8), attributes: [.posixPermissions: 0o600])
         try apns.certificate.writeTrustRoot(to: ca)
         return DevPushProviders(fcm: fcm, apns: apns, folder: folder, environment: [
             FCMSender.credentialsEnvironment: credentials, FCMSender.endpointEnvironment: fcm.server.baseURL,

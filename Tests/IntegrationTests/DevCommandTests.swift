@@ -45,7 +45,7 @@ import Testing
         #expect(output.contains("last notification: "))
         // Delivered end to end: both providers got notifications, no repeat, one shown as a phone would.
         let push = output.split(separator: "\n").first { $0.hasPrefix("push: ") }.map(String.init) ?? ""
-        let counts = push.matches(of: /(\d+) reached (FCM|APNs) \((\d+) distinct\)/).map { (Int($0.1) ?? 0, Int($0.3) ?? -1) }
+        let counts = push.matches(of: /(\d+) (?:notifications )?reached (FCM|APNs) \((\d+) distinct\)/).map { (Int($0.1) ?? 0, Int($0.3) ?? -1) }
         #expect(counts.count == 2 && counts.allSatisfy { $0.0 > 0 && $0.0 == $0.1 }, "\(push)")
         #expect(output.contains("on a phone: ") && output.contains("on an iPhone: "), "\(output)")
         #expect(output.contains("console: http://127.0.0.1:8090/"), "dev prints the console's address")

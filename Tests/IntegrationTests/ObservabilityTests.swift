@@ -149,15 +149,15 @@ import PipelineTesting
                 "--metrics-address", "127.0.0.1:0", "--security-protocol", "sasl_plaintext", "--sasl-username", "worker",
                 "--log-level", "debug", "--log-format", "json", "--kafka-debug", "conf,security,broker",
             ],
-            environment: ["KAFKA_SASL_PASSWORD": password])
+            environment: ["KAFKA_SASL_PASSWORD": password], watch: [password, "sasl.username"])
         // librdkafka's debug output dumps the configuration, and the broker does not speak SASL:
         // the worker logs the handshake failing. Wait for both.
         try await worker.waitForLine(containing: "sasl.password", timeout: .seconds(30))
         try await worker.waitForLine(containing: "SASL", timeout: .seconds(30))
         worker.terminate()
         _ = await worker.waitForExit()
-        let output = worker.output()
-        #expect(output.contains("sasl.username"), "the configuration was logged")
-        #expect(!output.contains(password), "the password is never logged")
+        // Counted over every line (a loaded machine's debug log outgrew the kept tail in CI).
+        #expect((worker.lines(containing: "sasl.username") ?? 0) > 0, "the configuration was logged")
+        #expect(worker.lines(containing: password) == 0, "the password is never logged")
     }
 }

@@ -26,9 +26,9 @@ import Workers
         try FileManager.default.createDirectory(at: work, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: work) }
         let credentials = work.appendingPathComponent("fcm-service-account.json").path
-        FileManager.default.createFile(atPath: credentials, contents: Data(fake.serviceAccountJSON), attributes: [.posixPermissions: 0o600])
+        _ = FileManager.default.createFile(atPath: credentials, contents: Data(fake.serviceAccountJSON), attributes: [.posixPermissions: 0o600])
         let p8 = work.appendingPathComponent("AuthKey.p8").path
-        FileManager.default.createFile(atPath: p8, contents: Data(apns.keyP8.utf8), attributes: [.posixPermissions: 0o600])
+        _ = FileManager.default.createFile(atPath: p8, contents: Data(apns.keyP8.utf8), attributes: [.posixPermissions: 0o600])
         let ca = work.appendingPathComponent("apns-ca.pem").path
         try apns.certificate.writeTrustRoot(to: ca)
         let concurrency = 8

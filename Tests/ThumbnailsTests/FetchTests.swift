@@ -1,5 +1,6 @@
 import Foundation
 import HTTPTesting
+import PipelineTesting
 import Synchronization
 import Testing
 import Thumbnails
@@ -102,6 +103,9 @@ struct HTTPFetchTests {
         await expectFetchError({ $0 == .timedOut(url: server.baseURL + "/hang") }) {
             try await fetcher.fetch(server.baseURL + "/hang")
         }
+        // The server records a request once its handler runs, which a loaded machine may do after
+        // the client's 100 ms gave out (a CI run saw 1): wait for the second before counting.
+        try? await eventually("the server saw the retry", within: .seconds(10)) { server.requests(to: "/hang") >= 2 }
         #expect(server.requests(to: "/hang") == 2)
         try await server.close()
     }

@@ -16,14 +16,20 @@ public enum ManagedProcess {
             var outputClosed = false
             var exitStatus: Int32?
             var exitWaiters: [CheckedContinuation<Int32, Never>] = []
+            /// Lines containing each watched text, over the whole run (the tail forgets).
+            var watched: [String: Int] = [:]
         }
 
-        fileprivate init(pid: pid_t) { self.pid = pid }
+        fileprivate init(pid: pid_t, watch: [String]) {
+            self.pid = pid
+            state.withLock { s in for needle in watch { s.watched[needle] = 0 } }
+        }
 
         fileprivate func received(_ line: String) {
             let ready: [CheckedContinuation<Bool, Never>] = state.withLock { s in
                 s.tail.append(line)
                 if s.tail.count > 10_000 { s.tail.removeFirst(s.tail.count - 5_000) }
+                for needle in s.watched.keys where line.contains(needle) { s.watched[needle, default: 0] += 1 }
                 let (matched, rest) = s.lineWaiters.partitioned { line.contains($0.needle) }
                 s.lineWaiters = rest
                 return matched.map(\.continuation)
@@ -51,6 +57,10 @@ public enum ManagedProcess {
 
         /// The last lines the process printed (up to `lines`).
         public func recentOutput(lines: Int = 50) -> String { state.withLock { $0.tail.suffix(lines).joined(separator: "\n") } }
+
+        /// How many lines of the whole run contained `needle`, one of the texts `launch` was told
+        /// to watch (nil for another).
+        public func lines(containing needle: String) -> Int? { state.withLock { $0.watched[needle] } }
 
         /// Everything it printed (the last 5,000 to 10,000 lines of a long run).
         public func output() -> String { state.withLock { $0.tail.joined(separator: "\n") } }
@@ -108,7 +118,9 @@ public enum ManagedProcess {
     /// Starts `path` with `posix_spawn`. Foundation's `Process` passes on the spawning thread's
     /// signal mask, and Dispatch threads block SIGTERM and SIGINT: a child started that way
     /// ignores `terminate()`. Here the child gets an empty mask and default handlers.
-    public static func launch(_ path: String, arguments: [String], environment: [String: String]) throws -> Handle {
+    /// `watch`: texts whose lines are counted over the whole run (``Handle/lines(containing:)``),
+    /// for a check that the tail, which keeps the last 5,000 to 10,000 lines, cannot make.
+    public static func launch(_ path: String, arguments: [String], environment: [String: String], watch: [String] = []) throws -> Handle {
         var env = ProcessInfo.processInfo.environment
         for (k, v) in environment { env[k] = v }
 
@@ -152,7 +164,7 @@ public enum ManagedProcess {
         }
 
         let childPID = pid
-        let handle = Handle(pid: childPID)
+        let handle = Handle(pid: childPID, watch: watch)
         let reader = Thread {
             defer { close(readEnd) }
             var buffer: [UInt8] = []
