@@ -61,14 +61,13 @@ enum PushBench {
     static func serve(dir: String, delayMs: Int) async throws {
         let certificate = try TestCertificate()
         let fcm = try await FakeFCM.start(project: "bench", tls: certificate)
-        let apns = try await FakeAPNs.start(bundleID: "com.example.bench")
+        let apns = try await FakeAPNs.start(bundleID: "com.example.bench", certificate: certificate)
         fcm.setDelay(.milliseconds(delayMs))
         apns.setDelay(.milliseconds(delayMs))
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
         _ = FileManager.default.createFile(atPath: dir + "/fcm-service-account.json", contents: Data(fcm.serviceAccountJSON))
         try apns.keyP8.write(toFile: dir + "/AuthKey.p8", atomically: true, encoding: .utf8)
-        // One CA for both: the local APNs has its own; the clients trust both CAs.
-        try (certificate.pem + apns.certificate.pem).write(toFile: dir + "/ca.pem", atomically: true, encoding: .utf8)
+        try certificate.writeTrustRoot(to: dir + "/ca.pem")
         let endpoints: [String: String] = [
             "fcm": fcm.server.baseURL, "fcm_project": fcm.project, "apns": apns.server.baseURL,
             "apns_bundle": apns.bundleID, "apns_team": apns.teamID, "apns_key": apns.keyID,

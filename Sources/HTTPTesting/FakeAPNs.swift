@@ -52,8 +52,11 @@ public final class FakeAPNs: Sendable {
         public var json: [String: Any] { (try? JSONSerialization.jsonObject(with: Data(payload))) as? [String: Any] ?? [:] }
     }
 
-    public static func start(bundleID: String = "com.example.walk", teamID: String = "TEAM123456", keyID: String = "KEY1234567") async throws -> FakeAPNs {
-        let certificate = try TestCertificate()
+    /// `certificate`: the one it serves (a new one by default).
+    public static func start(
+        bundleID: String = "com.example.walk", teamID: String = "TEAM123456", keyID: String = "KEY1234567", certificate: TestCertificate? = nil
+    ) async throws -> FakeAPNs {
+        let certificate = try certificate ?? TestCertificate()
         let box = Box()
         let server = try await TestHTTPServer(fallback: { request in await box.fake!.answer(request) }, tls: certificate)
         let fake = FakeAPNs(server: server, certificate: certificate, bundleID: bundleID, teamID: teamID, keyID: keyID)

@@ -203,7 +203,9 @@ struct ScriptResponder: HTTPResponder {
         var received = RecordedRequest(method: request.method, target: request.head.path ?? "/", headers: request.headers)
         // An HTTP/2 request comes on a stream channel, a child of the connection's.
         received.http2 = context.channel.parent != nil
-        received.connection = ObjectIdentifier(context.channel.parent ?? context.channel).hashValue
+        // The client's address and port: an object's identity can come back for a later
+        // connection once the first is freed (a benchmark saw it).
+        received.connection = ((context.channel.parent ?? context.channel).remoteAddress?.description ?? "").hashValue
         // The body, bounded (a fake API reads forms and JSON, never uploads).
         if let collected = try? await request.body.collect(upTo: 4 * 1024 * 1024) { received.body = Array(collected.readableBytesView) }
         let scripted = await state.answer(received)

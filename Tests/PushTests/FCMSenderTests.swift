@@ -70,17 +70,17 @@ import Workers
         try await fake.server.close()
     }
 
-    @Test func quotaAndUnavailableAreRetriedHonouringRetryAfterThenSent() async throws {
+    @Test func quotaUnavailableAndAResetAreRetriedHonouringRetryAfterThenSent() async throws {
         let fake = try await FakeFCM.start()
         fake.fail([FakeFCM.error(429, "RESOURCE_EXHAUSTED", "quota", code: "QUOTA_EXCEEDED", retryAfter: "1"),
                    FakeFCM.error(503, "UNAVAILABLE", "unavailable", code: "UNAVAILABLE"),
-                   FakeFCM.error(500, "INTERNAL", "internal", code: "INTERNAL")])
+                   FakeFCM.error(500, "INTERNAL", "internal", code: "INTERNAL"), .reset])
         let sender = try Self.sender(fake)
         let started = ContinuousClock.now
         let out = await sender.process(Self.notification(token: "device-3", dedupe: "d3"))
         let took = ContinuousClock.now - started
         #expect(out.records.first?.output == "sent", "\(out.failures)")
-        #expect(fake.server.requests(to: "/v1/projects/test-project/messages:send") == 4)
+        #expect(fake.server.requests(to: "/v1/projects/test-project/messages:send") == 5, "four failures, then the send")
         #expect(took >= .seconds(1), "Retry-After: 1 was waited: \(took)")
         try await fake.server.close()
     }
