@@ -81,6 +81,16 @@ def timed_rss(cmd):
     return p.stdout, p.stderr, rss, cpu
 
 
+def context_switches(time_output):
+    """Voluntary (a thread waited: a wake-up later) and involuntary context switches of a process
+    and all its threads, from /usr/bin/time -v's report or "-f '%U %S %w %c'"."""
+    m = re.search(r"Voluntary context switches: (\d+)\s+Involuntary context switches: (\d+)", time_output)
+    if m:
+        return int(m.group(1)), int(m.group(2))
+    fields = time_output.split()
+    return int(fields[-2]), int(fields[-1])
+
+
 def windowed(result):
     """latency.py's p50 by 4-second window, e.g. `11 23 37 68`."""
     return " ".join(f"{w['p50_ms']:.0f}" for w in result["windows"])
@@ -167,20 +177,22 @@ def kcat_seconds(bootstrap, source, target, work):
     CPU seconds of both kcat processes)."""
     times = [os.path.join(work, f"kcat-{side}.time") for side in ("C", "P")]
     t0 = time.monotonic()
-    c = subprocess.Popen(["/usr/bin/time", "-f", "%U %S", "-o", times[0],
+    c = subprocess.Popen(["/usr/bin/time", "-f", "%U %S %w %c", "-o", times[0],
                           "kcat", "-C", "-b", bootstrap, "-t", source, "-o", "beginning", "-e", "-q", "-K", "\t"],
                          stdout=subprocess.PIPE)
-    p = subprocess.Popen(["/usr/bin/time", "-f", "%U %S", "-o", times[1],
+    p = subprocess.Popen(["/usr/bin/time", "-f", "%U %S %w %c", "-o", times[1],
                           "kcat", "-P", "-b", bootstrap, "-t", target, "-K", "\t", "-X", "linger.ms=5",
                           "-X", "enable.idempotence=true", "-X", "acks=all"], stdin=c.stdout)
     c.stdout.close()
     p.wait(); c.wait()
     total = time.monotonic() - t0
-    cpu = sum(float(x) for path in times for x in open(path).read().split()[-2:])
+    reports = [open(path).read() for path in times]
+    cpu = sum(float(x) for r in reports for x in r.split()[-4:-2])
+    switches = [sum(x) for x in zip(*(context_switches(r) for r in reports))]
     t0 = time.monotonic()
     run(["kcat", "-C", "-b", bootstrap, "-t", source, "-o", "beginning", "-c", "1", "-q"])
     first = time.monotonic() - t0
-    return total - first, cpu
+    return total - first, cpu, tuple(switches)
 
 
 def metrics_port(proc_log_path):
@@ -216,6 +228,9 @@ def main():
     # CPU per record (user + system, microseconds) of the side's processes and of the broker
     # during that side's round: what each costs the 2 cores they share.
     cpu = {side: [] for side in results}
+    # Context switches per 1,000 records (voluntary: a thread waited and was woken; involuntary:
+    # preempted), every thread of the side's processes: a figure that travels between processors.
+    switches = {side: [] for side in results}
     loop_busy = []  # the Swift worker's event loop: busy seconds per active second
     broker_cpu = {side: [] for side in results}
     try:
@@ -237,7 +252,7 @@ def main():
                 run([CTL, "topics", "create", "--bootstrap-server", bootstrap, target, "--partitions", str(partitions)])
                 broker_before = process_cpu(tansu)
                 if side == "kcat pipe":
-                    secs, used = kcat_seconds(bootstrap, "bench.raw", target, work)
+                    secs, used, sw = kcat_seconds(bootstrap, "bench.raw", target, work)
                 elif side in ("swift worker", "baseline worker"):
                     group = f"bench-{side.split()[0]}-{r}"
                     topo = os.path.join(work, f"{group}.yaml")
@@ -246,18 +261,22 @@ def main():
                     _, err, mib, used = timed_rss(swift_worker(
                         bootstrap, topo, stop_after=messages, ctl=baseline if side == "baseline worker" else None))
                     secs = stopped_figure(err)
+                    sw = context_switches(err)
                     rss[side].append(mib)
                     if side == "swift worker":
                         loop_busy.append(stopped_figure(err, "loop-busy-seconds") / secs)
                 else:
-                    out, _, mib, used = timed_rss([sys.executable, os.path.join(HERE, "python_worker.py"), bootstrap, "bench.raw", target, str(messages)])
+                    out, err, mib, used = timed_rss([sys.executable, os.path.join(HERE, "python_worker.py"), bootstrap, "bench.raw", target, str(messages)])
+                    sw = context_switches(err)
                     secs = float(re.search(r"active_seconds=([0-9.]+)", out).group(1))
                     rss[side].append(mib)
                 results[side].append(messages / secs)
                 cpu[side].append(used / messages * 1e6)
+                switches[side].append((sw[0] * 1000 / messages, sw[1] * 1000 / messages))
                 broker_cpu[side].append((process_cpu(tansu) - broker_before) / messages * 1e6)
                 log(f"round {r} {side}: {messages / secs:,.0f} msg/s, CPU per record {cpu[side][-1]:.2f} us, "
-                    f"broker {broker_cpu[side][-1]:.2f} us" + (f", loop busy {loop_busy[-1]:.0%}" if side == "swift worker" else ""))
+                    f"broker {broker_cpu[side][-1]:.2f} us, context switches per 1,000 records "
+                    f"{switches[side][-1][0]:.1f} voluntary + {switches[side][-1][1]:.1f} involuntary" + (f", loop busy {loop_busy[-1]:.0%}" if side == "swift worker" else ""))
                 run([CTL, "topics", "delete", "--bootstrap-server", bootstrap, target])
 
         # Two workers sharing the partitions, per round, against one worker's best.
@@ -320,12 +339,18 @@ def main():
     def fmt(v):
         return f"{max(v):,.0f} ({min(v):,.0f}-{max(v):,.0f})"
 
-    print(f"\n{messages:,} Upbit tickers, {partitions} partitions, {rounds} rounds, worker chain {CHAIN}; msg/s best (min-max), first record to last acknowledged output")
+    model = next((l.split(":", 1)[1].strip() for l in run(["lscpu"]).stdout.splitlines() if l.startswith("Model name:")), "?")
+    print(f"\nprocessor: {model}, {os.cpu_count()} cores")
+    print(f"{messages:,} Upbit tickers, {partitions} partitions, {rounds} rounds, worker chain {CHAIN}; msg/s best (min-max), first record to last acknowledged output")
     for side, v in results.items():
         print(f"{side:14} {fmt(v):>32}" + (f"   peak RSS {max(rss[side]):.0f} MiB" if side in rss else ""))
     print("CPU per record in microseconds, user + system, min-max over rounds (the side's processes; the broker in the same rounds):")
     for side in results:
         print(f"{side:14} {min(cpu[side]):.2f}-{max(cpu[side]):.2f}   broker {min(broker_cpu[side]):.2f}-{max(broker_cpu[side]):.2f}")
+    print("context switches per 1,000 records, min-max over rounds (voluntary: waits and wake-ups; involuntary):")
+    for side in results:
+        vol, inv = [x[0] for x in switches[side]], [x[1] for x in switches[side]]
+        print(f"{side:14} {min(vol):.1f}-{max(vol):.1f} voluntary, {min(inv):.1f}-{max(inv):.1f} involuntary")
     if not CHAINS[CHAIN]["stateful"]:
         # (A stateful worker's loop also restores its state before the first record, which
         # "active" does not count.)

@@ -131,7 +131,9 @@ import Workers
         let trickled = ContinuousClock.now
         let cut = await (try Self.sender(fake, retry: short)).process(Self.notification(token: "device-11", dedupe: "d11"))
         #expect(cut.records.first?.output == "sent" && ContinuousClock.now - trickled < .seconds(3), "\(cut.failures)")
-        #expect(fake.server.requests(to: "/v1/projects/test-project/messages:send") == before + 2, "the trickled attempt was cut, the next sent")
+        // At least two: on a loaded machine the next attempt can overrun its 500 ms too (a CI run
+        // saw a third); never one, which would mean the trickled answer was waited for.
+        #expect(fake.server.requests(to: "/v1/projects/test-project/messages:send") >= before + 2, "the trickled attempt was cut, the next sent")
         fake.setDelay(.seconds(3))
         retry.attempts = 100
         retry.attemptTimeout = .milliseconds(300)
