@@ -7,6 +7,7 @@ import FoundationNetworking
 #endif
 import Pipeline
 import Producers
+import Push
 import TextTable
 import Thumbnails
 import Workers
@@ -23,11 +24,13 @@ struct Dev: AsyncParsableCommand {
             ships in through the producers as they run in production: a `pipelinectl ingest \
             http` endpoint that every samples/<app>/*.jsonl file is posted to, and one \
             `pipelinectl ingest poll` per list API, reading the lists the samples hold from \
-            dev's own sample server (127.0.0.1:8089, which also serves the sample images). Then \
+            dev's own sample server (127.0.0.1:8089, which also serves the sample images). The \
+            push stages send to a local FCM and APNs that dev starts. Then \
             it shows per stage: records in and out, dead letters, lag, rate, and the last \
             notification, and serves the operator console (`pipelinectl console`) on \
             http://127.0.0.1:8090/. Ctrl-C (or --duration) stops the producers, the console and \
-            every worker gracefully, then the broker, and prints a summary; no process is left \
+            every worker gracefully, then the broker, and prints a summary (ending with what \
+            reached each push provider); no process is left \
             behind. \
             Without a terminal it prints plain progress lines.
 
@@ -94,6 +97,9 @@ struct DevMetrics {
     var recordsOut: Double = 0
     var deadLetters: Double = 0
     var lag: Double = 0
+    /// A push sender's attempts that were tried again (each may repeat a send whose acceptance
+    /// did not reach the sender).
+    var pushRetried: Double = 0
 
     /// Sums the series of a Prometheus text exposition by metric name.
     static func parse(_ text: String) -> DevMetrics {
@@ -106,6 +112,7 @@ struct DevMetrics {
             case MetricName.recordsOut: m.recordsOut += value
             case MetricName.deadLetters: m.deadLetters += value
             case MetricName.lagRecords: m.lag += value
+            case PushMetricName.sends where line.contains(#"outcome="retried""#): m.pushRetried += value
             default: break
             }
         }
@@ -464,7 +471,8 @@ final class DevSession {
         }
         if !silent.isEmpty { say("no output from: \(silent.joined(separator: ", "))") }
         if let last = lastNotification.get() { say("last notification: \(last)") }
-        for line in push?.summary() ?? [] { say(line) }
+        let retried = Int(workers.filter { $0.stage.sendsPushes }.reduce(0) { $0 + $1.metrics.pushRetried })
+        for line in push?.summary(retried: retried) ?? [] { say(line) }
         for stage in stages where stage.rendersThumbnails {
             guard let root = ThumbnailTransform.storeRoot(stage.options.thumbnails) else { continue }
             let files = FileManager.default.enumerator(atPath: root)?.compactMap { $0 as? String }.filter { $0.contains(".") } ?? []

@@ -50,12 +50,24 @@ final class DevPushProviders {
 
     /// The summary's lines: what reached each provider, and one notification as a phone shows it
     /// (one with an image when there is one).
-    func summary() -> [String] {
+    /// `retried`: the senders' attempts that were tried again (their metrics).
+    func summary(retried: Int) -> [String] {
         let fcmSent = fcm.sent, apnsSent = apns.sent
         var lines = [
             "push: \(fcmSent.count) notifications reached FCM (\(Set(fcm.sentDedupeKeys).count) distinct), "
-                + "\(apnsSent.count) reached APNs (\(Set(apns.sentDedupeKeys).count) distinct)"
+                + "\(apnsSent.count) reached APNs (\(Set(apns.sentDedupeKeys).count) distinct); \(retried) attempts retried"
         ]
+        // What went out twice (a worker that died or lost its partitions mid-send; docs/push.md):
+        // the keys, for whoever looks into it.
+        for (provider, keys) in [("FCM", fcm.sentDedupeKeys), ("APNs", apns.sentDedupeKeys)] {
+            var counts: [String: Int] = [:]
+            for k in keys { counts[k, default: 0] += 1 }
+            let repeated = counts.filter { $0.value > 1 }.sorted { $0.key < $1.key }
+            if !repeated.isEmpty {
+                lines.append("push: sent to \(provider) more than once: " + repeated.prefix(5).map { "\($0.key) ×\($0.value)" }.joined(separator: ", ")
+                    + (repeated.count > 5 ? ", …" : ""))
+            }
+        }
         let shown = fcmSent.compactMap { sent -> (title: String, body: String, image: String?)? in
             guard let n = (sent.body["message"] as? [String: Any])?["notification"] as? [String: Any], let title = n["title"] as? String else { return nil }
             return (title, n["body"] as? String ?? "", n["image"] as? String)

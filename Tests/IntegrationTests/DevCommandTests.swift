@@ -43,10 +43,15 @@ import Testing
         #expect(output.contains("stopping (every stage caught up and quiet)"), "\(output)")
         #expect(!output.contains("no output from"), "every stage produced output: \(output)")
         #expect(output.contains("last notification: "))
-        // Delivered end to end: both providers got notifications, no repeat, one shown as a phone would.
+        // Delivered end to end: both providers got notifications, one shown as a phone would. No
+        // worker died here, so a notification goes out twice only when an attempt the provider
+        // accepted was tried again (its answer did not arrive in time on a loaded machine): never
+        // more repeats than retried attempts. (A CI run had 16 repeats; this says which way.)
         let push = output.split(separator: "\n").first { $0.hasPrefix("push: ") }.map(String.init) ?? ""
         let counts = push.matches(of: /(\d+) (?:notifications )?reached (FCM|APNs) \((\d+) distinct\)/).map { (Int($0.1) ?? 0, Int($0.3) ?? -1) }
-        #expect(counts.count == 2 && counts.allSatisfy { $0.0 > 0 && $0.0 == $0.1 }, "\(push)")
+        let retried = push.firstMatch(of: /(\d+) attempts retried/).flatMap { Int($0.1) } ?? -1
+        #expect(counts.count == 2 && counts.allSatisfy { $0.0 > 0 && $0.1 > 0 && $0.0 >= $0.1 }, "\(push)")
+        #expect(counts.reduce(0) { $0 + $1.0 - $1.1 } <= retried, "repeats only from retried attempts: \(output.split(separator: "\n").filter { $0.hasPrefix("push") })")
         #expect(output.contains("on a phone: ") && output.contains("on an iPhone: "), "\(output)")
         #expect(output.contains("console: http://127.0.0.1:8090/"), "dev prints the console's address")
         #expect(output.contains("polled from the upstream lists: campaigns.raw 12, challenges.raw 8, hangouts.raw 12, products.raw 25"), "the pollers produced every listed item")
