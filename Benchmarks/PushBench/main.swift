@@ -80,7 +80,7 @@ enum PushBench {
             Thread.detachNewThread {
                 while let line = readLine() {
                     if line == "counts" {
-                        print("fcm=\(fcm.sent.count) apns=\(apns.sent.count) fcm_h2=\(fcm.server.requests.filter(\.http2).count) apns_h2=\(apns.sent.filter(\.http2).count)")
+                        print("fcm=\(fcm.sent.count) apns=\(apns.sent.count) fcm_h2=\(fcm.server.requests.filter(\.http2).count) apns_refused=\(apns.refused)")
                         fflush(nil)
                     }
                 }

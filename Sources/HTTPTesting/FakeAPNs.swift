@@ -34,7 +34,7 @@ public final class FakeAPNs: Sendable {
         /// Tokens seen, with when each was first seen (the fake's clock).
         var tokens: [String: Date] = [:]
         /// When each connection last brought a new token.
-        var lastNewToken: [Int: Date] = [:]
+        var lastNewToken: [String: Date] = [:]
         var expiredBefore: Date?
         var refused: [String: Int] = [:]
         var delay: Duration = .zero
@@ -47,7 +47,6 @@ public final class FakeAPNs: Sendable {
         public var apnsID: String
         public var headers: [String: String]
         public var payload: [UInt8]
-        public var http2: Bool
 
         public var json: [String: Any] { (try? JSONSerialization.jsonObject(with: Data(payload))) as? [String: Any] ?? [:] }
     }
@@ -123,12 +122,14 @@ public final class FakeAPNs: Sendable {
             let now = Date().addingTimeInterval(s.offset)
             if let before = s.expiredBefore, iat < before { return "ExpiredProviderToken" }
             if now.timeIntervalSince(iat) > 3600 { return "ExpiredProviderToken" }
-            if s.tokens[jwt] == nil || s.lastNewToken[request.connection] == nil {
-                if s.tokens[jwt] == nil, let last = s.lastNewToken[request.connection], now.timeIntervalSince(last) < 20 * 60 {
-                    return "TooManyProviderTokenUpdates"
-                }
-                if s.tokens[jwt] == nil { s.tokens[jwt] = now }
-                s.lastNewToken[request.connection] = now
+            let connection = request.connection
+            if s.tokens[jwt] == nil {
+                // A new token: refused within 20 minutes of this connection's last one.
+                if let last = s.lastNewToken[connection], now.timeIntervalSince(last) < 20 * 60 { return "TooManyProviderTokenUpdates" }
+                s.tokens[jwt] = now
+                s.lastNewToken[connection] = now
+            } else if s.lastNewToken[connection] == nil {
+                s.lastNewToken[connection] = now
             }
             return nil
         }
@@ -161,7 +162,7 @@ public final class FakeAPNs: Sendable {
         if state.withLock({ $0.unregistered.contains(token) }) { return refuse(410, "Unregistered") }
         var headers: [String: String] = [:]
         for field in request.headers where field.name.canonicalName.hasPrefix("apns-") { headers[field.name.canonicalName] = field.value }
-        state.withLock { $0.sent.append(Sent(deviceToken: token, apnsID: id, headers: headers, payload: request.body, http2: request.http2)) }
+        state.withLock { $0.sent.append(Sent(deviceToken: token, apnsID: id, headers: headers, payload: request.body)) }
         var answer = ScriptedResponse.status(.ok)
         answer.headers[HTTPField.Name("apns-id")!] = id
         return answer

@@ -82,8 +82,8 @@ public struct RecordedRequest: Sendable {
     public var body: [UInt8] = []
     /// Whether it came over HTTP/2.
     public var http2 = false
-    /// Which connection it came on (the same number for requests on one connection).
-    public var connection = 0
+    /// Which connection it came on: the client's address and port.
+    public var connection = ""
 
     public init(method: HTTPRequest.Method, target: String, headers: HTTPFields) {
         self.method = method

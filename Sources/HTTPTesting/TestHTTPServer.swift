@@ -205,7 +205,7 @@ struct ScriptResponder: HTTPResponder {
         received.http2 = context.channel.parent != nil
         // The client's address and port: an object's identity can come back for a later
         // connection once the first is freed (a benchmark saw it).
-        received.connection = ((context.channel.parent ?? context.channel).remoteAddress?.description ?? "").hashValue
+        received.connection = (context.channel.parent ?? context.channel).remoteAddress?.description ?? ""
         // The body, bounded (a fake API reads forms and JSON, never uploads).
         if let collected = try? await request.body.collect(upTo: 4 * 1024 * 1024) { received.body = Array(collected.readableBytesView) }
         let scripted = await state.answer(received)

@@ -1,7 +1,6 @@
 import AsyncHTTPClient
 import Crypto
 import Foundation
-import Logging
 import Metrics
 import NIOCore
 import NIOHTTP1
@@ -119,18 +118,16 @@ public struct APNsSender: ConcurrentTransform {
     public let endpoint: String
     public let headers: APNsHeaders
     let delivery: PushDelivery
-    let logger: Logger
 
     public init(
         tokens: APNsProviderTokens, client: HTTPClient, endpoint: String = "https://api.push.apple.com", headers: APNsHeaders, app: String? = nil,
-        retry: PushRetry = PushRetry(), ledger: SentLedger? = nil, logger: Logger = Logger(label: "push.apns")
+        retry: PushRetry = PushRetry(), ledger: SentLedger? = nil
     ) {
         self.tokens = tokens
         self.client = client
         self.endpoint = endpoint.hasSuffix("/") ? String(endpoint.dropLast()) : endpoint
         self.headers = headers
         self.delivery = PushDelivery(provider: "apns", app: app ?? headers.topic, retry: retry, ledger: ledger)
-        self.logger = logger
     }
 
     public var retry: PushRetry { delivery.retry }
@@ -221,7 +218,7 @@ struct APNsMessage: Sendable {
             throw DecodeFailure(field: "key", reason: .missingField, detail: "an APNs record's key is token:DEVICE_TOKEN")
         }
         deviceToken = String(key.dropFirst(6))
-        guard deviceToken.utf8.allSatisfy({ ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x61 && $0 <= 0x66) || ($0 >= 0x41 && $0 <= 0x46) }) else {
+        guard NotificationRenderTransform.isHexadecimal(deviceToken) else {
             // Not hex: it could not be in a URL's path as it is, and APNs would call it a bad token.
             throw DecodeFailure(field: "key", reason: .sendRejected, detail: "an APNs device token is hexadecimal")
         }

@@ -1,7 +1,6 @@
 import AsyncHTTPClient
 import Deadlines
 import Foundation
-import Logging
 import NIOCore
 import NIOHTTP1
 import Workers
@@ -23,24 +22,20 @@ public struct FCMSender: ConcurrentTransform {
     public let client: HTTPClient
     /// `https://fcm.googleapis.com` (another one for a local fake).
     public let endpoint: String
-    public let project: String
-    /// The app named on dead-token records (for the app's backend to prune its tokens).
-    public let app: String
     let delivery: PushDelivery
-    let logger: Logger
+    public var project: String { tokens.account.projectID }
+    /// The app named on dead-token records (for the app's backend to prune its tokens).
+    public var app: String { delivery.app }
     public var retry: PushRetry { delivery.retry }
 
     public init(
         tokens: FCMAccessTokens, client: HTTPClient, endpoint: String = "https://fcm.googleapis.com", app: String? = nil,
-        retry: PushRetry = PushRetry(), ledger: SentLedger? = nil, logger: Logger = Logger(label: "push.fcm")
+        retry: PushRetry = PushRetry(), ledger: SentLedger? = nil
     ) {
         self.tokens = tokens
         self.client = client
         self.endpoint = endpoint.hasSuffix("/") ? String(endpoint.dropLast()) : endpoint
-        self.project = tokens.account.projectID
-        self.app = app ?? tokens.account.projectID
-        self.delivery = PushDelivery(provider: "fcm", app: self.app, retry: retry, ledger: ledger)
-        self.logger = logger
+        self.delivery = PushDelivery(provider: "fcm", app: app ?? tokens.account.projectID, retry: retry, ledger: ledger)
     }
 
     var sendURL: String { "\(endpoint)/v1/projects/\(project)/messages:send" }

@@ -1,6 +1,5 @@
 import AsyncHTTPClient
 import Foundation
-import Logging
 import NIOCore
 import NIOPosix
 import NIOSSL
@@ -17,7 +16,7 @@ extension FCMSender {
     /// message naming the option or file that is wrong; never shows the key.
     public static func make(
         options: PushOptions, ledger: SentLedger?, environment: [String: String] = ProcessInfo.processInfo.environment,
-        client: HTTPClient = .shared, logger: Logger = Logger(label: "push.fcm")
+        client: HTTPClient = .shared
     ) throws(PushConfigurationError) -> FCMSender {
         guard let path = options.credentialsFile ?? environment[credentialsEnvironment], !path.isEmpty else {
             throw PushConfigurationError("credentials-file: missing; name the service-account key file (or set \(credentialsEnvironment))")
@@ -25,7 +24,7 @@ extension FCMSender {
         let account = try ServiceAccount.load(path: path)
         return FCMSender(
             tokens: FCMAccessTokens(account: account, client: client), client: client,
-            endpoint: options.fcmEndpoint ?? environment[endpointEnvironment] ?? "https://fcm.googleapis.com", app: options.app, retry: PushRetry(options), ledger: ledger, logger: logger)
+            endpoint: options.fcmEndpoint ?? environment[endpointEnvironment] ?? "https://fcm.googleapis.com", app: options.app, retry: PushRetry(options), ledger: ledger)
     }
 }
 
@@ -43,7 +42,7 @@ extension APNsSender {
     /// option or file that is wrong; never shows the key.
     public static func make(
         options: PushOptions, ledger: SentLedger?, environment: [String: String] = ProcessInfo.processInfo.environment,
-        logger: Logger = Logger(label: "push.apns"), now: @escaping @Sendable () -> Date = { Date() }
+        now: @escaping @Sendable () -> Date = { Date() }
     ) throws(PushConfigurationError) -> APNsSender {
         guard let path = options.apnsKeyFile ?? environment[keyEnvironment], !path.isEmpty else {
             throw PushConfigurationError("key-file: missing; name the APNs signing key file, AuthKey_KEYID.p8 (or set \(keyEnvironment))")
@@ -66,7 +65,7 @@ extension APNsSender {
         let client = HTTPClient(eventLoopGroup: MultiThreadedEventLoopGroup.singleton, configuration: configuration)
         return APNsSender(
             tokens: APNsProviderTokens(key: key, now: now), client: client, endpoint: options.apnsEndpoint ?? environment[endpointEnvironment] ?? "https://api.push.apple.com", headers: headers,
-            app: options.app, retry: PushRetry(options), ledger: ledger, logger: logger)
+            app: options.app, retry: PushRetry(options), ledger: ledger)
     }
 }
 

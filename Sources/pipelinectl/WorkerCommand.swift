@@ -157,11 +157,11 @@ struct Worker: AsyncParsableCommand {
             let ledger = SentLedger()
             do {
                 if definition.chain == [APNsSender.transformName] {
-                    let sender = try APNsSender.make(options: definition.options.push, ledger: ledger, logger: logger)
+                    let sender = try APNsSender.make(options: definition.options.push, ledger: ledger)
                     apns = sender
                     concurrent = (sender, nil)
                 } else {
-                    concurrent = (try FCMSender.make(options: definition.options.push, ledger: ledger, logger: logger), nil)
+                    concurrent = (try FCMSender.make(options: definition.options.push, ledger: ledger), nil)
                 }
             } catch {
                 throw ValidationError("\(self.topology): stages.\(definition.name).options.\(error)")

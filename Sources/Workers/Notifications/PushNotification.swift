@@ -217,6 +217,11 @@ public struct NotificationRenderTransform: Transform {
     /// An APNs device token is 32 bytes, written as 64 hexadecimal digits; an FCM registration
     /// token is longer and has `:`, `-` and `_` in it. A token is one provider's, never both.
     public static func isAPNsDeviceToken(_ token: String) -> Bool {
-        token.utf8.count == 64 && token.utf8.allSatisfy { ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x61 && $0 <= 0x66) || ($0 >= 0x41 && $0 <= 0x46) }
+        token.utf8.count == 64 && isHexadecimal(token)
+    }
+
+    /// Only the digits 0-9 and a-f in either case.
+    public static func isHexadecimal(_ text: String) -> Bool {
+        text.utf8.allSatisfy { ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x61 && $0 <= 0x66) || ($0 >= 0x41 && $0 <= 0x46) }
     }
 }
