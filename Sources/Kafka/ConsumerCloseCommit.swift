@@ -1,11 +1,12 @@
+import CKafka
+
 /// What a consumer commits when it gives partitions up and when it closes, so that work the
 /// application stored is never done again by the next owner:
 ///
 /// - A revocation the application acknowledged: the stored offsets of the revoked partitions
 ///   are committed before they go (librdkafka drops stored offsets of revoked partitions).
 /// - A revocation inside the close, or one the application did not acknowledge: everything
-///   stored is committed while the partitions are still this member's (unless the close's own
-///   commit already did).
+///   stored is committed while the partitions are still this member's.
 /// - The close: everything stored is committed; if the group is rebalancing and refuses the
 ///   commit, the close lets the rebalance settle (within `settleWithin`) and commits what this
 ///   member holds under the new generation. Partitions another member holds by then are left
@@ -19,10 +20,6 @@ final class ConsumerCloseCommit {
     private var revocationError: KafkaError?
     /// Assignment callbacks so far when a commit on close was first refused as mid-rebalance.
     private var refusedAtAssignment: Int?
-    /// The close committed everything the application stored: the revocation inside
-    /// librdkafka's close then has nothing to commit (and its handle is terminating: a commit
-    /// there could only fail, with _DESTROY, as a CI run saw).
-    private var closeCommitted = false
 
     init(consumer: RDKafkaConsumer, stored: StoredOffsets) {
         self.consumer = consumer
@@ -44,7 +41,6 @@ final class ConsumerCloseCommit {
     /// Commits stored offsets from inside a revocation the application will not acknowledge
     /// (the consumer is closing).
     func commitInRevocation() {
-        guard !closeCommitted else { return }
         do {
             try consumer.commit(nil)
             revocationError = nil
@@ -84,9 +80,15 @@ final class ConsumerCloseCommit {
             }
             revocationError = nil
         }
-        closeCommitted = committed
         do { try consumer.close() } catch { result = result ?? error }
-        if let error = revocationError, !error.isRebalanceInProgress { result = result ?? error }
+        // The revocation inside librdkafka's close commits again; once the handle is terminating
+        // that commit can fail with _DESTROY (a CI run saw it). After a commit above succeeded it
+        // had nothing of the application's left to commit: not the close's error then.
+        if let error = revocationError, !error.isRebalanceInProgress,
+            !(committed && error.rdKafkaCode == RD_KAFKA_RESP_ERR__DESTROY.rawValue)
+        {
+            result = result ?? error
+        }
         consumer.client.drainLogs()
         // Destroyed here, before close() returns, so that a program can exit right after it.
         consumer.destroy()
