@@ -89,11 +89,24 @@ public final class KafkaProducer: Sendable {
         defer { core.client.leaveUse() }
         var topics = TopicHandleCache()
         return batch.bytes.withUnsafeBytes { bytes in
-            for index in 0..<batch.count {
+            var index = 0
+            while index < batch.count {
                 let token = batchID << ProducerCore.indexBits | UInt64(index)
-                guard let error = core.client.produce(batch, index: index, bytes: bytes, token: token, topics: &topics) else { continue }
-                if error.code == .queueFull { return (ticket, index) }
-                core.fail(token: token, error: error)
+                // Runs of records without headers or timestamps go in one call each.
+                let runEnd = batch.plainRunEnd(from: index)
+                if runEnd - index > 1 {
+                    let full = core.client.produceRun(batch, index..<runEnd, bytes: bytes, firstToken: token, topics: &topics) { i, error in
+                        core.fail(token: batchID << ProducerCore.indexBits | UInt64(i), error: error)
+                    }
+                    if let full { return (ticket, full) }
+                    index = runEnd
+                    continue
+                }
+                if let error = core.client.produce(batch, index: index, bytes: bytes, token: token, topics: &topics) {
+                    if error.code == .queueFull { return (ticket, index) }
+                    core.fail(token: token, error: error)
+                }
+                index += 1
             }
             return (ticket, nil)
         }
@@ -317,7 +330,7 @@ final class ProducerCore: Sendable {
     }
 
     func fail(token: UInt64, error: KafkaError) {
-        var one = [RDKafkaDelivery(token: token, partition: -1, offset: -1, error: error)]
+        var one = [RDKafkaDelivery.notEnqueued(token: token)]
         route(&one, overrideError: error)
     }
 
@@ -398,7 +411,7 @@ final class ProducerCore: Sendable {
                 let index = Int(d.token & (UInt64(Self.maxBatchSize) - 1))
                 current!.reports[index].partition = d.partition
                 current!.reports[index].offset = d.offset
-                current!.reports[index].error = error
+                if let error { current!.reports[index].error = error }  // nil already
                 current!.remaining -= 1
             }
             putBack()

@@ -186,6 +186,24 @@ public struct ProducerBatch: Sendable {
         span.isNone ? nil : Array(bytes[span.start..<(span.start + span.count)])
     }
 
+    /// Record `index` has no headers and no timestamp of its own: runs of such records of one
+    /// topic are enqueued with one call into librdkafka (``RDKafkaClient/produceRun``).
+    @inline(__always)
+    func isPlain(_ index: Int) -> Bool {
+        let entry = entries[index]
+        return entry.headerCount == 0 && entry.timestamp == Int64.min
+    }
+
+    /// The end of the run of plain records of one topic that starts at `start` (`start` itself
+    /// when record `start` is not plain).
+    func plainRunEnd(from start: Int) -> Int {
+        guard isPlain(start) else { return start }
+        let topic = entries[start].topic
+        var end = start + 1
+        while end < entries.count, entries[end].topic == topic, isPlain(end) { end += 1 }
+        return end
+    }
+
     /// The topic of record `index`.
     public func topic(_ index: Int) -> String { topics[Int(entries[index].topic)] }
 

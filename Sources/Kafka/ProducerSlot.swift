@@ -20,11 +20,14 @@ public final class ProducerSlot: Sendable {
 
     /// A slot of producers that make a record durable before they acknowledge it: acks=all,
     /// idempotent (no duplicates from librdkafka's own retries), `deliveryTimeout` to acknowledge.
-    public static func durable(kafka: KafkaConfiguration, deliveryTimeout: Duration, logger: Logger) throws -> ProducerSlot {
+    /// `linger` (librdkafka's 5 ms when nil) is how long a record waits for others to share its
+    /// request: time that a caller waiting for the acknowledgement waits too.
+    public static func durable(kafka: KafkaConfiguration, deliveryTimeout: Duration, linger: Duration? = nil, logger: Logger) throws -> ProducerSlot {
         var configuration = ProducerConfiguration(kafka: kafka)
         configuration.acks = .all
         configuration.idempotence = true
         configuration.messageTimeout = deliveryTimeout
+        configuration.linger = linger
         // Its callers wait (an HTTP client answered 503 until the broker is back): reconnect
         // within a second of the broker's return, not after librdkafka's backoff, which grows to
         // 10 s while a broker is away (unless the operator set it).

@@ -17,12 +17,20 @@ struct TopicHandleCache {
     }
 }
 
-/// A delivery report as read from librdkafka, before it is routed to its waiter.
+/// A delivery report as read from librdkafka, before it is routed to its waiter: plain values
+/// (no error value is made for the deliveries that succeeded, nearly all of them).
 struct RDKafkaDelivery {
     var token: UInt64
     var partition: Int32
     var offset: Int64
-    var error: KafkaError?
+    /// librdkafka's error code, `RD_KAFKA_RESP_ERR_NO_ERROR` when delivered.
+    var err: rd_kafka_resp_err_t
+
+    /// A record that failed before librdkafka took it; its error goes to `route` beside it.
+    static func notEnqueued(token: UInt64) -> RDKafkaDelivery { RDKafkaDelivery(token: token, partition: -1, offset: -1, err: RD_KAFKA_RESP_ERR__FAIL) }
+
+    /// The delivery's error, if it failed.
+    var error: KafkaError? { err == RD_KAFKA_RESP_ERR_NO_ERROR ? nil : RDKafkaError.make(err, code: .delivery) }
 }
 
 extension RDKafkaClient {
@@ -74,6 +82,54 @@ extension RDKafkaClient {
         return RDKafkaError.take(error, code: .delivery, context: "produce to \(batch.topics[Int(entry.topic)])")
     }
 
+    /// Enqueues records `range` of `batch` in one call (`rd_kafka_produce_batch`), in order:
+    /// each must be a ``ProducerBatch/isPlain(_:)`` record of the topic of the first. One clock
+    /// read, one topic lock and one C call for the run, where `rd_kafka_produceva` takes them per
+    /// record; librdkafka copies keys and values as ``produce(_:index:bytes:token:topics:)`` has
+    /// it do, and stamps them with the run's time. Record `i`'s token is `firstToken + i - range.lowerBound`.
+    ///
+    /// Hands every refused record but "queue full" to `failed`; returns the index of the first
+    /// one refused because librdkafka's queue is full (those after it were refused too), or nil.
+    func produceRun(
+        _ batch: ProducerBatch, _ range: Range<Int>, bytes: UnsafeRawBufferPointer, firstToken: UInt64, topics: inout TopicHandleCache,
+        failed: (Int, KafkaError) -> Void
+    ) -> Int? {
+        let topic = batch.topics[Int(batch.entries[range.lowerBound].topic)]
+        let rkt = topics.handle(topic, in: self)
+        // Chunks of at most 256: the message array lives on the stack (72 bytes each).
+        return withUnsafeTemporaryAllocation(of: rd_kafka_message_t.self, capacity: Swift.min(range.count, 256)) { messages in
+            var start = range.lowerBound
+            while start < range.upperBound {
+                let end = Swift.min(start + messages.count, range.upperBound)
+                for i in start..<end {
+                    let entry = batch.entries[i]
+                    var m = rd_kafka_message_t()
+                    m.partition = entry.partition == Int32.min ? RD_KAFKA_PARTITION_UA : entry.partition
+                    if !entry.value.isNone {
+                        m.payload = entry.value.count == 0 ? UnsafeMutableRawPointer(mutating: emptyBytes) : UnsafeMutableRawPointer(mutating: bytes.baseAddress! + entry.value.start)
+                        m.len = entry.value.count
+                    }
+                    if !entry.key.isNone {
+                        m.key = entry.key.count == 0 ? UnsafeMutableRawPointer(mutating: emptyBytes) : UnsafeMutableRawPointer(mutating: bytes.baseAddress! + entry.key.start)
+                        m.key_len = entry.key.count
+                    }
+                    m._private = UnsafeMutableRawPointer(bitPattern: UInt(firstToken + UInt64(i - range.lowerBound)))
+                    messages[i - start] = m
+                }
+                let count = end - start
+                let enqueued = rd_kafka_produce_batch(rkt, RD_KAFKA_PARTITION_UA, RD_KAFKA_MSG_F_COPY | RD_KAFKA_MSG_F_PARTITION, messages.baseAddress, Int32(count))
+                if enqueued < count {
+                    for i in 0..<count where messages[i].err != RD_KAFKA_RESP_ERR_NO_ERROR {
+                        if messages[i].err == RD_KAFKA_RESP_ERR__QUEUE_FULL { return start + i }
+                        failed(start + i, RDKafkaError.make(messages[i].err, code: .delivery, context: "produce to \(topic)"))
+                    }
+                }
+                start = end
+            }
+            return nil
+        }
+    }
+
     /// Serves the main queue once: waits up to `timeoutMilliseconds` for an event and hands
     /// delivery reports to `deliver` in one batch. Blocking: only the producer's poll thread calls it.
     /// Returns true when an event was served.
@@ -91,11 +147,7 @@ extension RDKafkaClient {
             buffer.removeAll(keepingCapacity: true)
             while let message = rd_kafka_event_message_next(event) {
                 let m = message.pointee
-                buffer.append(RDKafkaDelivery(
-                    token: UInt64(UInt(bitPattern: m._private)),
-                    partition: m.partition,
-                    offset: m.offset,
-                    error: m.err == RD_KAFKA_RESP_ERR_NO_ERROR ? nil : RDKafkaError.make(m.err, code: .delivery)))
+                buffer.append(RDKafkaDelivery(token: UInt64(UInt(bitPattern: m._private)), partition: m.partition, offset: m.offset, err: m.err))
             }
             deliver(&buffer)
         case RD_KAFKA_EVENT_STATS:

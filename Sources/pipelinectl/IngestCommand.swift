@@ -229,6 +229,16 @@ extension Ingest {
         var idempotencyTopic = "pipeline.ingest-idempotency"
         @Option(help: "How long the broker has to acknowledge a record (the producer's message.timeout.ms; default: 10s); then 503.", transform: Upbit.duration("--delivery-timeout"))
         var deliveryTimeout: Duration = .seconds(10)
+        @Option(help: """
+            How long the producer waits for more records to share a request (linger.ms, 0ms to 900s; default: 1ms). \
+            Every answer waits for it: longer sends fewer, larger requests.
+            """, transform: { text in
+                guard let d = parseDuration(text), d <= .seconds(900) else {
+                    throw ValidationError("--linger: '\(text)' is not a duration from 0ms to 900s such as 1ms")
+                }
+                return d
+            })
+        var linger: Duration = .milliseconds(1)
         @Option(help: "The topic of a stream, STREAM=TOPIC (repeatable; default <stream>.raw).") var topic: [String] = []
         @Option(help: "Address of /metrics, /healthz and /readyz (host:port; port 0 picks a free one, logged at start).")
         var metricsAddress = "0.0.0.0:9465"
@@ -285,7 +295,10 @@ extension Ingest {
             let logger = logging.bootstrap(label: "pipelinectl.ingest")
             let health = IngestHealth()
             let endpoint = try metricsEndpoint(metricsAddress, health: health, logger: logger)
-            let producers = try ProducerSlot.durable(kafka: connection.kafka, deliveryTimeout: deliveryTimeout, logger: logger)
+            // 1 ms, not librdkafka's 5: a client waits for its records' acknowledgement, and under
+            // load the records of concurrent posts still share requests (scripts/bench-ingest:
+            // p50 per post 8.2-9.1 ms with 5 ms, 3.3-5.4 ms with 1 ms; BENCHMARKS.md).
+            let producers = try ProducerSlot.durable(kafka: connection.kafka, deliveryTimeout: deliveryTimeout, linger: linger, logger: logger)
             var settings = IngestHTTPSettings()
             (settings.host, settings.port) = try listenAddress()
             settings.maxBodyBytes = maxBodyBytes

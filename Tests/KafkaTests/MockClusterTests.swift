@@ -78,6 +78,70 @@ import PipelineTesting
         }
     }
 
+    /// Records without headers or a timestamp of their own go into librdkafka a run at a time
+    /// (`rd_kafka_produce_batch`), the others one by one. Mixed across two topics, with explicit
+    /// partitions, null and empty keys and values among them, and a local queue smaller than the
+    /// batch (runs stop at a full queue and the rest waits for room): every record arrives once
+    /// with its own pieces, in send order per partition, where its report says it went, stamped
+    /// with its own timestamp or the send time.
+    @Test func runsOfPlainRecordsKeepEachRecordsPiecesOrderAndReport() async throws {
+        let mock = try KafkaMockCluster(brokers: 1)
+        try mock.createTopic("runs.a", partitions: 3)
+        try mock.createTopic("runs.b", partitions: 2)
+        var config = ProducerConfiguration(bootstrapServers: [mock.bootstrapServers])
+        config.maxQueuedMessages = 700
+        let producer = try KafkaProducer(configuration: config)
+        let count = 3000
+        func key(_ i: Int) -> [UInt8]? { i % 17 == 0 ? nil : i % 23 == 0 ? [] : Array("k\(i)".utf8) }
+        func value(_ i: Int) -> [UInt8]? {
+            guard key(i)?.first != nil else { return Array("v\(i)".utf8) }  // the value names the record
+            return i % 13 == 0 ? nil : i % 19 == 0 ? [] : Array("v\(i)".utf8)
+        }
+        func topic(_ i: Int) -> String { (i / 400) % 2 == 0 ? "runs.a" : "runs.b" }
+        func identity(_ key: [UInt8]?, _ value: [UInt8]?) -> Int? {
+            if let key, key.first == UInt8(ascii: "k") { return Int(String(decoding: key.dropFirst(), as: UTF8.self)) }
+            return value.flatMap { Int(String(decoding: $0.dropFirst(), as: UTF8.self)) }
+        }
+        var batch = ProducerBatch()
+        for i in 0..<count {
+            let partitions: Int32 = topic(i) == "runs.a" ? 3 : 2
+            batch.append(
+                topic: topic(i), partition: i % 11 == 0 ? Int32(i) % partitions : nil, key: key(i), value: value(i),
+                timestamp: i % 97 == 0 ? 1_600_000_000_000 + Int64(i) : nil)
+            if i % 50 == 49 { batch.appendHeader("seq", text: "\(i)") }
+        }
+        let before = Int64(Date().timeIntervalSince1970 * 1000)
+        let reports = try await producer.submit(batch).reports()
+        let after = Int64(Date().timeIntervalSince1970 * 1000)
+        await producer.close()
+        #expect(reports.count == count)
+        #expect(reports.allSatisfy { $0.error == nil && $0.offset >= 0 })
+
+        var received = try await Self.readAll(mock.bootstrapServers, topic: "runs.a", partitions: 3, expected: 1600)
+        received += try await Self.readAll(mock.bootstrapServers, topic: "runs.b", partitions: 2, expected: 1400)
+        #expect(received.count == count)
+        var seen = Set<Int>()
+        for r in received {
+            let i = try #require(identity(r.key, r.value), "a record that names itself")
+            #expect(seen.insert(i).inserted, "record \(i) once")
+            #expect(r.topic == topic(i) && r.key == key(i) && r.value == value(i), "record \(i)'s own pieces")
+            #expect(r.partition == reports[i].partition && r.offset == reports[i].offset, "record \(i) where its report says")
+            if i % 11 == 0 { #expect(r.partition == Int32(i) % (topic(i) == "runs.a" ? 3 : 2), "record \(i) in the partition it asked for") }
+            #expect(r.headers == (i % 50 == 49 ? [KafkaHeader(key: "seq", string: "\(i)")] : []), "record \(i)'s headers")
+            if i % 97 == 0 {
+                #expect(r.timestamp == 1_600_000_000_000 + Int64(i))
+            } else {
+                #expect((before - 1000...after + 1000).contains(r.timestamp ?? 0), "record \(i) stamped when sent")
+            }
+        }
+        for t in ["runs.a", "runs.b"] {
+            for p in Int32(0)..<3 {
+                let order = received.filter { $0.topic == t && $0.partition == p }.sorted { $0.offset < $1.offset }.compactMap { identity($0.key, $0.value) }
+                #expect(order == order.sorted(), "\(t)/\(p) in send order")
+            }
+        }
+    }
+
     /// The consumer skips librdkafka's header parsing when the byte after a v2 record's value
     /// says there are none: records with and without headers, empty and null values, mixed in
     /// one partition (so in the same fetched batches), must each come back with exactly their own.
@@ -199,6 +263,14 @@ import PipelineTesting
             try await producer.send(ProducerRecord(topic: "small", partition: 5, value: [1]))
         }
         #expect(error?.rdKafkaCode != nil)
+        // The same inside a run of plain records (one rd_kafka_produce_batch call): only that
+        // record fails, its neighbours are delivered.
+        let reports = try await producer.send([
+            ProducerRecord(topic: "small", value: [1]), ProducerRecord(topic: "small", partition: 5, value: [2]),
+            ProducerRecord(topic: "small", partition: 0, value: [3]),
+        ])
+        #expect(reports[0].error == nil && reports[2].error == nil)
+        #expect(reports[1].error?.rdKafkaCode != nil)
         await producer.close()
     }
 }
