@@ -45,10 +45,7 @@ extension RDKafkaClient {
     ) -> KafkaError? {
         let entry = batch.entries[index]
         let rkt = topics.handle(batch.topics[Int(entry.topic)], in: self)
-        func address(_ span: ProducerBatch.Span) -> UnsafeMutableRawPointer? {
-            // A non-null address even for an empty piece: null means "none" to librdkafka.
-            span.isNone ? nil : span.count == 0 ? UnsafeMutableRawPointer(mutating: emptyBytes) : UnsafeMutableRawPointer(mutating: bytes.baseAddress! + span.start)
-        }
+        func address(_ span: ProducerBatch.Span) -> UnsafeMutableRawPointer? { spanAddress(span, in: bytes) }
         var headers: OpaquePointer? = nil
         if entry.headerCount > 0 {
             let list = rd_kafka_headers_new(Int(entry.headerCount))!
@@ -105,14 +102,10 @@ extension RDKafkaClient {
                     let entry = batch.entries[i]
                     var m = rd_kafka_message_t()
                     m.partition = entry.partition == Int32.min ? RD_KAFKA_PARTITION_UA : entry.partition
-                    if !entry.value.isNone {
-                        m.payload = entry.value.count == 0 ? UnsafeMutableRawPointer(mutating: emptyBytes) : UnsafeMutableRawPointer(mutating: bytes.baseAddress! + entry.value.start)
-                        m.len = entry.value.count
-                    }
-                    if !entry.key.isNone {
-                        m.key = entry.key.count == 0 ? UnsafeMutableRawPointer(mutating: emptyBytes) : UnsafeMutableRawPointer(mutating: bytes.baseAddress! + entry.key.start)
-                        m.key_len = entry.key.count
-                    }
+                    m.payload = spanAddress(entry.value, in: bytes)
+                    m.len = entry.value.count
+                    m.key = spanAddress(entry.key, in: bytes)
+                    m.key_len = entry.key.count
                     m._private = UnsafeMutableRawPointer(bitPattern: UInt(firstToken + UInt64(i - range.lowerBound)))
                     messages[i - start] = m
                 }
@@ -194,6 +187,13 @@ extension RDKafkaClient {
         // instead of through C callbacks (the swift-kafka-client approach).
         rd_kafka_conf_set_events(conf, Int32(RD_KAFKA_EVENT_DR | RD_KAFKA_EVENT_ERROR | RD_KAFKA_EVENT_STATS))
     }
+}
+
+/// Where a piece of a batch's record is in its buffer `bytes`: nil for none (a null key, a
+/// tombstone), and a non-null address even for an empty piece (null means "none" to librdkafka).
+@inline(__always)
+private func spanAddress(_ span: ProducerBatch.Span, in bytes: UnsafeRawBufferPointer) -> UnsafeMutableRawPointer? {
+    span.isNone ? nil : span.count == 0 ? UnsafeMutableRawPointer(mutating: emptyBytes) : UnsafeMutableRawPointer(mutating: bytes.baseAddress! + span.start)
 }
 
 /// A non-null address for empty keys and values: librdkafka treats a null pointer as "no value"

@@ -18,8 +18,8 @@ struct Perf: AsyncParsableCommand {
         @Option(help: "Messages per batch handed to the producer.") var batch = 1_000
         // 100 x 1,000 = 100,000 messages in flight by default: librdkafka's
         // queue.buffering.max.messages, the most kcat can have queued (scripts/bench-kafka).
-        // Batches of 1,000 keep the queue evenly full: with 10 x 10,000 a new batch waited for a
-        // whole old one, and three runs moved between 672k and 736k msg/s where these held 750k-805k.
+        // Batches of 1,000 keep the queue evenly full: with 10 x 10,000 a new batch waits for a
+        // whole old one (BENCHMARKS.md compares the two).
         @Option(name: .customLong("in-flight"), help: "Batches handed to the producer and not yet acknowledged.") var inFlight = 100
         @Option(name: .customShort("X"), parsing: .singleValue, help: "Raw librdkafka property key=value (repeatable).") var properties: [String] = []
 
@@ -44,17 +44,13 @@ struct Perf: AsyncParsableCommand {
             // oldest batch's reports whenever --in-flight batches are out.
             var outstanding: [DeliveryTicket] = []
             outstanding.reserveCapacity(inFlight)
-            var oldest = 0
             var next = 0
             var failed = 0
             func failures(_ ticket: DeliveryTicket) async -> Int {
                 await ticket.reports().reduce(0) { $0 + ($1.error == nil ? 0 : 1) }
             }
             while next < messages {
-                if outstanding.count - oldest == inFlight {
-                    failed += await failures(outstanding[oldest])
-                    oldest += 1
-                }
+                if outstanding.count == inFlight { failed += await failures(outstanding.removeFirst()) }
                 let count = min(batch, messages - next)
                 next += count
                 // Written straight into one buffer, as a worker writes its outputs.
@@ -62,7 +58,7 @@ struct Perf: AsyncParsableCommand {
                 for _ in 0..<count { records.append(topic: topic, key: nil, value: value, timestamp: nil) }
                 outstanding.append(try await producer.submit(records))
             }
-            for ticket in outstanding[oldest...] { failed += await failures(ticket) }
+            for ticket in outstanding { failed += await failures(ticket) }
             let elapsed = clock.now - start
             await producer.close()
             let lifetime = clock.now - created
