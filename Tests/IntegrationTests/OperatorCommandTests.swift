@@ -306,6 +306,7 @@ import Workers
             let sample = root.appendingPathComponent("samples/challenges/stream.jsonl").path
             let bad = FileManager.default.temporaryDirectory.appendingPathComponent("bad-\(UUID().uuidString).jsonl").path
             try "{\"id\":900,\"title\":\"ok\"}\n{broken\n".write(toFile: bad, atomically: true, encoding: .utf8)
+            defer { try? FileManager.default.removeItem(atPath: bad) }
             let run = try await Self.pipelinectl(["produce", "challenges", sample, bad, "--json"], bootstrap: broker.bootstrapServers)
             #expect(run.status == 4, "\(run.stdout)\(run.stderr)")
             #expect(run.stderr.contains("\(bad):2: not valid JSON"), "\(run.stderr)")

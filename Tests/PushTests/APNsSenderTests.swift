@@ -36,6 +36,7 @@ import Workers
     ) throws -> APNsSender {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("apns-\(UUID().uuidString)").path
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }  // make reads the key and the CA
         try fake.keyP8.write(toFile: dir + "/AuthKey.p8", atomically: true, encoding: .utf8)
         try fake.certificate.writeTrustRoot(to: dir + "/ca.pem")
         var options = PushOptions()
@@ -210,6 +211,7 @@ import Workers
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("bad-\(UUID().uuidString).p8").path
         try "-----BEGIN PRIVATE KEY-----\nc2VjcmV0LWJ1dC1ub3QtYS1rZXk=\n-----END PRIVATE KEY-----\n".write(toFile: path, atomically: true, encoding: .utf8)
         options.apnsKeyFile = path
+        defer { try? FileManager.default.removeItem(atPath: path) }
         do {
             _ = try APNsSender.make(options: options, ledger: nil, environment: [:])
             Issue.record("a bad key must throw")
