@@ -16,6 +16,8 @@ does too), `prices.candles` (stateful: 1-minute candles, checkpointed to a chang
 latter two the Python side is skipped. THROUGHPUT_ONLY=1 skips the two-worker and latency parts.
 BASELINE=path/to/another/pipelinectl adds its worker as one more side of every round (a
 before/after of two builds in the same run, on the same broker and input).
+LINGER (milliseconds, default 20: the worker's own default) is every side's producer linger.ms:
+the pipe's, the Python worker's, and the Swift worker's when set.
 """
 import json
 import os
@@ -29,6 +31,9 @@ import time
 import urllib.request
 
 CTL = os.environ.get("PIPELINECTL", ".build/release/pipelinectl")
+# Every side's producer lingers this many milliseconds (linger.ms): the worker's default, 20 ms,
+# unless LINGER is set (then the Swift worker gets --linger too, a BASELINE build -X linger.ms).
+LINGER = os.environ.get("LINGER", "20")
 HERE = os.path.dirname(os.path.abspath(__file__))
 MARKETS = [f"KRW-C{i}" for i in range(40)]
 CHAIN = os.environ.get("CHAIN", "prices.decode")
@@ -158,6 +163,8 @@ def changelog_topic(bootstrap, group, partitions):
 def swift_worker(bootstrap, topo, stop_after=None, extra=(), ctl=None):
     cmd = [ctl or CTL, "worker", "bench-decode", "--topology", topo, "--bootstrap-server", bootstrap,
            "--session-timeout", "2s", "--metrics-address", "127.0.0.1:0", "--log-format", "json", *extra]
+    if "LINGER" in os.environ:
+        cmd += ["-X", f"linger.ms={LINGER}"] if ctl else ["--linger", f"{LINGER}ms"]
     if stop_after:
         cmd += ["--stop-after", str(stop_after)]
     return cmd
@@ -181,7 +188,7 @@ def kcat_seconds(bootstrap, source, target, work):
                           "kcat", "-C", "-b", bootstrap, "-t", source, "-o", "beginning", "-e", "-q", "-K", "\t"],
                          stdout=subprocess.PIPE)
     p = subprocess.Popen(["/usr/bin/time", "-f", "%U %S %w %c", "-o", times[1],
-                          "kcat", "-P", "-b", bootstrap, "-t", target, "-K", "\t", "-X", "linger.ms=5",
+                          "kcat", "-P", "-b", bootstrap, "-t", target, "-K", "\t", "-X", f"linger.ms={LINGER}",
                           "-X", "enable.idempotence=true", "-X", "acks=all"], stdin=c.stdout)
     c.stdout.close()
     p.wait(); c.wait()
@@ -266,7 +273,8 @@ def main():
                     if side == "swift worker":
                         loop_busy.append(stopped_figure(err, "loop-busy-seconds") / secs)
                 else:
-                    out, err, mib, used = timed_rss([sys.executable, os.path.join(HERE, "python_worker.py"), bootstrap, "bench.raw", target, str(messages)])
+                    out, err, mib, used = timed_rss([sys.executable, os.path.join(HERE, "python_worker.py"), bootstrap, "bench.raw", target, str(messages),
+                                                        "bench.dead-letters", LINGER])
                     sw = context_switches(err)
                     secs = float(re.search(r"active_seconds=([0-9.]+)", out).group(1))
                     rss[side].append(mib)

@@ -98,10 +98,11 @@ def transform(value):
 def main():
     bootstrap, source, target, count = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     dead_letters = sys.argv[5] if len(sys.argv) > 5 else "bench.dead-letters"
+    linger = int(sys.argv[6]) if len(sys.argv) > 6 else 20  # ms, as the Swift worker's default
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "py-bench", "enable.auto.commit": False})
     meta = consumer.list_topics(source, timeout=10)
     consumer.assign([TopicPartition(source, p, -2) for p in meta.topics[source].partitions])
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 5})
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": linger})
     acked = [0]
     last = [0.0]
 

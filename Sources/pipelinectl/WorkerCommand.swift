@@ -54,6 +54,16 @@ struct Worker: AsyncParsableCommand {
         return d
     })
     var maxPollInterval: Duration?
+    @Option(help: """
+        How long the producer waits for more outputs to share a request (linger.ms, 0ms to 900s; \
+        default: 20ms). Every output waits for it; shorter sends more, smaller requests.
+        """, transform: { text in
+        guard let d = parseDuration(text), d <= .seconds(900) else {
+            throw ValidationError("--linger: '\(text)' is not a duration from 0ms to 900s such as 20ms")
+        }
+        return d
+    })
+    var linger: Duration = WorkerSettings(bootstrapServers: []).linger
     @Option(help: "Stop gracefully after processing this many inputs (tests, demos).") var stopAfter: Int?
     @Option(help: "Address of /metrics, /healthz and /readyz (host:port; port 0 picks a free one, logged at start).")
     var metricsAddress = "0.0.0.0:9464"
@@ -132,6 +142,7 @@ struct Worker: AsyncParsableCommand {
         settings.maxPollInterval = maxPollInterval
         settings.heartbeatInterval = sessionTimeout.map { $0 / 6 }
         settings.stopAfterInputs = stopAfter
+        settings.linger = linger
         settings.transactionalID = transactionalId
         if let acknowledgementLog {
             do { settings.acknowledgementLog = try AcknowledgementLog(path: acknowledgementLog) } catch {

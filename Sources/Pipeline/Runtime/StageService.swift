@@ -126,7 +126,7 @@ public final class StageService: Service, Sendable {
         var producerConfig = ProducerConfiguration(kafka: settings.kafka)
         producerConfig.messageTimeout = settings.messageTimeout
         producerConfig.statisticsInterval = settings.statisticsInterval
-        producerConfig.linger = .milliseconds(5)
+        producerConfig.linger = settings.linger
         let exactlyOnce = definition.delivery == .exactlyOnce
         if exactlyOnce {
             producerConfig.transactionalID = settings.transactionalID ?? Self.defaultTransactionalID(group: definition.group, instance: settings.instanceID)
