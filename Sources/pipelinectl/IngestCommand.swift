@@ -296,8 +296,8 @@ extension Ingest {
             let health = IngestHealth()
             let endpoint = try metricsEndpoint(metricsAddress, health: health, logger: logger)
             // 1 ms, not librdkafka's 5: a client waits for its records' acknowledgement, and under
-            // load the records of concurrent posts still share requests (scripts/bench-ingest:
-            // p50 per post 8.1-8.2 ms with 5 ms, 3.3-5.4 ms with 1 ms; BENCHMARKS.md).
+            // load the records of concurrent posts still share requests (scripts/bench-ingest with
+            // and without LINGER=5ms; BENCHMARKS.md).
             let producers = try ProducerSlot.durable(kafka: connection.kafka, deliveryTimeout: deliveryTimeout, linger: linger, logger: logger)
             var settings = IngestHTTPSettings()
             (settings.host, settings.port) = try listenAddress()

@@ -63,7 +63,7 @@ struct Worker: AsyncParsableCommand {
         }
         return d
     })
-    var linger: Duration = WorkerSettings(bootstrapServers: []).linger
+    var linger: Duration = WorkerSettings.defaultLinger
     @Option(help: "Stop gracefully after processing this many inputs (tests, demos).") var stopAfter: Int?
     @Option(help: "Address of /metrics, /healthz and /readyz (host:port; port 0 picks a free one, logged at start).")
     var metricsAddress = "0.0.0.0:9464"

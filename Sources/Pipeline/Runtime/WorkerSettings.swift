@@ -36,15 +36,12 @@ public struct WorkerSettings: Sendable {
     /// Longest time the broker may hold a fetch waiting for data (`fetch.wait.max.ms`; librdkafka's
     /// default is 500 ms). Lower means lower latency on a quiet stream and more fetch requests.
     public var fetchMaxWait: Duration? = .milliseconds(100)
-    /// How long the producer waits for more outputs to share a request (`linger.ms`). An
-    /// idempotent producer keeps at most 5 requests in flight per partition; once linger has
-    /// passed and 5 wait for their acknowledgements, librdkafka's broker thread polls in a loop
-    /// until one arrives. At 5 ms a broker slower than 25 ms per acknowledgement keeps it
-    /// spinning (a worker under load against the local broker: 0.8 million `poll` calls per
-    /// million records); 20 ms sends a quarter of the requests and leaves the loop idle.
-    /// Kafka Streams' producers linger 100 ms. Lower it for a stage whose readers need the
-    /// last milliseconds (`pipelinectl worker --linger 5ms`).
-    public var linger: Duration = .milliseconds(20)
+    /// How long the producer waits for more outputs to share a request (`linger.ms`). Longer than
+    /// librdkafka's 5 ms: an idempotent producer keeps at most 5 requests in flight per partition,
+    /// and while those wait on a slow broker past the linger, librdkafka's I/O thread polls in a
+    /// loop (docs/guarantees.md, "Worker processes", has what it cost).
+    public var linger: Duration = Self.defaultLinger
+    public static let defaultLinger: Duration = .milliseconds(20)
     /// Above the in-flight bound the worker takes no more input; if it stays above it this long
     /// (deliveries are stuck), the partitions are also paused in librdkafka and polling goes on
     /// (librdkafka takes a member that stops polling out of its group; see ``Backpressure``).
