@@ -29,6 +29,7 @@ public final class FakeFCM: Sendable {
         var assertionsRefused = 0
         var next = 1
         var delay: Duration = .zero
+        var tokenDelay: Duration = .zero
     }
 
     /// With `tls`, HTTPS and HTTP/2, as the real one (clients trust `tls.pem`).
@@ -68,6 +69,8 @@ public final class FakeFCM: Sendable {
     public func clearFailures() { state.withLock { $0.failures = [] } }
     public func expireTokens() { state.withLock { $0.issued = [] } }
     public func setDelay(_ delay: Duration) { state.withLock { $0.delay = delay } }
+    /// How long the token endpoint takes to answer.
+    public func setTokenDelay(_ delay: Duration) { state.withLock { $0.tokenDelay = delay } }
     public var sent: [(token: String, body: [String: Any])] {
         state.withLock { $0.sent }.map { ($0.token, (try? JSONSerialization.jsonObject(with: Data($0.body))) as? [String: Any] ?? [:]) }
     }
@@ -83,6 +86,8 @@ public final class FakeFCM: Sendable {
     }
 
     func token(_ request: RecordedRequest) async -> ScriptedResponse {
+        let delay = state.withLock { $0.tokenDelay }
+        if delay > .zero { try? await Task.sleep(for: delay) }
         let form = String(decoding: request.body, as: UTF8.self)
         var fields: [String: String] = [:]
         for pair in form.split(separator: "&") {

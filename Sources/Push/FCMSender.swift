@@ -52,9 +52,17 @@ public struct FCMSender: ConcurrentTransform {
 
     /// One attempt: a token, the POST, the answer sorted.
     func send(_ body: [UInt8], deadline: ContinuousClock.Instant) async -> PushOutcome {
+        // The token fetch counts against the send's deadline too: a slow token endpoint must not
+        // hold the send past it (an abandoned fetch goes on; the next send waits for it).
+        let tokens = self.tokens
+        let fetched = await Deadline.race(until: deadline) { () -> Result<String, any Error> in
+            do { return .success(try await tokens.token()) } catch { return .failure(error) }
+        }
         let token: String
-        do { token = try await tokens.token() } catch {
-            return .retry(reason: "no access token: \(error)", retryAfter: nil)
+        switch fetched {
+        case nil: return .retry(reason: "no access token before the send's deadline", retryAfter: nil)
+        case .failure(let error)?: return .retry(reason: "no access token: \(error)", retryAfter: nil)
+        case .success(let value)?: token = value
         }
         var request = HTTPClientRequest(url: sendURL)
         request.method = .POST

@@ -112,7 +112,9 @@ import Operations
                         #expect(size == t["bytes"] as? Int, "stored \(path)")
                     }
                     #expect(event.key == Array(request.recordKey.utf8))
-                    if kinds[i] == .slow { #expect(server.requests(to: "/img/\(i).jpg") == 2, "timed out once, then fetched") }
+                    // The hung first answer timed out and a retry fetched it (on a loaded machine a
+                    // good answer can overrun the 2 s too: a CI run saw a third request).
+                    if kinds[i] == .slow { #expect(server.requests(to: "/img/\(i).jpg") >= 2, "timed out, then fetched") }
                 case .missing, .corrupt, .bomb, .privateAddress:
                     #expect(events.isEmpty, "request \(i) (\(kinds[i])) yields no thumbnails")
                     #expect(letters.count == 1, "request \(i) (\(kinds[i])): \(letters.count) dead letters")
