@@ -1,4 +1,5 @@
 import CKafka
+import Glibc
 import Logging
 
 /// librdkafka's in-process mock cluster (`rdkafka_mock.h`), for tests and fault injection
@@ -44,8 +45,50 @@ public final class KafkaMockCluster: @unchecked Sendable {  // librdkafka's mock
     }
 
     /// Takes a broker down: its connections close and new ones are refused.
+    ///
+    /// librdkafka closes the broker's listening socket and binds a new one to the same port at
+    /// once, and aborts the process if it cannot. A port with no other socket on it is free in
+    /// between for any process's next connection or `bind` to port 0; a chaos run on a loaded
+    /// machine died so, before its workers had connected to that broker. So a connection of our
+    /// own, accepted (it has had an answer), holds the port across the rebind.
     public func setBrokerDown(_ brokerID: Int32) {
+        let holder = Self.heldConnection(toPort: port(of: brokerID))
         _ = rd_kafka_mock_broker_set_down(cluster, brokerID)
+        if let holder { close(holder) }
+    }
+
+    /// Broker `brokerID`'s port (the bootstrap list is in broker order).
+    private func port(of brokerID: Int32) -> UInt16? {
+        let servers = bootstrapServers.split(separator: ",")
+        guard brokerID >= 1, Int(brokerID) <= servers.count, let colon = servers[Int(brokerID) - 1].lastIndex(of: ":") else { return nil }
+        return UInt16(servers[Int(brokerID) - 1][colon...].dropFirst())
+    }
+
+    /// A loopback connection to `port` that the broker has accepted: an ApiVersions v0 request
+    /// sent and the start of its answer read (5 s at most). Nil if the broker does not answer.
+    private static func heldConnection(toPort port: UInt16?) -> Int32? {
+        guard let port else { return nil }
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { return nil }
+        var timeout = timeval(tv_sec: 5, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = port.bigEndian
+        address.sin_addr.s_addr = UInt32(0x7F00_0001).bigEndian
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        // Size 10; ApiVersions (18) v0, correlation id 1, no client id.
+        let request: [UInt8] = [0, 0, 0, 10, 0, 18, 0, 0, 0, 0, 0, 1, 0xFF, 0xFF]
+        var answer = [UInt8](repeating: 0, count: 4)
+        guard connected == 0, send(fd, request, request.count, Int32(MSG_NOSIGNAL)) == request.count,
+            recv(fd, &answer, answer.count, Int32(MSG_WAITALL)) == answer.count
+        else {
+            close(fd)
+            return nil
+        }
+        return fd
     }
 
     public func setBrokerUp(_ brokerID: Int32) {
