@@ -32,12 +32,12 @@ public struct WatchlistAlertTransform: Transform {
     }
 
     public var decoder: PriceTickDecoder
-    /// Subscriptions by market.
-    private let byMarket: [String: [Subscription]]
+    /// Subscriptions by market, each with its id (the state's key, made once rather than per tick).
+    private let byMarket: [String: [(subscription: Subscription, id: String)]]
 
     public init(subscriptions: [Subscription], decoder: PriceTickDecoder = PriceTickDecoder()) {
         self.decoder = decoder
-        self.byMarket = Dictionary(grouping: subscriptions, by: \.market)
+        self.byMarket = Dictionary(grouping: subscriptions.map { ($0, $0.id) }, by: \.0.market)
     }
 
     public var name: String { "prices.alerts" }
@@ -49,12 +49,16 @@ public struct WatchlistAlertTransform: Transform {
         do { ticks = try decoder.decode(value) } catch { return out.fail(error) }
         for tick in ticks {
             guard let subs = byMarket[tick.market] else { continue }
-            if let last = state.lastTick[tick.market], tick.tradeTimestamp <= last { continue }
-            state.lastTick[tick.market] = tick.tradeTimestamp
-            for sub in subs {
+            // One lookup of the market: its last trade time read and replaced in place.
+            if let i = state.lastTick.index(forKey: tick.market) {
+                if tick.tradeTimestamp <= state.lastTick.values[i] { continue }
+                state.lastTick.values[i] = tick.tradeTimestamp
+            } else {
+                state.lastTick[tick.market] = tick.tradeTimestamp
+            }
+            for (sub, id) in subs {
                 let isBeyond = sub.threshold >= 0 ? tick.signedChangeRate >= sub.threshold : tick.signedChangeRate <= sub.threshold
-                let was = state.beyond[sub.id] ?? false
-                state.beyond[sub.id] = isBeyond
+                let was = state.beyond.updateValue(isBeyond, forKey: id) ?? false
                 guard isBeyond, !was else { continue }
                 let percent = formatPercent(tick.signedChangeRate)
                 let n = PushNotification(
@@ -63,7 +67,7 @@ public struct WatchlistAlertTransform: Transform {
                     body: "\(tick.market) is at \(formatPrice(tick.tradePrice)), \(percent) today (your alert: \(formatPercent(sub.threshold))).",
                     data: ["market": tick.market, "kind": "price-alert"],
                     collapseKey: "price-alert-\(tick.market)",
-                    dedupeKey: "alert:\(sub.id):\(tick.tradeTimestamp)")
+                    dedupeKey: "alert:\(id):\(tick.tradeTimestamp)")
                 out.append(n.outputRecord())
             }
         }
