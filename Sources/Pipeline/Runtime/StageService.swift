@@ -238,7 +238,16 @@ public final class StageService: Service, Sendable {
             let deadline = settings.shutdownDeadline
             let stopBy = ContinuousClock.now + deadline
             let stopped = await Deadline.race(deadline) { [logger, recorder] () -> (any Error)? in
+                // A step of the shutdown that takes a while is logged when it ends, so that an
+                // overrun says where the time went.
+                var step = ContinuousClock.now
+                func took(_ what: String) {
+                    let now = ContinuousClock.now
+                    if now - step >= .seconds(1) { logger.info("stopping: \(what) took \(now - step)") }
+                    step = now
+                }
                 await forwarded.wait()
+                took("the consumer's last events")
                 var lastError: (any Error)?
                 do {
                     try await loop.shutdown()
@@ -246,6 +255,7 @@ public final class StageService: Service, Sendable {
                     lastError = error
                     logger.error("stopping: \(error)")
                 }
+                took("settling what was in flight")
                 do {
                     try await consumer.close(deadline: max(.zero, stopBy - .now))
                 } catch {
@@ -254,8 +264,10 @@ public final class StageService: Service, Sendable {
                     recorder.commitFailed()
                     logger.warning("closing the consumer: \(error)")
                 }
+                took("closing the consumer")
                 if let reader { try? await reader.close(deadline: max(.zero, stopBy - .now)) }
                 await producer.close(deadline: max(.zero, stopBy - .now))
+                took("closing the producer")
                 return lastError
             }
             switch stopped {
