@@ -198,7 +198,8 @@ import Workers
             let out = await sender.process(Self.notification(dedupe: "s1"))
             let took = ContinuousClock.now - started
             #expect(out.failures.first?.reason == .sendFailed, "\(out)")
-            #expect(took < .seconds(3), "bounded by the 2 s deadline: \(took)")
+            // 2 s of slack: a loaded CI machine can be late to wake a timer.
+            #expect(took < .seconds(4), "bounded by the 2 s deadline: \(took) (\(out.failures.first?.detail ?? ""))")
         }
     }
 

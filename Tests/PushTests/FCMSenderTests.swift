@@ -144,16 +144,17 @@ import Workers
         let slow = await (try Self.sender(fake, retry: retry)).process(Self.notification(token: "device-8", dedupe: "d8"))
         let took = ContinuousClock.now - started
         #expect(slow.failures.first?.reason == .sendFailed, "\(slow)")
-        #expect(took < .seconds(3), "bounded by the 2 s deadline: \(took) (\(slow.failures.first?.detail ?? ""))")
-        // A token endpoint that takes 4 s (a fresh sender has no token yet): the fetch counts
+        // 2 s of slack: a loaded CI machine can be late to wake a timer.
+        #expect(took < .seconds(4), "bounded by the 2 s deadline: \(took) (\(slow.failures.first?.detail ?? ""))")
+        // A token endpoint that takes 6 s (a fresh sender has no token yet): the fetch counts
         // against the same deadline.
         fake.setDelay(.zero)
-        fake.setTokenDelay(.seconds(4))
+        fake.setTokenDelay(.seconds(6))
         let fetching = ContinuousClock.now
         let tokenless = await (try Self.sender(fake, retry: retry)).process(Self.notification(token: "device-12", dedupe: "d12"))
         let waited = ContinuousClock.now - fetching
         #expect(tokenless.failures.first?.reason == .sendFailed && tokenless.failures.first?.detail.contains("access token") == true, "\(tokenless)")
-        #expect(waited < .seconds(3), "the token fetch is bounded by the 2 s deadline: \(waited)")
+        #expect(waited < .seconds(4), "the token fetch is bounded by the 2 s deadline: \(waited)")
         try await fake.server.close()
     }
 
