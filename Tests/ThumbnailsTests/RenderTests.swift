@@ -162,13 +162,14 @@ struct HostileInputTests {
         }
     }
 
-    @Test("a decompression bomb is refused from its header, in milliseconds")
+    @Test("a decompression bomb is refused from its header, at once")
     func bomb() {
         let bomb = Fixtures.pngBomb()
         #expect(bomb.count < 2_000)
         let start = ContinuousClock.now
         expectError({ if case .tooManyPixels(50_000, 50_000, 40_000_000) = $0 { true } else { false } }, bomb)
-        #expect(ContinuousClock.now - start < .milliseconds(200))
+        // One measurement, so room for a loaded machine: decoding its 2.5 gigapixels takes far longer.
+        #expect(ContinuousClock.now - start < .seconds(1))
     }
 
     @Test("the pixel limit is configurable and checked before decoding")
