@@ -296,8 +296,8 @@ extension Ingest {
             let health = IngestHealth()
             let endpoint = try metricsEndpoint(metricsAddress, health: health, logger: logger)
             // 1 ms, not librdkafka's 5: a client waits for its records' acknowledgement, and under
-            // load the records of concurrent posts still share requests (scripts/bench-ingest with
-            // and without LINGER=5ms; BENCHMARKS.md).
+            // load the records of concurrent posts still share requests. It costs CPU (librdkafka's
+            // I/O thread polls while 5 requests per partition wait): BENCHMARKS.md, "Linger against CPU".
             let producers = try ProducerSlot.durable(kafka: connection.kafka, deliveryTimeout: deliveryTimeout, linger: linger, logger: logger)
             var settings = IngestHTTPSettings()
             (settings.host, settings.port) = try listenAddress()
