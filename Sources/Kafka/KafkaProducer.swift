@@ -377,21 +377,25 @@ final class ProducerCore: Sendable {
 
     /// Routes reports to their batches (one lock per delivery event) and wakes waiters.
     /// Consecutive reports usually belong to one batch: it is taken out of the table once and
-    /// put back when the batch changes.
+    /// put back when the batch changes. It is held in a plain variable, not an optional: a report
+    /// written through `optional!` copied and destroyed the whole batch value per report
+    /// (`scripts/bench-instructions process produce`).
     func route(_ deliveries: inout [RDKafkaDelivery], overrideError: KafkaError? = nil) {
         var finished: [(CheckedContinuation<[DeliveryReport], Never>, [DeliveryReport])] = []
         var loose: [DeliveryReport] = []
         let waiters: [CheckedContinuation<Void, Never>] = state.withLock { s in
             var currentID: UInt64 = 0
-            var current: PendingBatch?
+            var holding = false
+            var current = PendingBatch(reports: [], remaining: 0, continuation: nil)
             func putBack() {
-                guard let batch = current else { return }
-                if batch.remaining == 0, let continuation = batch.continuation {
-                    finished.append((continuation, batch.reports))
+                guard holding else { return }
+                holding = false
+                if current.remaining == 0, let continuation = current.continuation {
+                    finished.append((continuation, current.reports))
                 } else {
-                    s.batches[currentID] = batch
+                    s.batches[currentID] = current
                 }
-                current = nil
+                current = PendingBatch(reports: [], remaining: 0, continuation: nil)
             }
             for d in deliveries {
                 let error = overrideError ?? d.error
@@ -401,18 +405,19 @@ final class ProducerCore: Sendable {
                     continue
                 }
                 let batchID = d.token >> Self.indexBits
-                if current == nil || batchID != currentID {
+                if !holding || batchID != currentID {
                     putBack()
                     // Taken out so that editing its reports does not copy the array.
-                    current = s.batches.removeValue(forKey: batchID)
+                    guard let batch = s.batches.removeValue(forKey: batchID) else { continue }
+                    current = batch
                     currentID = batchID
-                    guard current != nil else { continue }
+                    holding = true
                 }
                 let index = Int(d.token & (UInt64(Self.maxBatchSize) - 1))
-                current!.reports[index].partition = d.partition
-                current!.reports[index].offset = d.offset
-                if let error { current!.reports[index].error = error }  // nil already
-                current!.remaining -= 1
+                current.reports[index].partition = d.partition
+                current.reports[index].offset = d.offset
+                if let error { current.reports[index].error = error }  // nil already
+                current.remaining -= 1
             }
             putBack()
             s.deliveryGeneration &+= 1

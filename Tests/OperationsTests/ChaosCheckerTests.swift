@@ -196,6 +196,38 @@ import Workers
         #expect(reused.verdict == "BROKER LOST OUTPUT" && reused.description.contains("acknowledged and gone 1"), "\(reused.description)")
     }
 
+    /// A worker stopped by the broker's out-of-order sequence (its idempotent producer ran ahead
+    /// of a restarted tansu that lost what it had acknowledged): the broker's fault when the run
+    /// shows acknowledged records lost, a failure when it shows none.
+    @Test func aSequenceExitIsTheBrokersOnlyWhenItLostAcknowledgedRecords() {
+        let inputs = Self.inputs()
+        let oracle = CandleOracle(inputs, latenessMillis: 5_000)
+        let (outputs, published) = Self.published(oracle, inputs)
+        var ends: [Int32: Int64] = [:]
+        for i in inputs { ends[i.partition] = max(ends[i.partition] ?? 0, i.offset + 1) }
+        var clean = ChaosChecker.check(
+            inputs: inputs, oracle: oracle, outputs: outputs, deadLetters: published, changelog: [],
+            committed: ends, ends: ends, exactlyOnce: false)
+        #expect(clean.verdict == "PASS", "\(clean.description)")
+        clean.sequenceExits = ["pid 7 (log: /tmp/w.log)"]
+        #expect(clean.verdict == "FAIL" && !clean.brokerFault, "nothing acknowledged was lost: the exit is the workers'")
+        #expect(clean.description.contains("stopped on the broker's out-of-order sequence [\"pid 7"), "\(clean.description)")
+        clean.outputAcknowledgementsGone = 1
+        #expect(clean.verdict == "BROKER LOST OUTPUT" && clean.brokerFault, "an acknowledged output gone accounts for the exit")
+
+        // Dead letters gone with holes where they were, and the same exit: the broker's.
+        var deadLetters = published
+        deadLetters.removeAll { [0, 3].contains($0.offset) }
+        var holes = ChaosChecker.check(
+            inputs: inputs, oracle: oracle, outputs: outputs, deadLetters: deadLetters, changelog: [],
+            committed: ends, ends: ends, exactlyOnce: false)
+        holes.sequenceExits = ["pid 7 (log: /tmp/w.log)"]
+        #expect(holes.verdict == "BROKER LOST OUTPUT", "\(holes.description)")
+        // Any other unexpected exit still fails the run.
+        holes.badExits = ["pid 8: 134, expected 0"]
+        #expect(holes.verdict == "FAIL")
+    }
+
     /// The thumbnail workload's checker: a request with neither thumbnails nor a dead letter is
     /// lost, an answer to no request is unexpected, offsets short of the end fail the run.
     @Test func theThumbnailCheckerSeesEachViolation() throws {

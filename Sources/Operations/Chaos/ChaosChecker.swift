@@ -160,6 +160,11 @@ public struct ChaosReport: Sendable, CustomStringConvertible {
     /// once allows it: a restore starts at the checkpoint's offsets and reads the rest again).
     public var zombies = false
     public var badExits: [String] = []
+    /// Workers that stopped because the broker no longer had records their idempotent producer
+    /// had been told were written (librdkafka's fatal OUT_OF_ORDER_SEQUENCE_NUMBER after a tansu
+    /// restart). The broker's fault when the run shows it lost acknowledged records
+    /// (``brokerLostAcknowledged``); else a failure like any unexpected exit.
+    public var sequenceExits: [String] = []
     /// Workers that stopped because their producer was fenced (expected; each was replaced).
     public var fencedExits = 0
     /// Checkpoints dropped because the coordinator no longer counted their worker as a member
@@ -200,7 +205,14 @@ public struct ChaosReport: Sendable, CustomStringConvertible {
     public init() {}
 
     public var passed: Bool {
-        lost.isEmpty && garbageNotDeadLettered.isEmpty && passedApartFromMissingRecords
+        lost.isEmpty && garbageNotDeadLettered.isEmpty && sequenceExits.isEmpty && passedApartFromMissingRecords
+    }
+
+    /// The broker lost records it had acknowledged: inputs, or holes and acknowledged records gone
+    /// in the outputs or dead letters.
+    public var brokerLostAcknowledged: Bool {
+        !inputsLostByBroker.isEmpty
+            || outputOffsetsMissingCount + outputAcknowledgementsGone + deadLetterOffsetsMissingCount + deadLetterAcknowledgementsGone > 0
     }
 
     /// Every check but "nothing lost" and "every garbage input dead-lettered".
@@ -220,7 +232,8 @@ public struct ChaosReport: Sendable, CustomStringConvertible {
     /// records it acknowledged before a restart and then write later ones at their offsets:
     /// that leaves no hole, only acknowledged records that are gone.
     public var outputLostByBroker: Bool {
-        !exactlyOnce && !(lost.isEmpty && garbageNotDeadLettered.isEmpty) && passedApartFromMissingRecords
+        !exactlyOnce && !(lost.isEmpty && garbageNotDeadLettered.isEmpty && sequenceExits.isEmpty) && passedApartFromMissingRecords
+            && (sequenceExits.isEmpty || brokerLostAcknowledged)
             && lost.count <= outputOffsetsMissingCount + outputAcknowledgementsGone
             && garbageNotDeadLettered.count <= deadLetterOffsetsMissingCount + deadLetterAcknowledgementsGone
     }
@@ -264,6 +277,7 @@ public struct ChaosReport: Sendable, CustomStringConvertible {
                 + (zombies && (!changelogKeysBehind.isEmpty || changelogRegressions > 0) ? " (from zombies: a restore starts at a checkpoint's offsets)" : ""),
             "workers: \(badExits.isEmpty ? "every exit as expected" : "unexpected exits \(badExits)")"
                 + (fencedExits > 0 ? " (\(fencedExits) stopped by a fenced producer, each replaced)" : "")
+                + (sequenceExits.isEmpty ? "" : "; stopped on the broker's out-of-order sequence \(sequenceExits)")
                 + (fencedCheckpoints > 0 ? " (\(fencedCheckpoints) checkpoints of evicted members fenced)" : ""),
         ]
         if let wedged { lines.append("broker wedged: \(wedged)") }
