@@ -128,7 +128,7 @@ struct Chaos: AsyncParsableCommand {
         return d
     })
     var stallAfter: Duration = .seconds(60)
-    @Flag(help: "Go on with the next seed after a failing one.") var keepGoing = false
+    @Flag(help: "Go on with the next seed after one that failed the workers (a seed the broker failed never stops the run).") var keepGoing = false
     @Flag(help: "Write every worker's log to a file and name it in the report, also when the run passes.") var keepLogs = false
     @Option(help: "The pipelinectl binary that runs the workers (default: this one), e.g. an older build to compare.")
     var workerBinary: String?
