@@ -450,6 +450,8 @@ import Workers
         let outcome = await Self.stopped(service, within: .seconds(30))
         #expect(outcome != nil, "run() ended within 30 s")
         #expect(outcome?.contains("shutdown") == true, "it says the shutdown overran: \(outcome ?? "")")
+        // And which step it was in: the outputs in flight do not settle.
+        #expect(outcome?.contains("stuck settling what was in flight") == true, "\(outcome ?? "")")
         #expect(clock.now - start < .seconds(20))
     }
 

@@ -237,17 +237,20 @@ public final class StageService: Service, Sendable {
             // last commit) and run() throws.
             let deadline = settings.shutdownDeadline
             let stopBy = ContinuousClock.now + deadline
+            // The step under way, for an overrun to name (a step that never ends is never logged).
+            let phase = ShutdownPhase("waiting for the consumer's last events")
             let stopped = await Deadline.race(deadline) { [logger, recorder] () -> (any Error)? in
                 // A step of the shutdown that takes a while is logged when it ends, so that an
                 // overrun says where the time went.
                 var step = ContinuousClock.now
-                func took(_ what: String) {
+                func took(_ what: String, next: String) {
                     let now = ContinuousClock.now
                     if now - step >= .seconds(1) { logger.info("stopping: \(what) took \(now - step)") }
                     step = now
+                    phase.set(next)
                 }
                 await forwarded.wait()
-                took("the consumer's last events")
+                took("the consumer's last events", next: "settling what was in flight")
                 var lastError: (any Error)?
                 do {
                     try await loop.shutdown()
@@ -255,7 +258,7 @@ public final class StageService: Service, Sendable {
                     lastError = error
                     logger.error("stopping: \(error)")
                 }
-                took("settling what was in flight")
+                took("settling what was in flight", next: "closing the consumer")
                 do {
                     try await consumer.close(deadline: max(.zero, stopBy - .now))
                 } catch {
@@ -264,16 +267,16 @@ public final class StageService: Service, Sendable {
                     recorder.commitFailed()
                     logger.warning("closing the consumer: \(error)")
                 }
-                took("closing the consumer")
+                took("closing the consumer", next: "closing the producer")
                 if let reader { try? await reader.close(deadline: max(.zero, stopBy - .now)) }
                 await producer.close(deadline: max(.zero, stopBy - .now))
-                took("closing the producer")
+                took("closing the producer", next: "done")
                 return lastError
             }
             switch stopped {
             case .none:
                 let overran = WorkerError.shutdownOverran(
-                    "the shutdown did not finish within \(deadline) (\(backpressure.inFlight.records) records still in flight); what is not committed is read again by the next owner")
+                    "the shutdown did not finish within \(deadline) (\(backpressure.inFlight.records) records still in flight; stuck \(phase.name)); what is not committed is read again by the next owner")
                 logger.error("\(overran)")
                 failure = failure ?? overran
             case .some(.some(let error)):
@@ -379,4 +382,12 @@ public enum WorkerError: Error, CustomStringConvertible {
         case .shutdownOverran(let what): "shutdown overran: \(what)"
         }
     }
+}
+
+/// The step of a worker's shutdown under way (``StageService``), read when the shutdown overruns.
+private final class ShutdownPhase: Sendable {
+    private let current: Mutex<String>
+    init(_ name: String) { current = Mutex(name) }
+    var name: String { current.withLock { $0 } }
+    func set(_ name: String) { current.withLock { $0 = name } }
 }
