@@ -28,7 +28,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_pipeline import (CHAIN, CHAINS, CTL, LINGER, changelog_topic, log, run,  # noqa: E402
+from bench_pipeline import (CHAIN, CTL, LINGER, changelog_topic, log, run,  # noqa: E402
                             start_broker, stop, tick_lines, topology)
 
 PARTITIONS = 4
