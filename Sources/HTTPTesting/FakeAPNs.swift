@@ -81,6 +81,10 @@ public final class FakeAPNs: Sendable {
     public func fail(_ answers: [ScriptedResponse]) { state.withLock { $0.failures += answers } }
     public func unregister(_ token: String) { state.withLock { _ = $0.unregistered.insert(token) } }
     public func setDelay(_ delay: Duration) { state.withLock { $0.delay = delay } }
+    /// Once `accepted` sends were taken, later ones wait for ``release()`` (then get a 503).
+    public func hold(after accepted: Int) { sendHold.hold(after: accepted) }
+    public func release() { sendHold.release() }
+    private let sendHold = SendHold()
     /// Every provider token made until now counts as expired.
     public func expireProviderTokens() { state.withLock { $0.expiredBefore = Date().addingTimeInterval($0.offset + 1) } }
     /// Moves the fake's clock (the sender's must move with it).
@@ -108,6 +112,7 @@ public final class FakeAPNs: Sendable {
     }
 
     func answer(_ request: RecordedRequest) async -> ScriptedResponse {
+        if await sendHold.wait(accepted: { state.withLock { $0.sent.count } }) { return Self.error(503, "ServiceUnavailable") }
         let delay = state.withLock { $0.delay }
         if delay > .zero { try? await Task.sleep(for: delay) }
         guard request.http2 else { return refuse(400, "HTTP2Required") }

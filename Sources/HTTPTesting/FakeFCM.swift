@@ -71,6 +71,10 @@ public final class FakeFCM: Sendable {
     public func setDelay(_ delay: Duration) { state.withLock { $0.delay = delay } }
     /// How long the token endpoint takes to answer.
     public func setTokenDelay(_ delay: Duration) { state.withLock { $0.tokenDelay = delay } }
+    /// Once `accepted` sends were taken, later ones wait for ``release()`` (then get a 503).
+    public func hold(after accepted: Int) { sendHold.hold(after: accepted) }
+    public func release() { sendHold.release() }
+    private let sendHold = SendHold()
     public var sent: [(token: String, body: [String: Any])] {
         state.withLock { $0.sent }.map { ($0.token, (try? JSONSerialization.jsonObject(with: Data($0.body))) as? [String: Any] ?? [:]) }
     }
@@ -142,6 +146,7 @@ public final class FakeFCM: Sendable {
     }
 
     func send(_ request: RecordedRequest) async -> ScriptedResponse {
+        if await sendHold.wait(accepted: { state.withLock { $0.sent.count } }) { return Self.error(503, "UNAVAILABLE", "The service is currently unavailable.") }
         let delay = state.withLock { $0.delay }
         if delay > .zero { try? await Task.sleep(for: delay) }
         let bearer = request.headers[.authorization].flatMap { $0.hasPrefix("Bearer ") ? String($0.dropFirst(7)) : nil }

@@ -40,6 +40,9 @@ public struct FCMSender: ConcurrentTransform {
 
     var sendURL: String { "\(endpoint)/v1/projects/\(project)/messages:send" }
 
+    /// Closes the client's connections (after the stage stopped); not for `HTTPClient.shared`.
+    public func shutdown() async { try? await client.shutdown() }
+
     public func process(_ record: InputRecord) async -> TransformOutput {
         guard let slice = record.value else { return .empty }
         let value = Array(slice)

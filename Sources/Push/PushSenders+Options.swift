@@ -12,16 +12,23 @@ extension FCMSender {
     /// The environment variable that may name FCM's base URL (`pipelinectl dev`: its local FCM).
     public static let endpointEnvironment = "PIPELINE_FCM_ENDPOINT"
 
-    /// Builds the stage a topology describes (`options` of a `push.fcm` stage). Throws a
-    /// message naming the option or file that is wrong; never shows the key.
+    /// Builds the stage a topology describes (`options` of a `push.fcm` stage), with its own HTTP
+    /// client: shut it down after the stage (``shutdown()``). `concurrency` is the stage's: over
+    /// HTTP/1.1 (an FCM emulator, a proxy) the client may open that many connections, so that no
+    /// send waits for a free one and each attempt's timeout measures FCM's answer, not the
+    /// queue (with 8 connections for 64 sends, a loaded machine timed out attempts that FCM had
+    /// taken, and sent them again). Over HTTP/2, FCM's own, one connection carries them all.
+    /// Throws a message naming the option or file that is wrong; never shows the key.
     public static func make(
-        options: PushOptions, ledger: SentLedger?, environment: [String: String] = ProcessInfo.processInfo.environment,
-        client: HTTPClient = .shared
+        options: PushOptions, ledger: SentLedger?, concurrency: Int, environment: [String: String] = ProcessInfo.processInfo.environment
     ) throws(PushConfigurationError) -> FCMSender {
         guard let path = options.credentialsFile ?? environment[credentialsEnvironment], !path.isEmpty else {
             throw PushConfigurationError("credentials-file: missing; name the service-account key file (or set \(credentialsEnvironment))")
         }
         let account = try ServiceAccount.load(path: path)
+        var configuration = HTTPClient.Configuration()
+        configuration.connectionPool = .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: max(8, concurrency))
+        let client = HTTPClient(eventLoopGroup: MultiThreadedEventLoopGroup.singleton, configuration: configuration)
         return FCMSender(
             tokens: FCMAccessTokens(account: account, client: client), client: client,
             endpoint: options.fcmEndpoint ?? environment[endpointEnvironment] ?? "https://fcm.googleapis.com", app: options.app, retry: PushRetry(options), ledger: ledger)

@@ -163,16 +163,19 @@ struct Worker: AsyncParsableCommand {
         defer { concurrent?.pool?.shutdown() }
         // A push sender: its ledger of what was sent, read from its `sent` output topic.
         var ledgerService: SentLedgerService?
-        var apns: APNsSender?
+        // A push sender's HTTP client, closed after the stage.
+        var closePushClient: (@Sendable () async -> Void)?
         if definition.sendsPushes {
             let ledger = SentLedger()
             do {
                 if definition.chain == [APNsSender.transformName] {
                     let sender = try APNsSender.make(options: definition.options.push, ledger: ledger)
-                    apns = sender
+                    closePushClient = sender.shutdown
                     concurrent = (sender, nil)
                 } else {
-                    concurrent = (try FCMSender.make(options: definition.options.push, ledger: ledger), nil)
+                    let sender = try FCMSender.make(options: definition.options.push, ledger: ledger, concurrency: definition.concurrency)
+                    closePushClient = sender.shutdown
+                    concurrent = (sender, nil)
                 }
             } catch {
                 throw ValidationError("\(self.topology): stages.\(definition.name).options.\(error)")
@@ -197,10 +200,10 @@ struct Worker: AsyncParsableCommand {
                 logger: logger))
         signals.attach(logger: logger) { Task { await group.triggerGracefulShutdown() } }
         do { try await group.run() } catch {
-            await apns?.shutdown()
+            await closePushClient?()
             throw error
         }
-        await apns?.shutdown()
+        await closePushClient?()
     }
 }
 

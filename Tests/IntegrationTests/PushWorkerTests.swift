@@ -93,6 +93,11 @@ import Workers
             #expect(try await producer.send(records).allSatisfy { $0.error == nil })
             await producer.close()
 
+            // Each provider stops answering after a quarter, so that the workers die mid-way
+            // however slowly the test runs (a CI run's FCM worker sent all before APNs' reached a
+            // quarter).
+            fake.hold(after: total / 4)
+            apns.hold(after: total / 4)
             let first = try WorkerProcessTests.startWorker("notifications-fcm", topology: topologyPath, bootstrap: bootstrap)
             defer { first.kill() }
             let firstAPNs = try WorkerProcessTests.startWorker("notifications-apns", topology: topologyPath, bootstrap: bootstrap)
@@ -104,6 +109,8 @@ import Workers
             _ = await firstAPNs.waitForExit()
             let atKill = fake.sent.count, atKillAPNs = apns.sent.count
             #expect(atKill < total - dead.count && atKillAPNs < total - dead.count, "killed mid-way: \(atKill) and \(atKillAPNs) sent")
+            fake.release()
+            apns.release()
 
             let second = try WorkerProcessTests.startWorker("notifications-fcm", topology: topologyPath, bootstrap: bootstrap)
             defer { second.kill() }

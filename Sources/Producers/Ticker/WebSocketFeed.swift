@@ -31,7 +31,8 @@ public struct WebSocketFeed: AsyncSequence, Sendable {
         public var reconnect: ReconnectPolicy = ReconnectPolicy()
         /// Ping the server after this long without writing anything.
         public var pingInterval: Duration = .seconds(30)
-        /// Drop the connection after this long without reading anything (pongs count).
+        /// Drop the connection after this long without reading anything (pongs count), once a
+        /// ping has gone unanswered for a ping interval.
         public var idleTimeout: Duration = .seconds(75)
         /// TCP connect, TLS and the HTTP upgrade together.
         public var connectTimeout: Duration = .seconds(10)
@@ -461,13 +462,19 @@ final class FeedHandler: ChannelDuplexHandler {
     private var producing = true
     private var pendingRead = false
     private var closeSent = false
+    /// The first ping sent since the last read: the server has not answered it.
+    private var unansweredPingSince: NIODeadline?
     private let idleTimeout: Duration
+    private let pingInterval: TimeAmount
 
-    private init(idleTimeout: Duration) { self.idleTimeout = idleTimeout }
+    private init(idleTimeout: Duration, pingInterval: Duration) {
+        self.idleTimeout = idleTimeout
+        self.pingInterval = pingInterval.asTimeAmount
+    }
 
     /// Adds the handlers after the WebSocket codec and returns the message stream.
     static func install(on channel: any Channel, _ configuration: WebSocketFeed.Configuration) throws -> WebSocketConnection.Messages {
-        let handler = FeedHandler(idleTimeout: configuration.idleTimeout)
+        let handler = FeedHandler(idleTimeout: configuration.idleTimeout, pingInterval: configuration.pingInterval)
         let readAhead = max(1, configuration.readAhead)
         let new = WebSocketConnection.Messages.makeSequence(
             elementType: WebSocketMessage.self,
@@ -494,6 +501,7 @@ final class FeedHandler: ChannelDuplexHandler {
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let frame = unwrapInboundIn(data)
+        unansweredPingSince = nil
         switch frame.opcode {
         case .text, .binary:
             var data = frame.unmaskedData
@@ -526,16 +534,27 @@ final class FeedHandler: ChannelDuplexHandler {
         }
         switch idle {
         case .write:
-            let ping = WebSocketFrame(fin: true, opcode: .ping, maskKey: .random(), data: ByteBuffer(string: "pipelinectl"))
-            context.writeAndFlush(wrapOutboundOut(ping), promise: nil)
+            ping(context: context)
         case .read:
             // While the consumer is behind we do not read, so silence proves nothing then.
             guard producing else { return }
+            // Silence proves the connection dead only once a ping went unanswered for a ping
+            // interval. An event loop that stalled (a starved container) fires the write and the
+            // read idle events in one turn, before reading what arrived meanwhile: the ping it
+            // just sent had no time to be answered, so judge at the next idle period.
+            guard let pinged = unansweredPingSince else { return ping(context: context) }
+            guard NIODeadline.now() - pinged >= pingInterval else { return }
             finish(WebSocketFeedError.idleTimeout(idleTimeout))
             context.close(promise: nil)
         case .all:
             break
         }
+    }
+
+    private func ping(context: ChannelHandlerContext) {
+        let ping = WebSocketFrame(fin: true, opcode: .ping, maskKey: .random(), data: ByteBuffer(string: "pipelinectl"))
+        context.writeAndFlush(wrapOutboundOut(ping), promise: nil)
+        if unansweredPingSince == nil { unansweredPingSince = .now() }
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
