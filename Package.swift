@@ -321,6 +321,7 @@ let package = Package(
             dependencies: [
                 "Producers", "Pipeline", "Operations", "Kafka", "PipelineTesting", "SafeFetch", "Workers", "WorkersTesting",
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOWebSocket", package: "swift-nio"),
             ]),
         .testTarget(

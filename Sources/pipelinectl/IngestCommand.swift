@@ -67,7 +67,7 @@ struct Ingest: AsyncParsableCommand {
         var duration: Duration?
         @Option(help: "Ping the server after this long without writing (default: 30s).", transform: duration("--ping-interval"))
         var pingInterval: Duration = .seconds(30)
-        @Option(help: "Reconnect after this long without reading anything: a dead connection (default: 75s).", transform: duration("--idle-timeout"))
+        @Option(help: "Reconnect after this long without reading anything, once a ping went unanswered: a dead connection (default: 75s).", transform: duration("--idle-timeout"))
         var idleTimeout: Duration = .seconds(75)
         @Option(help: "The first reconnect wait, doubled per failure in a row, ±25 % jitter (default: 500ms).", transform: duration("--reconnect-delay"))
         var reconnectDelay: Duration = .milliseconds(500)
