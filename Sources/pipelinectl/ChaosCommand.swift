@@ -367,7 +367,51 @@ actor ChaosRun {
     private var desyncedExits: [String] = []
     private var target: ChaosTarget?
     private let topologyPath: String
-    /// The thumbnail workload's image server.
+    /// The run's input producer. The inputs are the harness's, not what the run checks: a tick
+/// the broker refused is sent again through a new producer, up to 5 times. (A tansu restart
+/// forgets the idempotent producer's sequence: every later produce of that client fails with
+/// OUT_OF_ORDER_SEQUENCE_NUMBER or PRODUCER_FENCED, which ended local seed 24 as "could not
+/// complete".) A tick that was written after all and sent again is held twice; the checker
+/// works from what the topic holds and counts those.
+actor ChaosInputProducer {
+    private var producer: KafkaProducer
+    private let bootstrap: String
+    static let attempts = 5
+
+    init(bootstrap: String) throws {
+        self.bootstrap = bootstrap
+        producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [bootstrap]))
+    }
+
+    /// Where each tick landed, in order.
+    func send(_ ticks: [ChaosTick], topic: String) async throws -> [ChaosInput] {
+        var landed = [ChaosInput?](repeating: nil, count: ticks.count)
+        var pending = Array(ticks.indices)
+        for attempt in 1...Self.attempts {
+            let reports = try await producer.send(pending.map { ticks[$0].record(topic: topic) })
+            var failed: [Int] = []
+            var lastError: (any Error)?
+            for (i, report) in zip(pending, reports) {
+                if let error = report.error {
+                    failed.append(i)
+                    lastError = error
+                } else {
+                    landed[i] = ChaosInput(tick: ticks[i], partition: report.partition, offset: report.offset)
+                }
+            }
+            if failed.isEmpty { break }
+            if attempt == Self.attempts, let lastError { throw lastError }
+            await producer.close()
+            producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [bootstrap]))
+            pending = failed
+        }
+        return landed.compactMap { $0 }
+    }
+
+    func close() async { await producer.close() }
+}
+
+/// The thumbnail workload's image server.
     private var images: ChaosImageServer?
 
     let keepLogs: Bool
@@ -475,9 +519,9 @@ actor ChaosRun {
         try await awaitAssignment()
         let clock = ContinuousClock()
         let windowStart = clock.now
-        let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [bootstrap]))
-        let feed = Task { [topics, spec, bootstrap] () throws -> [ChaosInput] in
-            try await Self.feed(producer, topic: topics.input, count: spec.ticks, over: spec.window, bootstrap: bootstrap)
+        let producer = try ChaosInputProducer(bootstrap: bootstrap)
+        let feed = Task { [topics, spec] () throws -> [ChaosInput] in
+            try await Self.feed(producer, topic: topics.input, count: spec.ticks, over: spec.window)
         }
         for step in plan.steps {
             let due = windowStart + step.at
@@ -487,13 +531,8 @@ actor ChaosRun {
         var inputs = try await feed.value
         try await heal()
         // One tick per market an hour later: every minute of the run closes.
-        let closing = ChaosTick.closing(after: spec.ticks)
-        let reports = try await producer.send(closing.map { $0.record(topic: topics.input) })
+        inputs += try await producer.send(ChaosTick.closing(after: spec.ticks), topic: topics.input)
         await producer.close()
-        for (tick, report) in zip(closing, reports) {
-            if let error = report.error { throw error }
-            inputs.append(ChaosInput(tick: tick, partition: report.partition, offset: report.offset))
-        }
         // What the workers can read: the input topic as it is, each tick where it landed (after a
         // restart tansu can hold less than it acknowledged). The oracle and the ends work from it;
         // what the broker acknowledged and no longer has is the broker's loss.
@@ -867,7 +906,7 @@ actor ChaosRun {
     // MARK: Input and output
 
     /// Sends `count` ticks spread over `duration` in chunks, and returns where each landed.
-    static func feed(_ producer: KafkaProducer, topic: String, count: Int, over duration: Duration, bootstrap: String) async throws -> [ChaosInput] {
+    static func feed(_ producer: ChaosInputProducer, topic: String, count: Int, over duration: Duration) async throws -> [ChaosInput] {
         let chunk = 200
         let chunks = max(1, (count + chunk - 1) / chunk)
         let pause = duration / chunks
@@ -876,12 +915,7 @@ actor ChaosRun {
         let clock = ContinuousClock()
         let start = clock.now
         for c in 0..<chunks {
-            let ticks = (c * chunk..<min(count, (c + 1) * chunk)).map(ChaosTick.make)
-            let reports = try await producer.send(ticks.map { $0.record(topic: topic) })
-            for (tick, report) in zip(ticks, reports) {
-                if let error = report.error { throw error }
-                inputs.append(ChaosInput(tick: tick, partition: report.partition, offset: report.offset))
-            }
+            inputs += try await producer.send((c * chunk..<min(count, (c + 1) * chunk)).map(ChaosTick.make), topic: topic)
             let next = start + pause * (c + 1)
             if clock.now < next { try await Task.sleep(until: next, clock: clock) }
         }
