@@ -83,6 +83,10 @@ import Operations
             settings.sessionTimeout = .milliseconds(2000)
             settings.heartbeatInterval = .milliseconds(300)
             settings.stopAfterInputs = records.count
+            // The stop begins once every request is handed to the stage, seconds in: the fetches,
+            // hung ones and their retries included, must end within the shutdown deadline (a
+            // loaded run overran 30 s by one second).
+            settings.shutdownDeadline = .seconds(120)
             let service = try StageService(definition: definition, topology: topology, settings: settings.measured(), concurrent: stage)
             try await service.run()
             #expect(service.readings.inputsSettled == records.count)

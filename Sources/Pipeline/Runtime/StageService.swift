@@ -275,8 +275,12 @@ public final class StageService: Service, Sendable {
             }
             switch stopped {
             case .none:
+                // Inputs a concurrent stage is still working on have no outputs awaiting delivery
+                // yet: both counts are named.
+                let now = recorder.progress
                 let overran = WorkerError.shutdownOverran(
-                    "the shutdown did not finish within \(deadline) (\(backpressure.inFlight.records) records still in flight; stuck \(phase.name)); what is not committed is read again by the next owner")
+                    "the shutdown did not finish within \(deadline) (\(max(0, now.processed - now.inputsSettled)) inputs not yet settled, "
+                        + "\(backpressure.inFlight.records) records awaiting delivery; stuck \(phase.name)); what is not committed is read again by the next owner")
                 logger.error("\(overran)")
                 failure = failure ?? overran
             case .some(.some(let error)):
