@@ -260,7 +260,12 @@ public final class StageService: Service, Sendable {
                 }
                 took("settling what was in flight", next: "closing the consumer")
                 do {
-                    try await consumer.close(deadline: max(.zero, stopBy - .now))
+                    // librdkafka's close can wait for ever on a coordinator that does not answer
+                    // (confluentinc/librdkafka#3740; local chaos saw it after tansu restarts): it
+                    // gets the rest of the deadline but the producer's share, so that a worker
+                    // whose outputs are settled still closes its producer and stops in time.
+                    let left = max(.zero, stopBy - .now)
+                    try await consumer.close(deadline: left - min(.seconds(5), left / 4))
                 } catch {
                     // The final commit failed or the close overran: the inputs since the last commit
                     // are read again by the next owner (at least once). Not a failed run.
