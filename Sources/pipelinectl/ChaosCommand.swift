@@ -367,51 +367,7 @@ actor ChaosRun {
     private var desyncedExits: [String] = []
     private var target: ChaosTarget?
     private let topologyPath: String
-    /// The run's input producer. The inputs are the harness's, not what the run checks: a tick
-/// the broker refused is sent again through a new producer, up to 5 times. (A tansu restart
-/// forgets the idempotent producer's sequence: every later produce of that client fails with
-/// OUT_OF_ORDER_SEQUENCE_NUMBER or PRODUCER_FENCED, which ended local seed 24 as "could not
-/// complete".) A tick that was written after all and sent again is held twice; the checker
-/// works from what the topic holds and counts those.
-actor ChaosInputProducer {
-    private var producer: KafkaProducer
-    private let bootstrap: String
-    static let attempts = 5
-
-    init(bootstrap: String) throws {
-        self.bootstrap = bootstrap
-        producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [bootstrap]))
-    }
-
-    /// Where each tick landed, in order.
-    func send(_ ticks: [ChaosTick], topic: String) async throws -> [ChaosInput] {
-        var landed = [ChaosInput?](repeating: nil, count: ticks.count)
-        var pending = Array(ticks.indices)
-        for attempt in 1...Self.attempts {
-            let reports = try await producer.send(pending.map { ticks[$0].record(topic: topic) })
-            var failed: [Int] = []
-            var lastError: (any Error)?
-            for (i, report) in zip(pending, reports) {
-                if let error = report.error {
-                    failed.append(i)
-                    lastError = error
-                } else {
-                    landed[i] = ChaosInput(tick: ticks[i], partition: report.partition, offset: report.offset)
-                }
-            }
-            if failed.isEmpty { break }
-            if attempt == Self.attempts, let lastError { throw lastError }
-            await producer.close()
-            producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [bootstrap]))
-            pending = failed
-        }
-        return landed.compactMap { $0 }
-    }
-
-    func close() async { await producer.close() }
-}
-
-/// The thumbnail workload's image server.
+    /// The thumbnail workload's image server.
     private var images: ChaosImageServer?
 
     let keepLogs: Bool
@@ -930,6 +886,50 @@ actor ChaosInputProducer {
         }
         return records
     }
+}
+
+/// The run's input producer. The inputs are the harness's, not what the run checks: a tick
+/// the broker refused is sent again through a new producer, up to 5 times. (A tansu restart
+/// forgets the idempotent producer's sequence: every later produce of that client fails with
+/// OUT_OF_ORDER_SEQUENCE_NUMBER or PRODUCER_FENCED, which ended local seed 24 as "could not
+/// complete".) A tick that was written after all and sent again is held twice; the checker
+/// works from what the topic holds and counts those.
+actor ChaosInputProducer {
+    private var producer: KafkaProducer
+    private let bootstrap: String
+    static let attempts = 5
+
+    init(bootstrap: String) throws {
+        self.bootstrap = bootstrap
+        producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [bootstrap]))
+    }
+
+    /// Where each tick landed, in order.
+    func send(_ ticks: [ChaosTick], topic: String) async throws -> [ChaosInput] {
+        var landed = [ChaosInput?](repeating: nil, count: ticks.count)
+        var pending = Array(ticks.indices)
+        for attempt in 1...Self.attempts {
+            let reports = try await producer.send(pending.map { ticks[$0].record(topic: topic) })
+            var failed: [Int] = []
+            var lastError: (any Error)?
+            for (i, report) in zip(pending, reports) {
+                if let error = report.error {
+                    failed.append(i)
+                    lastError = error
+                } else {
+                    landed[i] = ChaosInput(tick: ticks[i], partition: report.partition, offset: report.offset)
+                }
+            }
+            if failed.isEmpty { break }
+            if attempt == Self.attempts, let lastError { throw lastError }
+            await producer.close()
+            producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [bootstrap]))
+            pending = failed
+        }
+        return landed.compactMap { $0 }
+    }
+
+    func close() async { await producer.close() }
 }
 
 /// The thumbnail workload's image server (loopback, port 0): image `i` is a small PNG at

@@ -470,40 +470,20 @@ import Workers
         let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [mock.bootstrapServers]))
         _ = try await producer.send((0..<20).map { ProducerRecord(topic: "in", partition: 0, key: Array("k\($0)".utf8), value: Array("v\($0)".utf8)) })
         await producer.close()
-        let topology = try Topology.parse("""
-            topics:
-              - {name: in}
-              - {name: out}
-              - {name: dlq}
-            stages:
-              - name: relay
-                chain: [pass-through]
-                inputs: [in]
-                outputs: {out: out}
-                dead-letter-topic: dlq
-            """)
-        var settings = WorkerSettings(bootstrapServers: [mock.bootstrapServers])
+        let topology = try StageServiceMockTests.relay(partitions: 1)
+        var settings = Self.settings(mock)
         // librdkafka stops waiting for the coordinator after the session timeout: longer than
         // the shutdown deadline here, as a stuck close would be.
         settings.sessionTimeout = .seconds(45)
-        settings.heartbeatInterval = .milliseconds(300)
-        settings.statisticsInterval = nil
         settings.shutdownDeadline = .seconds(20)
         let service = try StageService(definition: try topology.stage(named: "relay"), topology: topology, settings: settings.measured())
-        let outcome = Task { () -> String in
-            do {
-                try await service.run()
-                return "returned without an error"
-            } catch {
-                return "\(error)"
-            }
-        }
+        let outcome = Task { await Self.stopped(service, within: .seconds(60)) }
         try await eventually("every input settled") { service.readings.inputsSettled == 20 }
         mock.setBrokerDown(2)
         let clock = ContinuousClock()
         let stopped = clock.now
         service.requestStop()
-        let message = await Deadline.race(.seconds(60)) { await outcome.value }
+        let message = await outcome.value
         #expect(message == "returned without an error", "\(message ?? "still running after 60 s")")
         // The close is given up at 15 s, leaving the producer its 5 s: done well before the 20 s
         // deadline. (Before, the close had all of it and ended with the deadline, in a race
