@@ -38,7 +38,8 @@ def main():
         ingest = subprocess.Popen(
             [CTL, "ingest", "http", "--listen", "127.0.0.1:0", "--metrics-address", "127.0.0.1:0", "--log-format", "json",
              "--bootstrap-server", bootstrap, "--rate-limit", "1000000",
-             *(["--linger", os.environ["LINGER"]] if os.environ.get("LINGER") else [])],
+             *(["--linger", os.environ["LINGER"]] if os.environ.get("LINGER") else []),
+             *os.environ.get("INGEST_ARGS", "").split()],
             env={**os.environ, "PIPELINE_INGEST_TOKENS": f"bench {TOKEN}"}, stderr=open(log_path, "w"), stdout=subprocess.DEVNULL)
         port = None
         deadline = time.monotonic() + 60
@@ -75,7 +76,8 @@ def main():
         stop(broker)
 
     print(f"\n{threads} connections x {requests} posts of {per_body} tickers per round, {rounds} rounds, "
-          f"the endpoint's --linger {os.environ.get('LINGER') or 'default'} (min-max over rounds)")
+          f"the endpoint's --linger {os.environ.get('LINGER') or 'default'}"
+          f"{' and ' + os.environ['INGEST_ARGS'] if os.environ.get('INGEST_ARGS') else ''} (min-max over rounds)")
     for side, results in rows.items():
         rate = [x["records_per_second"] for x in results]
         p50 = [x["p50_ms"] for x in results]

@@ -242,6 +242,8 @@ extension Ingest {
         @Option(help: "The topic of a stream, STREAM=TOPIC (repeatable; default <stream>.raw).") var topic: [String] = []
         @Option(help: "Address of /metrics, /healthz and /readyz (host:port; port 0 picks a free one, logged at start).")
         var metricsAddress = "0.0.0.0:9465"
+        @Option(name: .customShort("X"), parsing: .singleValue, help: "Raw librdkafka property key=value for the service's producer (repeatable).")
+        var properties: [String] = []
         @Option(help: "Graceful shutdown deadline (default: 30s).", transform: Upbit.duration("--shutdown-deadline"))
         var shutdownDeadline: Duration = .seconds(30)
         @OptionGroup var connection: RequiredConnection
@@ -286,6 +288,7 @@ extension Ingest {
             if maxInFlightRecords < maxRecords { throw ValidationError("--max-in-flight-records (\(maxInFlightRecords)) must hold at least --max-records (\(maxRecords))") }
             if !(rateLimit > 0) { throw ValidationError("--rate-limit must be a positive number of requests per second") }
             if idempotencyCapacity <= 0 { throw ValidationError("--idempotency-capacity must be positive") }
+            _ = try parseProperties(properties)
         }
 
         func run() async throws {
@@ -297,8 +300,10 @@ extension Ingest {
             let endpoint = try metricsEndpoint(metricsAddress, health: health, logger: logger)
             // 1 ms, not librdkafka's 5: a client waits for its records' acknowledgement, and under
             // load the records of concurrent posts still share requests. It costs CPU (librdkafka's
-            // I/O thread polls while 5 requests per partition wait): BENCHMARKS.md, "Linger against CPU".
-            let producers = try ProducerSlot.durable(kafka: connection.kafka, deliveryTimeout: deliveryTimeout, linger: linger, logger: logger)
+            // I/O thread polls while a partition's request waits): BENCHMARKS.md, "Ingest endpoint".
+            var kafka = connection.kafka
+            kafka.raw = try parseProperties(properties)
+            let producers = try ProducerSlot.durable(kafka: kafka, deliveryTimeout: deliveryTimeout, linger: linger, logger: logger)
             var settings = IngestHTTPSettings()
             (settings.host, settings.port) = try listenAddress()
             settings.maxBodyBytes = maxBodyBytes

@@ -45,6 +45,11 @@ import Testing
         } throws: { error in
             PipelineCtl.message(for: error).contains("-X 'linger.ms': expected key=value")
         }
+        #expect {
+            _ = try PipelineCtl.parseAsRoot(["ingest", "http", "--bootstrap-server", "h:1", "-X", "acks"])
+        } throws: { error in
+            PipelineCtl.message(for: error).contains("-X 'acks': expected key=value")
+        }
     }
 
     @Test func demoDefaults() throws {
