@@ -710,7 +710,10 @@ actor ChaosRun {
     /// (``ChaosPlan/Fault/producerFenced``) are expected to (exit 1); each is replaced by a new
     /// one, as an orchestrator would. Any other exit stays for the report.
     private func replaceFencedWorkers() async throws {
-        guard plan.steps.contains(where: { $0.fault == .producerFenced }) else { return }
+        // A fenced producer stops its worker (exit 1), and an orchestrator starts another: after
+        // the producer-fenced fault, and after a tansu restart, which leaves idempotent producers
+        // PRODUCER_FENCED (local low-retry seed 41 stalled with both workers stopped so).
+        guard plan.steps.contains(where: { $0.fault == .producerFenced || (isLocalBroker && $0.fault == .brokerRestart) }) else { return }
         for w in workers where !w.isRunning {
             // A wait status: exited (no signal) with status 1.
             let status = await w.waitForExit()
@@ -889,19 +892,20 @@ actor ChaosRun {
 }
 
 /// The run's input producer. The inputs are the harness's, not what the run checks: a tick
-/// the broker refused is sent again through a new producer, up to 5 times. (A tansu restart
-/// forgets the idempotent producer's sequence: every later produce of that client fails with
-/// OUT_OF_ORDER_SEQUENCE_NUMBER or PRODUCER_FENCED, which ended local seed 24 as "could not
-/// complete".) A tick that was written after all and sent again is held twice; the checker
-/// works from what the topic holds and counts those.
-actor ChaosInputProducer {
-    private var producer: KafkaProducer
-    private let bootstrap: String
+/// the broker refused is sent again, up to 5 times, through a ``ProducerSlot``, which replaces a
+/// producer that cannot deliver any more. (A tansu restart forgets the idempotent producer's
+/// sequence: every later produce of that client fails with OUT_OF_ORDER_SEQUENCE_NUMBER or
+/// PRODUCER_FENCED, which ended local seed 24 as "could not complete".) A tick that was written
+/// after all and sent again is held twice; the checker works from what the topic holds and
+/// counts those.
+struct ChaosInputProducer {
+    private let producers: ProducerSlot
     static let attempts = 5
 
     init(bootstrap: String) throws {
-        self.bootstrap = bootstrap
-        producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [bootstrap]))
+        producers = try ProducerSlot(logger: Logger(label: "pipelinectl.chaos.input")) {
+            try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [bootstrap]))
+        }
     }
 
     /// Where each tick landed, in order.
@@ -909,7 +913,7 @@ actor ChaosInputProducer {
         var landed = [ChaosInput?](repeating: nil, count: ticks.count)
         var pending = Array(ticks.indices)
         for attempt in 1...Self.attempts {
-            let reports = try await producer.send(pending.map { ticks[$0].record(topic: topic) })
+            let reports = try await producers.current().send(pending.map { ticks[$0].record(topic: topic) })
             var failed: [Int] = []
             var lastError: (any Error)?
             for (i, report) in zip(pending, reports) {
@@ -922,14 +926,12 @@ actor ChaosInputProducer {
             }
             if failed.isEmpty { break }
             if attempt == Self.attempts, let lastError { throw lastError }
-            await producer.close()
-            producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [bootstrap]))
             pending = failed
         }
         return landed.compactMap { $0 }
     }
 
-    func close() async { await producer.close() }
+    func close() async { await producers.close(deadline: .seconds(10)) }
 }
 
 /// The thumbnail workload's image server (loopback, port 0): image `i` is a small PNG at
