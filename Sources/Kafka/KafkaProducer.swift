@@ -270,6 +270,8 @@ final class ProducerCore: Sendable {
     let stopRequested = Atomic<Bool>(false)
     /// The latest librdkafka statistics (poll thread writes, anyone reads).
     let statistics = Mutex<KafkaStatistics?>(nil)
+    /// Watches the statistics for librdkafka's epoch-bump loop (poll thread only).
+    private let epochWatch = Mutex(EpochBumpWatch())
 
     init(client: RDKafkaClient, reports: AsyncStream<[DeliveryReport]>.Continuation) {
         self.client = client
@@ -429,6 +431,28 @@ final class ProducerCore: Sendable {
         for waiter in waiters { waiter.resume() }
     }
 
+    /// Keeps the latest statistics, and makes the producer unusable when they show it stuck
+    /// bumping its own epoch (``EpochBumpWatch``): its undelivered records are failed at once
+    /// (purged) instead of when they time out, so that a ``ProducerSlot`` sends them again through
+    /// a new producer id.
+    func observe(_ stats: KafkaStatistics) {
+        statistics.withLock { $0 = stats }
+        guard let bumps = epochWatch.withLock({ $0.observe(producerID: stats.producerID, epoch: stats.producerEpoch, at: .now) }) else { return }
+        let error = KafkaError(
+            code: .delivery,
+            message: "the broker keeps refusing this producer's id (UNKNOWN_PRODUCER_ID): librdkafka bumped its epoch \(bumps) times since the "
+                + "last statistics; a new producer is needed",
+            rdKafkaCode: RDKafkaError.unknownProducerID)
+        let first = state.withLock { s in
+            guard s.unusable == nil else { return false }
+            s.unusable = error
+            return true
+        }
+        guard first else { return }
+        client.logger.error("\(error); its undelivered records are failed now")
+        client.purge()
+    }
+
     func startPolling() {
         state.withLock { $0.pollThreadRunning = true }
         let thread = Thread { [self] in
@@ -436,7 +460,7 @@ final class ProducerCore: Sendable {
             buffer.reserveCapacity(1024)
             while !stopRequested.load(ordering: .acquiring) {
                 client.serveDeliveryReports(
-                    timeoutMilliseconds: 100, into: &buffer, statistics: { s in self.statistics.withLock { $0 = s } }
+                    timeoutMilliseconds: 100, into: &buffer, statistics: { s in self.observe(s) }
                 ) { route(&$0) }
                 client.drainLogs()
             }

@@ -48,6 +48,9 @@ public struct KafkaStatistics: Sendable, Hashable {
     public var brokers: [Broker]
     public var partitions: [Partition]
     public var group: Group?
+    /// An idempotent producer's id and epoch (-1 when not idempotent or not yet assigned).
+    public var producerID: Int64
+    public var producerEpoch: Int64
 
     /// Parses librdkafka's statistics JSON; nil when it is not that.
     public init?(json: [UInt8]) {
@@ -83,5 +86,8 @@ public struct KafkaStatistics: Sendable, Hashable {
         } else {
             group = nil
         }
+        let eos = root["eos"] as? [String: Any]
+        producerID = int(eos, "producer_id")
+        producerEpoch = int(eos, "producer_epoch")
     }
 }

@@ -3,7 +3,8 @@ import Synchronization
 
 /// The producer a long-running service sends through, replaced by a new one when it cannot
 /// deliver any more (``KafkaProducer/unusable``: a fatal error, or a broker that fenced it or lost
-/// its producer id, as a restarted broker does): what it could not deliver was reported failed,
+/// its producer id, as a restarted broker does, or stuck bumping the epoch of an id the broker
+/// lost, seen in its statistics): what it could not deliver was reported failed,
 /// and the records sent next go through a new producer id instead of failing until the process
 /// is restarted. ``replacements`` counts the new ones, for health and metrics.
 public final class ProducerSlot: Sendable {
@@ -32,6 +33,9 @@ public final class ProducerSlot: Sendable {
         // within a second of the broker's return, not after librdkafka's backoff, which grows to
         // 10 s while a broker is away (unless the operator set it).
         if configuration.kafka.raw["reconnect.backoff.max.ms"] == nil { configuration.kafka.raw["reconnect.backoff.max.ms"] = "1000" }
+        // Statistics every second: how the producer tells that librdkafka is stuck bumping the
+        // epoch of a producer id the broker lost (``EpochBumpWatch``), so that it is replaced.
+        configuration.statisticsInterval = .seconds(1)
         return try ProducerSlot(logger: logger) { [configuration] in
             try KafkaProducer(configuration: configuration, logger: logger)
         }

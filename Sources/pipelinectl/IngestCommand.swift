@@ -242,7 +242,10 @@ extension Ingest {
         @Option(help: "The topic of a stream, STREAM=TOPIC (repeatable; default <stream>.raw).") var topic: [String] = []
         @Option(help: "Address of /metrics, /healthz and /readyz (host:port; port 0 picks a free one, logged at start).")
         var metricsAddress = "0.0.0.0:9465"
-        @Option(name: .customShort("X"), parsing: .singleValue, help: "Raw librdkafka property key=value for the service's producer (repeatable).")
+        @Option(name: .customShort("X"), parsing: .singleValue, help: """
+            Raw librdkafka property key=value for the service's producer (repeatable). It keeps one request \
+            in flight per connection (max.in.flight.requests.per.connection=1) unless this sets it.
+            """)
         var properties: [String] = []
         @Option(help: "Graceful shutdown deadline (default: 30s).", transform: Upbit.duration("--shutdown-deadline"))
         var shutdownDeadline: Duration = .seconds(30)
@@ -303,6 +306,13 @@ extension Ingest {
             // I/O thread polls while a partition's request waits): BENCHMARKS.md, "Ingest endpoint".
             var kafka = connection.kafka
             kafka.raw = try parseProperties(properties)
+            // One request in flight per connection, not librdkafka's 5: an idempotent producer
+            // sends a partition's next request only after the last one is acknowledged, and with 5
+            // allowed its I/O thread polls without a timeout meanwhile; with 1 the next request
+            // waits in the send queue and the thread sleeps (a fifth to two fifths less CPU per
+            // record: BENCHMARKS.md, "Ingest endpoint"). A broker that lost the producer's id is
+            // then seen in the producer's statistics (ProducerSlot).
+            if kafka.raw["max.in.flight.requests.per.connection"] == nil { kafka.raw["max.in.flight.requests.per.connection"] = "1" }
             let producers = try ProducerSlot.durable(kafka: kafka, deliveryTimeout: deliveryTimeout, linger: linger, logger: logger)
             var settings = IngestHTTPSettings()
             (settings.host, settings.port) = try listenAddress()

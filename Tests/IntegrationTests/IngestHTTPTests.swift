@@ -152,7 +152,10 @@ import Testing
         // The broker back (empty: memory storage); the client retries with the same key, as a
         // 503 with Retry-After asks, until it is answered 201 (the endpoint's producer reconnects
         // within a second, reconnect.backoff.max.ms=1000, not librdkafka's 10 s; a loaded machine
-        // can still make the first retry time out): the five are produced once.
+        // can still make the first retry time out): the five are produced once. The broker lost
+        // the producer's id: with one request in flight (the default) librdkafka bumps the epoch
+        // of that id again and again, each refused, until the statistics show it and a new
+        // producer takes over (with 5 in flight, the second refusal is fatal instead).
         broker = try await broker.restart()
         let back = ContinuousClock.now
         var retried = try await Self.post(port, "prices", body: body, idempotencyKey: "batch-1")
