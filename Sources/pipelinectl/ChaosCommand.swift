@@ -633,6 +633,12 @@ actor ChaosRun {
                     desyncedExits.append("pid \(w.pid) (log: \(log))")
                     continue
                 }
+                // Fenced just before it was stopped (after the last look for fenced workers): as
+                // expected as one replaced during the run.
+                if let status, stoppedByItsProducer(w, status: status) {
+                    fencedExits += 1
+                    continue
+                }
                 let lines = w.output().split(separator: "\n").filter { !$0.contains("dead letter") && !$0.contains("Connect to") }
                 let crash = lines.firstIndex { $0.contains("crashed:") || $0.contains("Fatal error") }
                 let quoted = crash.map { Array(lines[max(0, $0 - 2)..<min(lines.count, $0 + 25)]) } ?? Array(lines.suffix(15))
@@ -713,16 +719,21 @@ actor ChaosRun {
         // A fenced producer stops its worker (exit 1), and an orchestrator starts another: after
         // the producer-fenced fault, and after a tansu restart, which leaves idempotent producers
         // PRODUCER_FENCED (local low-retry seed 41 stalled with both workers stopped so).
-        guard plan.steps.contains(where: { $0.fault == .producerFenced || (isLocalBroker && $0.fault == .brokerRestart) }) else { return }
         for w in workers where !w.isRunning {
-            // A wait status: exited (no signal) with status 1.
             let status = await w.waitForExit()
-            guard status & 0x7f == 0, (status >> 8) & 0xff == 1, w.output().contains("the producer cannot deliver any more") else { continue }
+            guard stoppedByItsProducer(w, status: status) else { continue }
             workers.removeAll { $0.pid == w.pid }
             ended.append((w, "\(status)"))
             fencedExits += 1
             try startWorker()
         }
+    }
+
+    /// The worker stopped by itself (exit 1) because its producer could not deliver any more, in
+    /// a run whose faults fence producers (the producer-fenced fault; a tansu restart).
+    private func stoppedByItsProducer(_ w: ManagedProcess.Handle, status: Int32) -> Bool {
+        plan.steps.contains(where: { $0.fault == .producerFenced || (isLocalBroker && $0.fault == .brokerRestart) })
+            && ManagedProcess.exitCode(waitStatus: status) == 1 && w.output().contains("the producer cannot deliver any more")
     }
 
     /// A worker's /readyz body (nil when it does not answer).

@@ -16,9 +16,7 @@ import Operations
 @Suite(.serialized, .timeLimit(.minutes(15))) struct ChaosTests {
     @Test func theCIProfilePasses() async throws {
         let chaos = try ManagedProcess.launch(try WorkerProcessTests.pipelinectl(), arguments: ["chaos", "--profile", "ci"], environment: [:])
-        // A wait status: the exit code is its second byte (exit 3 is 768).
-        let wait = await chaos.waitForExit()
-        let status = wait & 0x7f == 0 ? (wait >> 8) & 0xff : -Int32(wait & 0x7f)
+        let status = ManagedProcess.exitCode(waitStatus: await chaos.waitForExit())
         let report = chaos.output().split(separator: "\n").filter { $0.hasPrefix("==") || $0.hasPrefix("   ") }.joined(separator: "\n")
         print("chaos report:\n\(report)")
         let passed = report.components(separatedBy: "   PASS (").count - 1

@@ -308,3 +308,13 @@ import Workers
         #expect(none.map(\.target) == [9], "from the low watermark when nothing is committed")
     }
 }
+
+@Suite struct ManagedProcessTests {
+    /// Real processes: an exit code, and a signal, read from their wait statuses.
+    @Test func exitCodesAndSignalsReadFromTheWaitStatus() async throws {
+        let exits = try ManagedProcess.launch("/bin/sh", arguments: ["-c", "exit 3"], environment: [:])
+        #expect(ManagedProcess.exitCode(waitStatus: await exits.waitForExit()) == 3)
+        let killed = try ManagedProcess.launch("/bin/sh", arguments: ["-c", "kill -9 $$"], environment: [:])
+        #expect(ManagedProcess.exitCode(waitStatus: await killed.waitForExit()) == -9)
+    }
+}

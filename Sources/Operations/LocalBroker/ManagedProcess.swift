@@ -6,6 +6,12 @@ import Kafka
 /// A child process (posix_spawn) whose combined output is read by a dedicated thread, so the caller can
 /// await a line (an event) instead of sleeping, and the pipe never fills up.
 public enum ManagedProcess {
+    /// The exit code in a wait status (``Handle/waitForExit()``), or minus the signal that ended
+    /// the process (exit 3 is the status 768; SIGKILL gives -9).
+    public static func exitCode(waitStatus: Int32) -> Int32 {
+        waitStatus & 0x7f == 0 ? (waitStatus >> 8) & 0xff : -(waitStatus & 0x7f)
+    }
+
     public final class Handle: Sendable {
         public let pid: pid_t
         private let state = Mutex(State())
@@ -96,6 +102,8 @@ public enum ManagedProcess {
             for c in waiters { c.resume(returning: false) }
         }
 
+        /// Waits for the process to end; returns its wait status (``ManagedProcess/exitCode(waitStatus:)``
+        /// reads it).
         @discardableResult
         public func waitForExit() async -> Int32 {
             await withCheckedContinuation { continuation in
