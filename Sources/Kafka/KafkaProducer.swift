@@ -180,8 +180,10 @@ public final class KafkaProducer: Sendable {
     /// delivery that failed because the broker fenced the producer or lost its producer id or
     /// sequence (`PRODUCER_FENCED`, `UNKNOWN_PRODUCER_ID`, `INVALID_PRODUCER_EPOCH`,
     /// `OUT_OF_ORDER_SEQUENCE_NUMBER`, …; librdkafka raises none of these as fatal for an
-    /// idempotent producer, yet they never clear). Every record sent after it fails the same
-    /// way; a new producer (a new producer id) is needed.
+    /// idempotent producer, yet they never clear), or statistics that show librdkafka bumping
+    /// the epoch of a producer id the broker lost, again and again (``EpochBumpWatch``; only
+    /// with ``ProducerConfiguration/statisticsInterval`` set). Every record sent after it fails
+    /// the same way; a new producer (a new producer id) is needed.
     public var unusable: KafkaError? {
         if let fatal = (try? core.client.using { core.client.fatalError() }) ?? nil { return fatal }
         return core.state.withLock { $0.unusable }

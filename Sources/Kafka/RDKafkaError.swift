@@ -67,6 +67,7 @@ package enum RDKafkaError {
 
     /// `MSG_SIZE_TOO_LARGE`.
     static let messageTooLarge = RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE.rawValue
+    /// `UNKNOWN_PRODUCER_ID`.
     static let unknownProducerID = RD_KAFKA_RESP_ERR_UNKNOWN_PRODUCER_ID.rawValue
 
     /// The group is rebalancing: `REBALANCE_IN_PROGRESS`, `ILLEGAL_GENERATION`.
