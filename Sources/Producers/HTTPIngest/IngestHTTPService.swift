@@ -220,7 +220,7 @@ public final class IngestHTTPService: Service, Sendable {
                 }
             }
             pending = pending.filter { acknowledged[$0] == nil }
-            guard attempt == 1, producer.unusable != nil else { break }
+            guard attempt == 1, !pending.isEmpty, producer.unusable != nil else { break }
         }
         let firstError = errors.sorted { $0.key < $1.key }.first?.value
         let records = batch.records.indices.map { i in
