@@ -24,7 +24,7 @@ struct EpochBumpWatch {
         guard let last, last.id == producerID, epoch >= 0 else { return nil }
         // The epoch is a 16-bit number that wraps.
         let bumps = (epoch - last.epoch + 32768) % 32768
-        let seconds = Double((now - last.at).components.seconds) + Double((now - last.at).components.attoseconds) / 1e18
+        let seconds = (now - last.at).asSeconds
         guard bumps >= Self.minimumBumps, seconds > 0, Double(bumps) / seconds >= Self.bumpsPerSecond else { return nil }
         return bumps
     }

@@ -309,8 +309,11 @@ public enum ChaosChecker {
         report.expected = oracle.candles.count
         var seen: [String: CandleOracle.Candle] = [:]
         var lastMinute: [String: Int64] = [:]
-        // Where each slot's last first copy is, to show what an out-of-order candle came after.
-        var lastAt: [String: String] = [:]
+        // Each slot's last first copy, to show what an out-of-order candle came after.
+        var lastFirst: [String: ConsumerRecord] = [:]
+        func place(_ r: ConsumerRecord) -> String {
+            "\(r.partition)@\(r.offset) t=\(r.timestamp.map(String.init) ?? "?")\(r.headers.isEmpty ? "" : " \(r.headers.map(\.key).sorted())")"
+        }
         // Per slot, the position of the last copy of each candle the runtime sent (not redriven).
         var lastCopy: [String: [Int64: Int]] = [:]
         for (position, r) in outputs.sorted(by: { ($0.partition, $0.offset) < ($1.partition, $1.offset) }).enumerated() {
@@ -342,12 +345,11 @@ public enum ChaosChecker {
                 // flight may have landed first; they are sent again after it (checked below).
                 if let last = lastMinute[slot], last >= candle.minute { report.lateAfterRetry.append(key) }
             } else {
-                let here = "\(r.partition)@\(r.offset) t=\(r.timestamp.map(String.init) ?? "?")\(r.headers.isEmpty ? "" : " \(r.headers.map(\.key).sorted())")"
                 if let last = lastMinute[slot], last >= candle.minute {
-                    report.outOfOrder.append("\(key) at \(here) after minute \(last) at \(lastAt[slot] ?? "?")")
+                    report.outOfOrder.append("\(key) at \(place(r)) after minute \(last) at \(lastFirst[slot].map(place) ?? "?")")
                 }
                 lastMinute[slot] = candle.minute
-                lastAt[slot] = here
+                lastFirst[slot] = r
             }
         }
         report.lost = oracle.candles.keys.filter { seen[$0] == nil }.sorted()
