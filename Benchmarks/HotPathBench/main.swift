@@ -124,16 +124,19 @@ var produced = 0
     var deadLetters: [ProducerRecord] = []
     sources.reserveCapacity(records.count)
     batchInputs.reserveCapacity(records.count)
-    for record in records {
-        let input = RecordMapping.input(record, now: base)
-        let index = Int32(batchInputs.count)
-        let failed = out.failures.count
-        runner.process(input, context: TransformContext(now: input.timestamp), into: &out)
-        while sources.count < out.count { sources.append(index) }
-        if out.failures.count > failed {
-            deadLetters += RecordMapping.deadLetters(out.failures[failed...], of: input, stage: stageName, transform: stageName, topic: "bench.dead-letters")
+    // Read in place, as the loop reads them (a `for` loop would copy each record).
+    records.withUnsafeBufferPointer { records in
+        for i in records.indices {
+            let input = RecordMapping.input(records[i], now: base)
+            let index = Int32(batchInputs.count)
+            let failed = out.failures.count
+            runner.process(input, context: TransformContext(now: input.timestamp), into: &out)
+            while sources.count < out.count { sources.append(index) }
+            if out.failures.count > failed {
+                deadLetters += RecordMapping.deadLetters(out.failures[failed...], of: input, stage: stageName, transform: stageName, topic: "bench.dead-letters")
+            }
+            batchInputs.append(consume input)
         }
-        batchInputs.append(input)
     }
     outputBytesPerInput = max(16, out.byteCount / records.count)
     var outgoing = ProducerBatch(reservingCapacity: out.count + deadLetters.count, bytesPerRecord: 0)

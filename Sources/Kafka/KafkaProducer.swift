@@ -287,9 +287,12 @@ final class ProducerCore: Sendable {
             guard !s.closed else { throw KafkaError.closed }
             let id = s.nextBatchID
             s.nextBatchID += 1
-            s.batches[id] = PendingBatch(
-                reports: (0..<count).map { DeliveryReport(id: UInt64($0), partition: -1, offset: -1, error: nil) },
-                remaining: count)
+            // Each report made in place (`map` made each one, then copied it into the array).
+            let reports = [DeliveryReport](unsafeUninitializedCapacity: count) { buffer, initialized in
+                for i in 0..<count { (buffer.baseAddress! + i).initialize(to: DeliveryReport(id: UInt64(i), partition: -1, offset: -1, error: nil)) }
+                initialized = count
+            }
+            s.batches[id] = PendingBatch(reports: reports, remaining: count)
             return id
         }
     }

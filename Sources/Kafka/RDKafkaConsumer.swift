@@ -259,7 +259,7 @@ final class RDKafkaConsumer: @unchecked Sendable {  // immutable after init; lib
     /// The sinks run after `rd_kafka_consume_batch_queue` returned, never during it: librdkafka
     /// may serve the rebalance callback inside that call, and the callback may touch whatever
     /// the sinks append to.
-    func drainFetched(limit: Int, names: inout ConversionCache, record: (ConsumerRecord) -> Void, other: (RDKafkaPolled) -> Void) -> Int {
+    func drainFetched(limit: Int, names: inout ConversionCache, record: (consuming ConsumerRecord) -> Void, other: (RDKafkaPolled) -> Void) -> Int {
         guard limit > 0 else { return 0 }
         return withUnsafeTemporaryAllocation(of: UnsafeMutablePointer<rd_kafka_message_t>?.self, capacity: limit) { buffer in
             let n = rd_kafka_consume_batch_queue(consumerQueue, 0, buffer.baseAddress, limit)

@@ -27,6 +27,24 @@ import Workers
         #expect(batch.size(3) == 3 + 10_000 + 2 * (1 + 5) - 1 + 64)
     }
 
+    /// The settlement counts delivered outputs per run of one topic, comparing the batch's topic
+    /// numbers; a retry's batch numbers its topics afresh, and the counts stay by name.
+    @Test func deliveredOutputsAreCountedByTopicAcrossBatchesThatNumberTopicsDifferently() {
+        let first = ProducerBatch(Self.records)  // a = 0, b = 1
+        let retry = ProducerBatch([Self.records[2], Self.records[0]])  // b = 0, a = 1
+        #expect(first.topicNumber(of: 0) == first.topicNumber("a") && retry.topicNumber(of: 1) == retry.topicNumber("a"))
+        #expect(first.topicNumber("a") != retry.topicNumber("a"))
+        #expect(first.topicNumber("nowhere") == nil)
+        var delivered = DeliveredRecords()
+        delivered.beginPass()
+        for i in 0..<first.count { delivered.output(topicNumber: first.topicNumber(of: i), of: first, at: i) }
+        delivered.beginPass()
+        for i in 0..<retry.count { delivered.output(topicNumber: retry.topicNumber(of: i), of: retry, at: i) }
+        #expect(delivered.outputs == 6)
+        #expect(delivered.outputsByTopic.map(\.0) == ["a", "b", "a", "b", "a"])
+        #expect(delivered.outputsByTopic.map(\.1) == [2, 1, 1, 1, 1])
+    }
+
     @Test func aRetryCopiesTheChosenRecords() {
         let batch = ProducerBatch(Self.records)
         var again = ProducerBatch()

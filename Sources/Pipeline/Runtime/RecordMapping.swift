@@ -7,7 +7,7 @@ package enum RecordMapping {
     package static func input(_ r: ConsumerRecord, now: Int64) -> InputRecord {
         InputRecord(
             key: r.key, sharing: r.valueBytes,
-            headers: r.headers.map { RecordHeader(name: $0.key, value: $0.value ?? []) },
+            headers: r.headers.isEmpty ? [] : r.headers.map { RecordHeader(name: $0.key, value: $0.value ?? []) },
             timestamp: r.timestamp ?? now,
             origin: RecordOrigin(topic: r.topic, partition: r.partition, offset: r.offset))
     }

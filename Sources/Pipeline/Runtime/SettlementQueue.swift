@@ -286,15 +286,18 @@ private struct Settler: Sendable {
                 sources[i] == SettlementQueue.Delivery.checkpoint || records.topic(i) == context.deadLetterTopic
             }
             var failed: [Int] = []
+            // Per record, topics are compared by their number in the batch, not by name.
+            let deadLetterTopic = records.topicNumber(context.deadLetterTopic)
+            delivered.beginPass()
             for i in reports.indices {
                 if reports[i].error != nil {
                     failed.append(i)
-                } else if copies.contains(i) {
+                } else if !copies.isEmpty && copies.contains(i) {
                     continue
-                } else if records.topic(i) == context.deadLetterTopic {
+                } else if records.topicNumber(of: i) == deadLetterTopic {
                     delivered.deadLetter(reason: records.header(DeadLetterHeader.reason, of: i))
                 } else if sources[i] != SettlementQueue.Delivery.checkpoint {
-                    delivered.output(topic: records.topic(i))
+                    delivered.output(topicNumber: records.topicNumber(of: i), of: records, at: i)
                 }
             }
             if let log = context.acknowledgements {

@@ -352,24 +352,35 @@ final class StageLoop {
         inputs.reserveCapacity(records.count)
         var last: Int64 = first.offset
         var skipped = 0
-        for record in records where record.offset >= skipBelow {
-            if context.isRedriveForAnotherStage(record) {
-                last = record.offset
-                skipped += 1
-                continue
+        var lastTimestamp: Int64?
+        // Per record, nothing is copied that the input does not keep: the records are read in
+        // place (an unsafe buffer's element is borrowed, where an array's or a `for` loop's is
+        // copied, with a retain and a release of each of its references), and the lane's stage
+        // is taken out of the lane for the stretch (one exclusivity check, not one per record).
+        var runner = lane.runner!
+        lane.runner = nil
+        let context = self.context
+        records.withUnsafeBufferPointer { records in
+            for i in records.indices where records[i].offset >= skipBelow {
+                last = records[i].offset
+                if context.isRedriveForAnotherStage(records[i]) {
+                    skipped += 1
+                    continue
+                }
+                let input = RecordMapping.input(records[i], now: now)
+                let index = Int32(inputs.count)
+                let failed = out.failures.count
+                runner.process(input, context: TransformContext(now: input.timestamp), into: &out)
+                // A stage only appends: earlier inputs' outputs are not its to remove (a programming error).
+                precondition(out.count >= sources.count, "transform \(context.transformName) removed outputs of earlier inputs from its TransformOutput")
+                while sources.count < out.count { sources.append(index) }
+                if out.failures.count > failed { deadLetters += context.deadLetters(out.failures[failed...], of: input) }
+                lastTimestamp = input.timestamp
+                inputs.append(consume input)
             }
-            let input = RecordMapping.input(record, now: now)
-            let index = Int32(inputs.count)
-            let failed = out.failures.count
-            lane.runner!.process(input, context: TransformContext(now: input.timestamp), into: &out)
-            // A stage only appends: earlier inputs' outputs are not its to remove (a programming error).
-            precondition(out.count >= sources.count, "transform \(context.transformName) removed outputs of earlier inputs from its TransformOutput")
-            while sources.count < out.count { sources.append(index) }
-            if out.failures.count > failed { deadLetters += context.deadLetters(out.failures[failed...], of: input) }
-            inputs.append(input)
-            last = record.offset
-            lane.lastTimestamp = input.timestamp
         }
+        lane.runner = runner
+        if let lastTimestamp { lane.lastTimestamp = lastTimestamp }
         lane.next[tp] = last + 1
         outputBytesPerInput = max(16, out.byteCount / max(1, inputs.count))
         let outgoing: ProducerBatch
