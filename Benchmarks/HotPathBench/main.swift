@@ -124,7 +124,7 @@ var produced = 0
     var deadLetters: [ProducerRecord] = []
     sources.reserveCapacity(records.count)
     batchInputs.reserveCapacity(records.count)
-    // Read in place, as the loop reads them (a `for` loop would copy each record).
+    // Read in place, as the loop reads them.
     records.withUnsafeBufferPointer { records in
         for i in records.indices {
             let input = RecordMapping.input(records[i], now: base)

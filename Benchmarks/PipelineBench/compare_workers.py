@@ -14,9 +14,7 @@ PARTITIONS (4), CHAIN and LINGER as in bench_pipeline.py.
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
-import time
 
 import bench_pipeline as bp
 

@@ -174,8 +174,8 @@ final class ConsumerPollLoop {
         var names = self.names
         let taken = consumer.drainFetched(
             limit: limit, names: &names,
-            // `consuming`: the batch takes the record the conversion made (measured: about 500 fewer
-            // instructions per record in the worker, `scripts/bench-instructions process worker`).
+            // `consuming`: the batch takes the record the conversion made (BENCHMARKS.md, "Whole
+            // processes": three runs with it and three without).
             record: { (record: consuming ConsumerRecord) in
                 if revokedWhileDraining.isEmpty || !revokedWhileDraining.contains(record.topicPartition) {
                     pendingBatch.append(record)

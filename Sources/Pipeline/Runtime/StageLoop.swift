@@ -353,10 +353,9 @@ final class StageLoop {
         var last: Int64 = first.offset
         var skipped = 0
         var lastTimestamp: Int64?
-        // Per record, nothing is copied that the input does not keep: the records are read in
-        // place (an unsafe buffer's element is borrowed, where an array's or a `for` loop's is
-        // copied, with a retain and a release of each of its references), and the lane's stage
-        // is taken out of the lane for the stretch (one exclusivity check, not one per record).
+        // The records are read in place (an unsafe buffer's element is borrowed), each input is
+        // moved into the list, and the lane's stage is taken out of the lane for the stretch (one
+        // exclusivity check, not one per record): BENCHMARKS.md, "Whole processes", has what it saved.
         var runner = lane.runner!
         lane.runner = nil
         let context = self.context

@@ -162,16 +162,6 @@ struct DeliveredRecords {
     /// The batch's number of the topic of the last run (``ProducerBatch/topicNumber(of:)``).
     private var lastTopicNumber: Int32 = -1
 
-    mutating func output(topic: String) {
-        outputs += 1
-        lastTopicNumber = -1
-        if let last = outputsByTopic.indices.last, outputsByTopic[last].0 == topic {
-            outputsByTopic[last].1 += 1
-        } else {
-            outputsByTopic.append((topic, 1))
-        }
-    }
-
     /// A pass over another batch begins: its topic numbers are its own.
     mutating func beginPass() { lastTopicNumber = -1 }
 
@@ -179,13 +169,15 @@ struct DeliveredRecords {
     /// name is read only when a run of another topic begins. Every call between two
     /// ``beginPass()`` is about the same batch.
     mutating func output(topicNumber number: Int32, of batch: ProducerBatch, at index: Int) {
-        guard number == lastTopicNumber, let last = outputsByTopic.indices.last else {
-            output(topic: batch.topic(index))
-            lastTopicNumber = number
-            return
-        }
         outputs += 1
-        outputsByTopic[last].1 += 1
+        if number != lastTopicNumber {
+            lastTopicNumber = number
+            let topic = batch.topic(index)
+            if outputsByTopic.last?.0 != topic {
+                outputsByTopic.append((topic, 0))
+            }
+        }
+        outputsByTopic[outputsByTopic.count - 1].1 += 1
     }
 
     /// A dead letter delivered, with the value of its reason header.
