@@ -29,8 +29,14 @@ import Workers
     static func run(attempts: Int, slowFor condition: @escaping @Sendable (StageReadings) -> Bool) async throws
         -> (readings: StageReadings, outputs: [ConsumerRecord], deadLetters: [ConsumerRecord], committed: Int64)
     {
-        let mock = try KafkaMockCluster(brokers: 1)
-        for (t, p) in [("in", 2), ("out", 2), ("dlq", 1)] { try mock.createTopic(t, partitions: p) }
+        // The output topic has a broker of its own, so that slowing it fails the outputs only:
+        // the input, the group and the dead-letter topic stay on broker 1 and keep working.
+        let mock = try KafkaMockCluster(brokers: 2)
+        for (t, p) in [("in", 2), ("out", 2), ("dlq", 1)] {
+            try mock.createTopic(t, partitions: p)
+            for partition in 0..<Int32(p) { mock.setPartitionLeader(t, partition: partition, brokerID: t == "out" ? 2 : 1) }
+        }
+        mock.setCoordinator("group", key: "relay", brokerID: 1)
         let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [mock.bootstrapServers]))
         let sent = try await producer.send((0..<200).map { ProducerRecord(topic: "in", partition: Int32($0 % 2), key: Array("k\($0)".utf8), value: Array("v\($0)".utf8)) })
         #expect(sent.allSatisfy { $0.error == nil })
@@ -44,10 +50,10 @@ import Workers
         settings.maxBatchSize = 20
         let service = try StageService(definition: try topology.stage(named: "relay"), topology: topology, settings: settings.measured())
         let running = Task { try await service.run() }
-        // Responses slower than the message timeout: every delivery fails until the broker recovers.
-        mock.setBrokerRoundTrip(1, milliseconds: 1000)
+        // Responses slower than the message timeout: every output fails until its broker recovers.
+        mock.setBrokerRoundTrip(2, milliseconds: 1000)
         try await eventually("failures while the broker is slow") { condition(service.readings) }
-        mock.setBrokerRoundTrip(1, milliseconds: 0)
+        mock.setBrokerRoundTrip(2, milliseconds: 0)
         try await eventually("every input settled") { service.readings.inputsSettled >= 200 }
         service.requestStop()
         try await running.value
@@ -83,7 +89,7 @@ import Workers
     }
 
     @Test func outputsThatKeepFailingSendTheirInputsToTheDeadLetterTopic() async throws {
-        let (readings, outputs, deadLetters, committed) = try await Self.run(attempts: 2) { $0.deadLettered == 0 && $0.retries >= 6 }
+        let (readings, outputs, deadLetters, committed) = try await Self.run(attempts: 2) { $0.deadLettered > 0 && $0.retries >= 6 }
         #expect(readings.retries >= 6)
         #expect(!deadLetters.isEmpty, "some inputs ran out of attempts while the broker was slow")
         for letter in deadLetters {
@@ -177,8 +183,14 @@ extension RetryTests {
     /// attempts) and their rate, outputs per topic, and the end-to-end latency of its interval,
     /// taken once (the next report starts a new interval).
     @Test func theStatusReportCarriesErrorsOutputsPerTopicAndLatency() async throws {
-        let mock = try KafkaMockCluster(brokers: 1)
-        for (t, p) in [("in", 2), ("out", 2), ("dlq", 1)] { try mock.createTopic(t, partitions: p) }
+        // The output topic has a broker of its own, so that slowing it fails the outputs only:
+        // the input, the group and the dead-letter topic stay on broker 1 and keep working.
+        let mock = try KafkaMockCluster(brokers: 2)
+        for (t, p) in [("in", 2), ("out", 2), ("dlq", 1)] {
+            try mock.createTopic(t, partitions: p)
+            for partition in 0..<Int32(p) { mock.setPartitionLeader(t, partition: partition, brokerID: t == "out" ? 2 : 1) }
+        }
+        mock.setCoordinator("group", key: "relay", brokerID: 1)
         let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [mock.bootstrapServers]))
         #expect(try await producer.send((0..<200).map { ProducerRecord(topic: "in", partition: Int32($0 % 2), value: Array("v\($0)".utf8)) })
             .allSatisfy { $0.error == nil })
