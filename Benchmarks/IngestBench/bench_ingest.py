@@ -5,6 +5,11 @@ direct.py produces the same records from THREADS confluent-kafka producers, RECO
 waiting for the acknowledgements each time (what one post waits for). Prints records per
 second and the p50/p99 of a post (or of one produce-and-wait) per round, and the endpoint's
 CPU per record.
+
+PER_POST=1 also posts bodies of one ticker in each round, right after the round's ingest side
+(the same connections and posts), and splits the endpoint's CPU into a part per post (a post of
+one record) and a part per further record: (CPU per post of RECORDS - CPU per post of 1) /
+(RECORDS - 1).
 """
 import json
 import os
@@ -30,6 +35,10 @@ def main():
     body = os.path.join(work, "body.jsonl")
     with open(body, "w") as f:
         f.write("".join(line.split("\t", 1)[1] for line in tick_lines(per_body)))
+    per_post = os.environ.get("PER_POST") == "1" and per_body > 1
+    body1 = os.path.join(work, "body1.jsonl")
+    with open(body1, "w") as f:
+        f.write("".join(line.split("\t", 1)[1] for line in tick_lines(1)))
     ingest = None
     try:
         for topic in ("prices.raw", "bench.direct"):
@@ -52,17 +61,27 @@ def main():
             raise RuntimeError("the ingest endpoint did not start: " + open(log_path).read()[-2000:])
         rows = {"ingest http": [], "direct produce": []}
         cpu = []
+        split = []  # per round: (CPU per post of one record, CPU per further record), us
+
+        def post(file, records):
+            """load.py against the endpoint: its result and the endpoint's CPU per post, us."""
+            before = process_cpu(ingest.pid)
+            out = run([sys.executable, os.path.join(HERE, "load.py"), f"http://127.0.0.1:{port}/v1/prices", TOKEN, file,
+                       str(records), str(threads), str(requests)]).stdout
+            result = json.loads(out)
+            if result["status"] != {"201": threads * requests}:
+                raise RuntimeError(f"not every post was accepted: {out}")
+            return result, (process_cpu(ingest.pid) - before) / (threads * requests) * 1e6
         for r in range(1, rounds + 1):
             order = ["ingest http", "direct produce"] if r % 2 else ["direct produce", "ingest http"]
             for side in order:
                 if side == "ingest http":
-                    before = process_cpu(ingest.pid)
-                    out = run([sys.executable, os.path.join(HERE, "load.py"), f"http://127.0.0.1:{port}/v1/prices", TOKEN, body,
-                               str(per_body), str(threads), str(requests)]).stdout
-                    result = json.loads(out)
-                    if result["status"] != {"201": threads * requests}:
-                        raise RuntimeError(f"not every post was accepted: {out}")
-                    cpu.append((process_cpu(ingest.pid) - before) / result["records_accepted"] * 1e6)
+                    result, per_post_cpu = post(body, per_body)
+                    cpu.append(per_post_cpu / per_body)
+                    if per_post:
+                        one = post(body1, 1)[1]
+                        split.append((one, (per_post_cpu - one) / (per_body - 1)))
+                        log(f"round {r} ingest http, posts of 1: {one:.1f} us per post")
                 else:
                     out = run([sys.executable, os.path.join(HERE, "direct.py"), bootstrap, "bench.direct", body,
                                str(per_body), str(threads), str(requests)]).stdout
@@ -86,6 +105,9 @@ def main():
     ratio = [a["records_per_second"] / b["records_per_second"] for a, b in zip(rows["ingest http"], rows["direct produce"])]
     print(f"ingest http / direct produce, per round: {', '.join(f'{x:.2f}x' for x in ratio)}")
     print(f"ingest http CPU per record (the service process, user + system): {min(cpu):.1f}-{max(cpu):.1f} us")
+    if split:
+        print(f"ingest http CPU per post of 1 record: {', '.join(f'{a:.0f}' for a, _ in split)} us; "
+              f"per further record: {', '.join(f'{b:.1f}' for _, b in split)} us (per round)")
 
 
 if __name__ == "__main__":
