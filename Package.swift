@@ -308,7 +308,7 @@ let package = Package(
         .testTarget(
             name: "ConsoleTests",
             dependencies: [
-                "Console", "Operations", "Pipeline", "Kafka", "Workers",
+                "Console", "Operations", "Pipeline", "Kafka", "Workers", "HTTPTesting",
                 // The console over HTTP in tests: its own server on port 0, a client that sets any Host.
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),

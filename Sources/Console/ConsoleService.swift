@@ -157,9 +157,7 @@ public final class ConsoleService: Service, Sendable {
             responder: guarded,
             // A refused request's connection is closed once it is answered; one that says nothing
             // for `idleTimeout` (between requests, or in the middle of one) is closed too.
-            server: .http1(configuration: .init(
-                additionalChannelHandlers: [CloseAfterRefusal()], idleTimeout: .nanoseconds(Int64(settings.idleTimeout.components.seconds) * 1_000_000_000
-                    + settings.idleTimeout.components.attoseconds / 1_000_000_000))),
+            server: .http1(configuration: .init(additionalChannelHandlers: [CloseAfterRefusal()], idleTimeout: TimeAmount(settings.idleTimeout))),
             configuration: ApplicationConfiguration(address: .hostname(settings.host, port: settings.port), serverName: nil),
             onServerRunning: { [self] channel in
                 let port = channel.localAddress?.port ?? settings.port

@@ -200,7 +200,8 @@ extension Ingest {
                 header makes a retried post produce nothing new: an answered key gets the same \
                 answer again; a key whose post failed part-way produces only the records not yet \
                 durable. Limits: --max-body-bytes and --max-records (413), --rate-limit requests \
-                per second per client (429 with Retry-After).
+                per second per client (429 with Retry-After); a connection silent for \
+                --idle-timeout is closed.
 
                 Metrics (pipeline_ingest_requests_total, pipeline_ingest_records_total, \
                 pipeline_ingest_request_seconds) and /healthz, /readyz on --metrics-address. \
@@ -219,6 +220,11 @@ extension Ingest {
         @Option(help: "More records in one body are answered 413.") var maxRecords = 1_000
         @Option(help: "Records handed to the producer and not yet acknowledged; a post that would pass it gets 503.") var maxInFlightRecords = 50_000
         @Option(help: "Requests per second per client (bursts of the same size); 429 above it.") var rateLimit: Double = 100
+        @Option(help: """
+            Close a connection that sends nothing for this long, between requests or in the middle of one; one whose \
+            request is being answered stays (default: 60s). Keep clients' pools idling out sooner.
+            """, transform: Upbit.duration("--idle-timeout"))
+        var idleTimeout: Duration = .seconds(60)
         @Option(help: "How long an Idempotency-Key is remembered (default: 1h).", transform: Upbit.duration("--idempotency-window"))
         var idempotencyWindow: Duration = .seconds(3600)
         @Option(help: "How many Idempotency-Keys are remembered (the oldest is forgotten first).") var idempotencyCapacity = 100_000
@@ -320,6 +326,7 @@ extension Ingest {
             settings.maxRecords = maxRecords
             settings.maxInFlightRecords = maxInFlightRecords
             settings.requestsPerSecond = rateLimit
+            settings.idleTimeout = idleTimeout
             settings.idempotencyWindow = idempotencyWindow
             settings.idempotencyCapacity = idempotencyCapacity
             if idempotencyTopic != "none" { settings.idempotencyTopic = IdempotencyTopic(topic: idempotencyTopic, kafka: connection.kafka) }

@@ -2,6 +2,7 @@ import Foundation
 #if canImport(Glibc)
 import Glibc
 #endif
+import HTTPTesting
 import HTTPTypes
 import HummingbirdTesting
 import Kafka
@@ -533,33 +534,6 @@ struct ConsoleUnderTest {
         }
     }
 
-    /// Sends `text` on a connection of its own and reads until the console closes it or
-    /// `limit` passes: what came back, and whether and when it closed.
-    static func raw(port: Int, _ text: String, limit: Int = 10) -> (answer: String, closedAfter: Duration?) {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = in_port_t(UInt16(port).bigEndian)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        guard connected == 0 else { return ("connect failed", nil) }
-        var timeout = timeval(tv_sec: limit, tv_usec: 0)
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        let start = ContinuousClock.now
-        _ = text.withCString { send(fd, $0, strlen($0), 0) }
-        var answer: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 4096)
-        while true {
-            let n = recv(fd, &buffer, buffer.count, 0)
-            if n == 0 { return (String(decoding: answer, as: UTF8.self), ContinuousClock.now - start) }
-            if n < 0 { return (String(decoding: answer, as: UTF8.self), nil) }
-            answer += buffer[0..<n]
-        }
-    }
-
     /// A refused or bad request is answered at once and its connection closed then, whatever
     /// the client still sends or withholds; a connection that goes silent in the middle of a
     /// request is closed after the idle timeout (2 s here), not held for good.
@@ -575,13 +549,13 @@ struct ConsoleUnderTest {
                 ("GARBAGE\r\n\r\n", "400"),
             ]
             for (request, status) in refusals {
-                let (answer, closed) = Self.raw(port: port, request)
+                let (answer, closed) = RawHTTP.exchange(port: port, request)
                 #expect(answer.hasPrefix("HTTP/1.1 \(status)"), "\(request.debugDescription): \(answer.prefix(80))")
                 // At once: well before the 2 s idle timeout (1.5 s leaves room for a loaded machine).
                 #expect(closed.map { $0 < .milliseconds(1500) } == true, "\(request.debugDescription) closed after \(closed.map { "\($0)" } ?? "more than 10 s")")
             }
             // A body announced and never sent: closed by the idle timeout.
-            let (_, silent) = Self.raw(port: port, "POST /login HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\nabc")
+            let (_, silent) = RawHTTP.exchange(port: port, "POST /login HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\nabc")
             #expect(silent.map { $0 >= .seconds(2) && $0 < .seconds(8) } == true, "a silent request body closed after \(silent.map { "\($0)" } ?? "more than 10 s")")
         }
     }

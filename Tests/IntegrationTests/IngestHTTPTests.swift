@@ -2,6 +2,7 @@ import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
+import HTTPTesting
 import PipelineTesting
 import Testing
 @testable import Kafka
@@ -169,6 +170,24 @@ import Testing
         let records = try await OperatorCommandTests.readAll("prices.raw", bootstrap: broker.bootstrapServers)
         #expect(records.map { String(decoding: $0.value ?? [], as: UTF8.self) }.sorted() == (1...5).map { Self.tick($0) }.sorted())
         #expect(try await ObservabilityTests.get("http://127.0.0.1:\(metrics)/readyz").status == 200)
+    }
+
+    /// A connection that goes silent is closed after `--idle-timeout` (2 s here), not held with
+    /// its handler for good: in the middle of a request (a body announced and withheld) and
+    /// between requests (after an answer, on a kept-alive connection).
+    @Test func silentConnectionsAreClosedAfterTheIdleTimeout() async throws {
+        try await LocalBroker.with { broker in
+            let (ingest, port, _) = try await Self.start(bootstrap: broker.bootstrapServers, extra: ["--idle-timeout", "2s"])
+            defer { ingest.kill() }
+            let withheld = RawHTTP.exchange(
+                port: port, "POST /v1/prices HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer \(Self.pricesToken)\r\nContent-Length: 500\r\n\r\n{\"type\"")
+            #expect(withheld.closedAfter.map { $0 >= .seconds(2) && $0 < .seconds(8) } == true,
+                    "a withheld body closed after \(withheld.closedAfter.map { "\($0)" } ?? "more than 10 s")")
+            let answered = RawHTTP.exchange(port: port, "POST /v1/prices HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\n\r\n{}")
+            #expect(answered.answer.hasPrefix("HTTP/1.1 401"), "\(answered.answer.prefix(80))")
+            #expect(answered.closedAfter.map { $0 >= .seconds(2) && $0 < .seconds(8) } == true,
+                    "an idle kept-alive connection closed after \(answered.closedAfter.map { "\($0)" } ?? "more than 10 s")")
+        }
     }
 
     /// An `Idempotency-Key` holds across replicas and restarts: two `ingest http` processes share

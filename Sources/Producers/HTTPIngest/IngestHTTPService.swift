@@ -23,6 +23,10 @@ public struct IngestHTTPSettings: Sendable {
     public var maxInFlightRecords = 50_000
     /// Requests per second per client (token bucket; bursts of the same size); 429 above it.
     public var requestsPerSecond = 100.0
+    /// A connection that sends nothing for this long, between requests or in the middle of one
+    /// (a body announced and not sent), is closed; one whose request is being answered is not.
+    /// Without it, silent connections would hold their sockets and handlers for good.
+    public var idleTimeout: Duration = .seconds(60)
     /// How long and how many `Idempotency-Key`s are remembered.
     public var idempotencyWindow: Duration = .seconds(3600)
     public var idempotencyCapacity = 100_000
@@ -98,6 +102,7 @@ public final class IngestHTTPService: Service, Sendable {
         router.post("v1/:stream") { request, context in try await self.handle(request, context: context) }
         let app = Application(
             router: router,
+            server: .http1(configuration: .init(idleTimeout: TimeAmount(settings.idleTimeout))),
             configuration: ApplicationConfiguration(address: .hostname(settings.host, port: settings.port), serverName: nil),
             onServerRunning: { [self] channel in
                 let port = channel.localAddress?.port ?? settings.port

@@ -1,0 +1,34 @@
+import Foundation
+
+/// Bytes written to a server as they are, on a connection of their own: what a hostile or
+/// broken client sends (a body announced and withheld, garbage, a foreign `Host`), and when the
+/// server closed the connection.
+public enum RawHTTP {
+    /// Sends `text` to 127.0.0.1:`port` and reads until the server closes the connection or
+    /// `limit` seconds pass without a byte: what came back, and how long after sending it closed
+    /// (nil: it did not close within the limit, or the connection failed).
+    public static func exchange(port: Int, _ text: String, limit: Int = 10) -> (answer: String, closedAfter: Duration?) {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard connected == 0 else { return ("connect failed", nil) }
+        var timeout = timeval(tv_sec: limit, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        let start = ContinuousClock.now
+        _ = text.withCString { send(fd, $0, strlen($0), 0) }
+        var answer: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let n = recv(fd, &buffer, buffer.count, 0)
+            if n == 0 { return (String(decoding: answer, as: UTF8.self), ContinuousClock.now - start) }
+            if n < 0 { return (String(decoding: answer, as: UTF8.self), nil) }
+            answer += buffer[0..<n]
+        }
+    }
+}
