@@ -111,6 +111,8 @@ import Testing
             #expect(noToken.headers["www-authenticate"]?.hasPrefix("Bearer") == true)
             #expect(try await Self.post(port, "prices", body: Self.tick(300), token: Self.marketToken).status == 403)
             #expect(try await Self.post(port, "nonsense", body: Self.tick(300)).status == 404)
+            let get = RawHTTP.exchange(port: port, "GET /v1/prices HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            #expect(get.answer.hasPrefix("HTTP/1.1 405") && get.answer.lowercased().contains("\r\nallow: post\r\n"), "\(get.answer.prefix(200))")
             #expect(try await Self.post(port, "prices", body: String(repeating: " ", count: 20_001) + Self.tick(300)).status == 413)
             #expect(try await Self.post(port, "prices", body: (0..<51).map { Self.tick($0) }.joined(separator: "\n")).status == 413)
 

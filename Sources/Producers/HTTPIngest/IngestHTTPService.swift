@@ -100,6 +100,12 @@ public final class IngestHTTPService: Service, Sendable {
         }
         let router = Router()
         router.post("v1/:stream") { request, context in try await self.handle(request, context: context) }
+        // Any other method on a stream's path: 405, naming the one that works.
+        for method: HTTPRequest.Method in [.get, .head, .put, .patch, .delete] {
+            router.on("v1/:stream", method: method) { _, _ in
+                Self.json(405, ErrorBody(error: "only POST is served here"), headers: [.allow: "POST"])
+            }
+        }
         let app = Application(
             router: router,
             server: .http1(configuration: .init(idleTimeout: TimeAmount(settings.idleTimeout))),
