@@ -300,6 +300,8 @@ let package = Package(
                 "Kafka", "Pipeline", "Console", "Operations", "Producers", "PipelineTesting", "HTTPTesting", "SafeFetch", "Workers",
                 "WorkersTesting",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),

@@ -16,9 +16,15 @@ public final class HTTPEndpoint: Service, Sendable {
     let registry: PrometheusCollectorRegistry
     let health: any HealthReporting
     let logger: Logger
+    /// A connection that sends nothing for this long is closed; a scraper's kept-alive connection
+    /// between scrapes stays (Prometheus scrapes a minute apart by default). Without it, a
+    /// connection opened and left silent would hold its socket for good.
+    let idleTimeout: Duration
     private let bound = Mutex<(port: Int?, waiters: [CheckedContinuation<Int, any Error>])>((nil, []))
 
-    public init(address: String, registry: PrometheusCollectorRegistry, health: any HealthReporting, logger: Logger) throws {
+    public init(
+        address: String, registry: PrometheusCollectorRegistry, health: any HealthReporting, logger: Logger, idleTimeout: Duration = .seconds(120)
+    ) throws {
         guard let colon = address.lastIndex(of: ":"), let port = Int(address[address.index(after: colon)...]), (0...65535).contains(port) else {
             throw EndpointError(description: "'\(address)' is not host:port (e.g. 0.0.0.0:9464, or 127.0.0.1:0 for any free port)")
         }
@@ -27,6 +33,7 @@ public final class HTTPEndpoint: Service, Sendable {
         self.registry = registry
         self.health = health
         self.logger = logger
+        self.idleTimeout = idleTimeout
     }
 
     public struct EndpointError: Error, CustomStringConvertible {
@@ -46,13 +53,15 @@ public final class HTTPEndpoint: Service, Sendable {
     }
 
     public func run() async throws {
-        let registry = self.registry, health = self.health
+        let registry = self.registry, health = self.health, idle = TimeAmount(idleTimeout)
         let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(.backlog, value: 64)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelInitializer { channel in
-                channel.pipeline.configureHTTPServerPipeline().flatMap {
-                    channel.pipeline.addHandler(EndpointHandler(registry: registry, health: health))
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(IdleStateHandler(readTimeout: idle))
+                    try channel.pipeline.syncOperations.configureHTTPServerPipeline()
+                    try channel.pipeline.syncOperations.addHandler(EndpointHandler(registry: registry, health: health))
                 }
             }
             .bind(host: host, port: requestedPort).get()
@@ -97,6 +106,15 @@ private final class EndpointHandler: ChannelInboundHandler, @unchecked Sendable 
     init(registry: PrometheusCollectorRegistry, health: any HealthReporting) {
         self.registry = registry
         self.health = health
+    }
+
+    /// Nothing read for the idle timeout (`IdleStateHandler`, first in the pipeline): closed.
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if event is IdleStateHandler.IdleStateEvent {
+            context.close(promise: nil)
+        } else {
+            context.fireUserInboundEventTriggered(event)
+        }
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
