@@ -209,9 +209,10 @@ extension RetryTests {
         let quiet = reporter.status(previous: &previous)
         #expect(quiet.latencyMeanMs == nil && quiet.errors == 0 && quiet.outRates == [:], "nothing yet")
         let running = Task { try await service.run() }
-        mock.setBrokerRoundTrip(1, milliseconds: 1000)
+        // Responses slower than the message timeout from the output topic's broker: its outputs fail.
+        mock.setBrokerRoundTrip(2, milliseconds: 1000)
         try await eventually("failed deliveries") { service.readings.retries >= 2 }
-        mock.setBrokerRoundTrip(1, milliseconds: 0)
+        mock.setBrokerRoundTrip(2, milliseconds: 0)
         try await eventually("every input settled") { service.readings.inputsSettled >= 200 }
         let status = reporter.status(previous: &previous)
         let next = reporter.status(previous: &previous)
