@@ -162,6 +162,7 @@ let package = Package(
         .target(
             name: "Producers",
             dependencies: [
+                "HTTPServing",
                 "Kafka",
                 "Pipeline",
                 "Operations",
@@ -181,10 +182,24 @@ let package = Package(
         ),
 
         // Console: the operator web console (`pipelinectl console`), pages over Operations.
+        // The HTTP/1 server of the endpoints people call (`ingest http`, the console):
+        // Hummingbird's with an idle timeout and HTTP/1.0's connection rules.
+        .target(
+            name: "HTTPServing",
+            dependencies: [
+                .product(name: "HummingbirdCore", package: "hummingbird"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOHTTPTypesHTTP1", package: "swift-nio-extras"),
+            ]
+        ),
+
         .target(
             name: "Console",
             dependencies: [
                 .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
+                "HTTPServing",
                 "Kafka",
                 "Pipeline",
                 "Operations",

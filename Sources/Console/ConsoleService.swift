@@ -1,4 +1,5 @@
 import Foundation
+import HTTPServing
 import HTTPTypes
 import Hummingbird
 import Kafka
@@ -157,7 +158,7 @@ public final class ConsoleService: Service, Sendable {
             responder: guarded,
             // A refused request's connection is closed once it is answered; one that says nothing
             // for `idleTimeout` (between requests, or in the middle of one) is closed too.
-            server: .http1(configuration: .init(additionalChannelHandlers: [CloseAfterRefusal()], idleTimeout: TimeAmount(settings.idleTimeout))),
+            server: HTTP1Server.builder(idleTimeout: settings.idleTimeout, additionalChannelHandlers: { [CloseAfterRefusal()] }),
             configuration: ApplicationConfiguration(address: .hostname(settings.host, port: settings.port), serverName: nil),
             onServerRunning: { [self] channel in
                 let port = channel.localAddress?.port ?? settings.port

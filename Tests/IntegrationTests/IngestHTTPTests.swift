@@ -176,8 +176,9 @@ import Testing
 
     /// A connection that goes silent is closed after `--idle-timeout` (2 s here), not held with
     /// its handler for good: in the middle of a request (a body announced and withheld) and
-    /// between requests (after an answer, on a kept-alive connection).
-    @Test func silentConnectionsAreClosedAfterTheIdleTimeout() async throws {
+    /// between requests (after an answer, on a kept-alive connection). An HTTP/1.0 request's
+    /// connection closes with its answer unless it asked to keep it.
+    @Test func silentAndHTTP10ConnectionsAreClosed() async throws {
         try await LocalBroker.with { broker in
             let (ingest, port, _) = try await Self.start(bootstrap: broker.bootstrapServers, extra: ["--idle-timeout", "2s"])
             defer { ingest.kill() }
@@ -189,6 +190,14 @@ import Testing
             #expect(answered.answer.hasPrefix("HTTP/1.1 401"), "\(answered.answer.prefix(80))")
             #expect(answered.closedAfter.map { $0 >= .seconds(2) && $0 < .seconds(8) } == true,
                     "an idle kept-alive connection closed after \(answered.closedAfter.map { "\($0)" } ?? "more than 10 s")")
+            // HTTP/1.0: closed once answered, unless the request asks to keep the connection
+            // (then the answer says it is kept, and the idle timeout ends it).
+            let old = RawHTTP.exchange(port: port, "POST /v1/prices HTTP/1.0\r\nContent-Length: 2\r\n\r\n{}")
+            #expect(old.answer.hasPrefix("HTTP/1.1 401") && old.answer.lowercased().contains("\r\nconnection: close\r\n"), "\(old.answer.prefix(300))")
+            #expect(old.closedAfter.map { $0 < .milliseconds(1500) } == true, "HTTP/1.0 closed after \(old.closedAfter.map { "\($0)" } ?? "more than 10 s")")
+            let kept = RawHTTP.exchange(port: port, "POST /v1/prices HTTP/1.0\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\n{}")
+            #expect(kept.answer.lowercased().contains("\r\nconnection: keep-alive\r\n"), "\(kept.answer.prefix(300))")
+            #expect(kept.closedAfter.map { $0 >= .seconds(2) } == true, "HTTP/1.0 keep-alive closed after \(kept.closedAfter.map { "\($0)" } ?? "more than 10 s")")
         }
     }
 

@@ -1,4 +1,5 @@
 import Foundation
+import HTTPServing
 import HTTPTypes
 import Hummingbird
 import Kafka
@@ -108,7 +109,7 @@ public final class IngestHTTPService: Service, Sendable {
         }
         let app = Application(
             router: router,
-            server: .http1(configuration: .init(idleTimeout: TimeAmount(settings.idleTimeout))),
+            server: HTTP1Server.builder(idleTimeout: settings.idleTimeout),
             configuration: ApplicationConfiguration(address: .hostname(settings.host, port: settings.port), serverName: nil),
             onServerRunning: { [self] channel in
                 let port = channel.localAddress?.port ?? settings.port

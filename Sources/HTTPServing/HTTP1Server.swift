@@ -1,0 +1,81 @@
+import HummingbirdCore
+import Logging
+import NIOCore
+import NIOHTTP1
+import NIOHTTPTypesHTTP1
+
+/// The HTTP/1 server of the endpoints people and their tools call (`ingest http`, the console):
+/// Hummingbird's, with two things its default lacks.
+///
+/// - An idle timeout: a connection that sends nothing for that long, between requests or in the
+///   middle of one (a body announced and withheld), is closed; one whose request is being
+///   answered is not.
+/// - HTTP/1.0's persistence rules (``HTTP10Connections``): Hummingbird sees requests without
+///   their version and keeps every connection open unless asked to close it, so an HTTP/1.0
+///   client that waits for the close (`ab`) waited for the idle timeout after each answer.
+public enum HTTP1Server {
+    public static func builder(
+        idleTimeout: Duration, additionalChannelHandlers: @escaping @Sendable () -> [any RemovableChannelHandler] = { [] }
+    ) -> HTTPServerBuilder {
+        HTTPServerBuilder { responder in
+            HTTP10Aware(inner: HTTP1Channel(
+                responder: responder,
+                configuration: .init(additionalChannelHandlers: additionalChannelHandlers(), idleTimeout: TimeAmount(idleTimeout))))
+        }
+    }
+}
+
+/// Hummingbird's HTTP/1 channel with ``HTTP10Connections`` ahead of its conversion to
+/// version-less requests.
+struct HTTP10Aware: ServerChildChannel {
+    let inner: HTTP1Channel
+
+    func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<HTTP1Channel.Value> {
+        inner.setup(channel: channel, logger: logger).flatMapThrowing { value in
+            let codec = try channel.pipeline.syncOperations.handler(type: HTTP1ToHTTPServerCodec.self)
+            try channel.pipeline.syncOperations.addHandler(HTTP10Connections(), position: .before(codec))
+            return value
+        }
+    }
+
+    func handle(value: HTTP1Channel.Value, logger: Logger) async {
+        await inner.handle(value: value, logger: logger)
+    }
+}
+
+/// HTTP/1.0 persistence (RFC 9112 §9.3): a 1.0 request keeps its connection only with
+/// `Connection: keep-alive`. One without it is marked `Connection: close` on the way in (the
+/// server then closes after answering) and its answer says so; one with it gets
+/// `Connection: keep-alive` on its answer, which a 1.0 client needs to reuse the connection.
+/// HTTP/1.1 passes untouched.
+final class HTTP10Connections: ChannelDuplexHandler, RemovableChannelHandler {
+    typealias InboundIn = HTTPServerRequestPart
+    typealias InboundOut = HTTPServerRequestPart
+    typealias OutboundIn = HTTPServerResponsePart
+    typealias OutboundOut = HTTPServerResponsePart
+
+    /// Per request not yet answered, in order: nil for HTTP/1.1, else whether it keeps the connection.
+    private var unanswered = CircularBuffer<Bool?>()
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        guard case .head(var head) = unwrapInboundIn(data) else { return context.fireChannelRead(data) }
+        guard head.version.major == 1, head.version.minor == 0 else {
+            unanswered.append(nil)
+            return context.fireChannelRead(data)
+        }
+        let keepAlive = head.isKeepAlive
+        unanswered.append(keepAlive)
+        if !keepAlive { head.headers.replaceOrAdd(name: "connection", value: "close") }
+        context.fireChannelRead(wrapInboundOut(.head(head)))
+    }
+
+    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        // An interim answer (1xx) leaves its request unanswered.
+        guard case .head(var head) = unwrapOutboundIn(data), head.status.code >= 200, let version = unanswered.popFirst() else {
+            return context.write(data, promise: promise)
+        }
+        guard let keepAlive = version else { return context.write(data, promise: promise) }
+        head.headers.replaceOrAdd(name: "connection", value: keepAlive ? "keep-alive" : "close")
+        context.write(wrapOutboundOut(.head(head)), promise: promise)
+    }
+}
