@@ -6,8 +6,15 @@ import Foundation
 public enum RawHTTP {
     /// Sends `text` to 127.0.0.1:`port` and reads until the server closes the connection or
     /// `limit` seconds pass without a byte: what came back, and how long after sending it closed
-    /// (nil: it did not close within the limit, or the connection failed).
-    public static func exchange(port: Int, _ text: String, limit: Int = 10) -> (answer: String, closedAfter: Duration?) {
+    /// (nil: it did not close within the limit, or the connection failed). The socket calls block,
+    /// so they run on a thread of their own, not on the cooperative pool the other tests share.
+    public static func exchange(port: Int, _ text: String, limit: Int = 30) async -> (answer: String, closedAfter: Duration?) {
+        await withCheckedContinuation { continuation in
+            Thread.detachNewThread { continuation.resume(returning: blockingExchange(port: port, text, limit: limit)) }
+        }
+    }
+
+    private static func blockingExchange(port: Int, _ text: String, limit: Int) -> (answer: String, closedAfter: Duration?) {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         defer { close(fd) }
         var address = sockaddr_in()

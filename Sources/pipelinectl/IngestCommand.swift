@@ -222,9 +222,9 @@ extension Ingest {
         @Option(help: "Requests per second per client (bursts of the same size); 429 above it.") var rateLimit: Double = 100
         @Option(help: """
             Close a connection that sends nothing for this long, between requests or in the middle of one; one whose \
-            request is being answered stays (default: 60s). Keep clients' pools idling out sooner.
+            request is being answered stays (default: 75s). Keep proxies' and clients' pools idling out sooner.
             """, transform: Upbit.duration("--idle-timeout"))
-        var idleTimeout: Duration = .seconds(60)
+        var idleTimeout: Duration = .seconds(75)
         @Option(help: "How long an Idempotency-Key is remembered (default: 1h).", transform: Upbit.duration("--idempotency-window"))
         var idempotencyWindow: Duration = .seconds(3600)
         @Option(help: "How many Idempotency-Keys are remembered (the oldest is forgotten first).") var idempotencyCapacity = 100_000

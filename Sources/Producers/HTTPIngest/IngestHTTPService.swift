@@ -26,8 +26,10 @@ public struct IngestHTTPSettings: Sendable {
     public var requestsPerSecond = 100.0
     /// A connection that sends nothing for this long, between requests or in the middle of one
     /// (a body announced and not sent), is closed; one whose request is being answered is not.
-    /// Without it, silent connections would hold their sockets and handlers for good.
-    public var idleTimeout: Duration = .seconds(60)
+    /// Without it, silent connections would hold their sockets and handlers for good. Longer than
+    /// the 60 s after which common proxies (nginx's upstream keep-alive, load balancers) drop an
+    /// idle connection, so that they close first and never send a request into our close.
+    public var idleTimeout: Duration = .seconds(75)
     /// How long and how many `Idempotency-Key`s are remembered.
     public var idempotencyWindow: Duration = .seconds(3600)
     public var idempotencyCapacity = 100_000
