@@ -6,7 +6,7 @@ import Foundation
 public enum RawHTTP {
     /// Sends `text` to 127.0.0.1:`port` and reads until the server closes the connection or
     /// `limit` seconds pass without a byte: what came back, and how long after sending it closed
-    /// (nil: it did not close within the limit, or the connection failed). The socket calls block,
+    /// or reset the connection (nil: neither within the limit, or the connection failed). The socket calls block,
     /// so they run on a thread of their own, not on the cooperative pool the other tests share.
     public static func exchange(port: Int, _ text: String, limit: Int = 30) async -> (answer: String, closedAfter: Duration?) {
         await withCheckedContinuation { continuation in
@@ -34,7 +34,9 @@ public enum RawHTTP {
         while true {
             let n = recv(fd, &buffer, buffer.count, 0)
             if n == 0 { return (String(decoding: answer, as: UTF8.self), ContinuousClock.now - start) }
-            if n < 0 { return (String(decoding: answer, as: UTF8.self), nil) }
+            // A reset is the server closing too (abortively: it still held unread bytes).
+            if n < 0, errno == ECONNRESET { return (String(decoding: answer, as: UTF8.self), ContinuousClock.now - start) }
+            if n < 0 { return (String(decoding: answer, as: UTF8.self) + " [recv: errno \(errno)]", nil) }
             answer += buffer[0..<n]
         }
     }

@@ -20,10 +20,12 @@ public final class HTTPEndpoint: Service, Sendable {
     /// between scrapes stays (Prometheus scrapes a minute apart by default). Without it, a
     /// connection opened and left silent would hold its socket for good.
     let idleTimeout: Duration
+    let group: any EventLoopGroup
     private let bound = Mutex<(port: Int?, waiters: [CheckedContinuation<Int, any Error>])>((nil, []))
 
     public init(
-        address: String, registry: PrometheusCollectorRegistry, health: any HealthReporting, logger: Logger, idleTimeout: Duration = .seconds(120)
+        address: String, registry: PrometheusCollectorRegistry, health: any HealthReporting, logger: Logger, idleTimeout: Duration = .seconds(120),
+        group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton
     ) throws {
         guard let colon = address.lastIndex(of: ":"), let port = Int(address[address.index(after: colon)...]), (0...65535).contains(port) else {
             throw EndpointError(description: "'\(address)' is not host:port (e.g. 0.0.0.0:9464, or 127.0.0.1:0 for any free port)")
@@ -34,6 +36,7 @@ public final class HTTPEndpoint: Service, Sendable {
         self.health = health
         self.logger = logger
         self.idleTimeout = idleTimeout
+        self.group = group
     }
 
     public struct EndpointError: Error, CustomStringConvertible {
@@ -53,15 +56,13 @@ public final class HTTPEndpoint: Service, Sendable {
     }
 
     public func run() async throws {
-        let registry = self.registry, health = self.health, idle = TimeAmount(idleTimeout)
-        let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+        let registry = self.registry, health = self.health, idleTimeout = self.idleTimeout
+        let channel = try await ServerBootstrap(group: group)
             .serverChannelOption(.backlog, value: 64)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHandler(IdleStateHandler(readTimeout: idle))
-                    try channel.pipeline.syncOperations.configureHTTPServerPipeline()
-                    try channel.pipeline.syncOperations.addHandler(EndpointHandler(registry: registry, health: health))
+                    try Self.configure(channel, registry: registry, health: health, idleTimeout: idleTimeout)
                 }
             }
             .bind(host: host, port: requestedPort).get()
@@ -75,6 +76,16 @@ public final class HTTPEndpoint: Service, Sendable {
         logger.info("metrics and health endpoint listening on \(host):\(port)", metadata: ["port": "\(port)"])
         try? await gracefulShutdown()
         try await channel.close()
+    }
+}
+
+extension HTTPEndpoint {
+    /// A connection's pipeline: the idle timeout first (it sees every byte read), then HTTP/1,
+    /// then the answers. On the channel's event loop.
+    static func configure(_ channel: any Channel, registry: PrometheusCollectorRegistry, health: any HealthReporting, idleTimeout: Duration) throws {
+        try channel.pipeline.syncOperations.addHandler(IdleStateHandler(readTimeout: TimeAmount(idleTimeout)))
+        try channel.pipeline.syncOperations.configureHTTPServerPipeline()
+        try channel.pipeline.syncOperations.addHandler(EndpointHandler(registry: registry, health: health))
     }
 }
 
