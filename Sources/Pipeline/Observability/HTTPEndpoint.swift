@@ -20,6 +20,7 @@ public final class HTTPEndpoint: Service, Sendable {
     /// between scrapes stays (Prometheus scrapes a minute apart by default). Without it, a
     /// connection opened and left silent would hold its socket for good.
     let idleTimeout: Duration
+    /// Where connections are served (a test gives the endpoint a loop of its own).
     let group: any EventLoopGroup
     private let bound = Mutex<(port: Int?, waiters: [CheckedContinuation<Int, any Error>])>((nil, []))
 
@@ -56,13 +57,16 @@ public final class HTTPEndpoint: Service, Sendable {
     }
 
     public func run() async throws {
-        let registry = self.registry, health = self.health, idleTimeout = self.idleTimeout
+        let registry = self.registry, health = self.health, idle = TimeAmount(idleTimeout)
         let channel = try await ServerBootstrap(group: group)
             .serverChannelOption(.backlog, value: 64)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    try Self.configure(channel, registry: registry, health: health, idleTimeout: idleTimeout)
+                    // The idle timeout first: it sees every byte read.
+                    try channel.pipeline.syncOperations.addHandler(IdleStateHandler(readTimeout: idle))
+                    try channel.pipeline.syncOperations.configureHTTPServerPipeline()
+                    try channel.pipeline.syncOperations.addHandler(EndpointHandler(registry: registry, health: health))
                 }
             }
             .bind(host: host, port: requestedPort).get()
@@ -76,16 +80,6 @@ public final class HTTPEndpoint: Service, Sendable {
         logger.info("metrics and health endpoint listening on \(host):\(port)", metadata: ["port": "\(port)"])
         try? await gracefulShutdown()
         try await channel.close()
-    }
-}
-
-extension HTTPEndpoint {
-    /// A connection's pipeline: the idle timeout first (it sees every byte read), then HTTP/1,
-    /// then the answers. On the channel's event loop.
-    static func configure(_ channel: any Channel, registry: PrometheusCollectorRegistry, health: any HealthReporting, idleTimeout: Duration) throws {
-        try channel.pipeline.syncOperations.addHandler(IdleStateHandler(readTimeout: TimeAmount(idleTimeout)))
-        try channel.pipeline.syncOperations.configureHTTPServerPipeline()
-        try channel.pipeline.syncOperations.addHandler(EndpointHandler(registry: registry, health: health))
     }
 }
 
