@@ -745,14 +745,21 @@ actor ChaosRun {
         return String(decoding: data, as: UTF8.self)
     }
 
+    /// Waits until every starting worker holds partitions (as many as the input's 4 can go to).
+    /// Opening the window when the first one does would let a worker that started late join
+    /// during the first fault: its rebalance revokes the partitions whose outputs the fault was
+    /// meant to fail (in CI the low-retry seed then had no delivery fail past its attempts).
     private func awaitAssignment() async throws {
         let clock = ContinuousClock()
         let deadline = clock.now + .seconds(60)
+        let needed = min(workers.count, 4)
+        var assigned = 0
         while clock.now < deadline {
-            for w in workers where w.output().contains("partitions assigned") { return }
+            assigned = workers.filter { $0.output().contains("partitions assigned") }.count
+            if assigned >= needed { return }
             try await Task.sleep(for: .milliseconds(100))
         }
-        throw LocalBrokerError.timedOut("no worker was assigned partitions within 60 s")
+        throw LocalBrokerError.timedOut("\(assigned) of \(needed) workers were assigned partitions within 60 s")
     }
 
     private func apply(_ step: ChaosPlan.Step) async throws {
