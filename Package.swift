@@ -168,8 +168,6 @@ let package = Package(
                 "Operations",
                 "SafeFetch",
                 "Workers",
-                .product(name: "Hummingbird", package: "hummingbird"),
-                .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -181,19 +179,24 @@ let package = Package(
             ]
         ),
 
-        // Console: the operator web console (`pipelinectl console`), pages over Operations.
-        // The HTTP/1 server of the endpoints people call (`ingest http`, the console):
-        // Hummingbird's with an idle timeout and HTTP/1.0's connection rules.
+        // The HTTP/1 servers of the endpoints people and their tools call, with an idle timeout
+        // and HTTP/1.0's connection rules: `ingest http`'s on NIO's codec alone (its hot path),
+        // the console's on Hummingbird.
         .target(
             name: "HTTPServing",
             dependencies: [
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOExtras", package: "swift-nio-extras"),
                 .product(name: "NIOHTTPTypesHTTP1", package: "swift-nio-extras"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
+
+        // Console: the operator web console (`pipelinectl console`), pages over Operations.
 
         .target(
             name: "Console",
@@ -204,8 +207,6 @@ let package = Package(
                 "Pipeline",
                 "Operations",
                 "Workers",
-                .product(name: "Hummingbird", package: "hummingbird"),
-                .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "NIOCore", package: "swift-nio"),

@@ -4,8 +4,8 @@ import NIOCore
 import NIOHTTP1
 import NIOHTTPTypesHTTP1
 
-/// The HTTP/1 server of the endpoints people and their tools call (`ingest http`, the console):
-/// Hummingbird's, with two things its default lacks.
+/// The console's HTTP/1 server: Hummingbird's, with two things its default lacks (`ingest http`
+/// has ``RequestServer``, with the same two rules, at a third of the CPU per request).
 ///
 /// - An idle timeout: a connection that sends nothing for that long, between requests or in the
 ///   middle of one (a body announced and withheld), is closed; one whose request is being

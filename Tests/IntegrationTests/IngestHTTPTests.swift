@@ -1,3 +1,4 @@
+import Deadlines
 import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
@@ -198,6 +199,31 @@ import Testing
             let kept = await RawHTTP.exchange(port: port, "POST /v1/prices HTTP/1.0\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\n{}")
             #expect(kept.answer.lowercased().contains("\r\nconnection: keep-alive\r\n"), "\(kept.answer.prefix(300))")
             #expect(kept.closedAfter.map { $0 >= .seconds(2) } == true, "HTTP/1.0 keep-alive closed after \(kept.closedAfter.map { "\($0)" } ?? "more than 30 s")")
+        }
+    }
+
+    /// SIGTERM stops the endpoint in a bounded time, whatever its connections do: an idle
+    /// kept-alive one, and one whose request was answered from its head (401) while its body
+    /// never comes, are closed at once (not after the 75 s idle timeout), and the process exits 0.
+    @Test func aStopClosesIdleAndUnfinishedConnectionsAndExits() async throws {
+        try await LocalBroker.with { broker in
+            let (ingest, port, _) = try await Self.start(bootstrap: broker.bootstrapServers)
+            defer { ingest.kill() }
+            let idle = try #require(RawHTTP.Connection(port: port))
+            await idle.send("POST /v1/prices HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\n\r\n{}")
+            #expect(await idle.read(until: "\r\n\r\n").answer.hasPrefix("HTTP/1.1 401"))
+            let unfinished = try #require(RawHTTP.Connection(port: port))
+            await unfinished.send("POST /v1/prices HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 500\r\n\r\n{\"type\"")
+            #expect(await unfinished.read(until: "\r\n\r\n").answer.hasPrefix("HTTP/1.1 401"))
+            let stopped = ContinuousClock.now
+            ingest.terminate()
+            async let idleClosed = idle.read(until: nil, since: stopped).closedAfter
+            async let unfinishedClosed = unfinished.read(until: nil, since: stopped).closedAfter
+            let status = await Deadline.race(.seconds(30)) { await ingest.waitForExit() }
+            #expect(status.map(ManagedProcess.exitCode(waitStatus:)) == 0, "exit: \(status.map { "\($0)" } ?? "none within 30 s")\n\(ingest.recentOutput())")
+            for (name, closed) in [("idle", await idleClosed), ("unfinished", await unfinishedClosed)] {
+                #expect(closed.map { $0 < .seconds(20) } == true, "the \(name) connection closed after \(closed.map { "\($0)" } ?? "more than 30 s")")
+            }
         }
     }
 

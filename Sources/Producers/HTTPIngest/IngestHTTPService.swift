@@ -1,11 +1,10 @@
 import Foundation
 import HTTPServing
-import HTTPTypes
-import Hummingbird
 import Kafka
 import Logging
 import Metrics
 import NIOCore
+import NIOHTTP1
 import Operations
 import Pipeline
 import ServiceLifecycle
@@ -101,28 +100,17 @@ public final class IngestHTTPService: Service, Sendable {
             // Served all the same: a key is then known to this process, and shared from here on.
             logger.warning("the shared Idempotency-Keys could not be read; keys answered before are not known here", metadata: ["error": "\(error)"])
         }
-        let router = Router()
-        router.post("v1/:stream") { request, context in try await self.handle(request, context: context) }
-        // Any other method on a stream's path: 405, naming the one that works.
-        for method: HTTPRequest.Method in [.get, .head, .put, .patch, .delete] {
-            router.on("v1/:stream", method: method) { _, _ in
-                Self.json(405, ErrorBody(error: "only POST is served here"), headers: [.allow: "POST"])
-            }
-        }
-        let app = Application(
-            router: router,
-            server: HTTP1Server.builder(idleTimeout: settings.idleTimeout),
-            configuration: ApplicationConfiguration(address: .hostname(settings.host, port: settings.port), serverName: nil),
-            onServerRunning: { [self] channel in
-                let port = channel.localAddress?.port ?? settings.port
+        let server = RequestServer(
+            host: settings.host, port: settings.port, idleTimeout: settings.idleTimeout,
+            onListening: { [self] port in
                 health.listening()
                 logger.info("ingest endpoint listening on \(settings.host):\(port)", metadata: ["port": "\(port)"])
             },
-            logger: logger)
+            route: { [self] head in route(head) })
         // Graceful shutdown: the server stops accepting and answers the posts it has (each
         // waits for its acknowledgements, bounded by the producer's message.timeout.ms).
         try await withGracefulShutdownHandler {
-            try await app.run()
+            try await server.run()
         } onGracefulShutdown: { [health] in
             health.stopping()
         }
@@ -131,49 +119,85 @@ public final class IngestHTTPService: Service, Sendable {
 
     // MARK: One request
 
-    private static let idempotencyKeyField = HTTPField.Name("Idempotency-Key")!
-    private static let replayedField = HTTPField.Name("Idempotent-Replayed")!
-
-    func handle(_ request: Request, context: some RequestContext) async throws -> Response {
+    /// What a request gets once its head is read: every answer that needs no body is given
+    /// here, before the body is read; a post that may go on reads its body (up to
+    /// `--max-body-bytes`) and is answered by ``answer(_:_:)``.
+    func route(_ head: HTTPRequestHead) -> RequestRoute {
         let started = ContinuousClock.now
-        let name = context.parameters.get("stream") ?? ""
+        let path = head.uri.prefix { $0 != "?" }
+        let parts = path.split(separator: "/")
+        guard parts.count == 2, parts[0] == "v1" else {
+            return .answer(finish(nil, started, Self.json(404, ErrorBody(error: "no such path; post records to /v1/{stream}"))))
+        }
+        let name = String(parts[1])
         let stream = UpstreamStream(rawValue: name)
+        guard head.method == .POST else {
+            // Any other method on a stream's path: 405, naming the one that works.
+            return .answer(finish(stream, started, Self.json(405, ErrorBody(error: "only POST is served here"), headers: [("Allow", "POST")])))
+        }
+        switch admit(head, stream: stream, name: name) {
+        case .failure(let refusal):
+            return .answer(finish(stream, started, refusal.response))
+        case .success(let post):
+            return .readBody(
+                limit: settings.maxBodyBytes,
+                tooLarge: { [self] in
+                    finish(post.stream, started, Self.json(413, ErrorBody(error: "the body is over \(settings.maxBodyBytes) bytes (--max-body-bytes)")))
+                },
+                handler: { [self] body in finish(post.stream, started, await answer(post, body)) })
+        }
+    }
+
+    /// Counts and times an answer.
+    private func finish(_ stream: UpstreamStream?, _ started: ContinuousClock.Instant, _ response: ServerResponse) -> ServerResponse {
         let label = stream?.rawValue ?? "unknown"
-        let response = await answer(request, stream: stream, name: name)
         Counter(label: IngestMetricName.requests, dimensions: [("stream", label), ("code", String(response.status.code))]).increment()
         Timer(label: IngestMetricName.requestSeconds, dimensions: [("stream", label)]).record(duration: ContinuousClock.now - started)
         return response
     }
 
-    private func answer(_ request: Request, stream: UpstreamStream?, name: String) async -> Response {
-        guard let client = tokens.client(authorization: request.headers[.authorization]) else {
-            return Self.json(401, ErrorBody(error: "missing or invalid bearer token"), headers: [.wwwAuthenticate: #"Bearer realm="ingest""#])
+    /// A post that may be read: who sent it, where it goes, its key.
+    struct Post: Sendable {
+        var client: ClientTokens.Client
+        var stream: UpstreamStream
+        var idempotencyKey: String?
+    }
+
+    struct Refusal: Error {
+        var response: ServerResponse
+    }
+
+    /// The checks that need only the head, in the order a client should fix them.
+    private func admit(_ head: HTTPRequestHead, stream: UpstreamStream?, name: String) -> Result<Post, Refusal> {
+        func refuse(_ status: Int, _ error: String, headers: [(String, String)] = []) -> Result<Post, Refusal> {
+            .failure(Refusal(response: Self.json(status, ErrorBody(error: error), headers: headers)))
+        }
+        guard let client = tokens.client(authorization: head.headers.first(name: "authorization")) else {
+            return refuse(401, "missing or invalid bearer token", headers: [("WWW-Authenticate", #"Bearer realm="ingest""#)])
         }
         guard let stream else {
-            return Self.json(404, ErrorBody(error: "no stream '\(name)'; streams: \(UpstreamStream.allCases.map(\.rawValue).joined(separator: ", "))"))
+            return refuse(404, "no stream '\(name)'; streams: \(UpstreamStream.allCases.map(\.rawValue).joined(separator: ", "))")
         }
         guard client.mayPost(to: stream) else {
-            return Self.json(403, ErrorBody(error: "this token may not post to \(stream.rawValue)"))
+            return refuse(403, "this token may not post to \(stream.rawValue)")
         }
         if let wait = limiter.admit(client.name) {
-            return Self.json(429, ErrorBody(error: "more than \(settings.requestsPerSecond) requests per second"), headers: [.retryAfter: Self.seconds(wait)])
+            return refuse(429, "more than \(settings.requestsPerSecond) requests per second", headers: [("Retry-After", Self.seconds(wait))])
         }
-        let idempotencyKey = request.headers[Self.idempotencyKeyField]
+        let idempotencyKey = head.headers.first(name: "idempotency-key")
         if let key = idempotencyKey, key.isEmpty || key.utf8.count > 255 || key.utf8.contains(where: { $0 < 0x21 || $0 > 0x7E }) {
-            return Self.json(400, ErrorBody(error: "Idempotency-Key must be 1 to 255 visible ASCII characters"))
+            return refuse(400, "Idempotency-Key must be 1 to 255 visible ASCII characters")
         }
-        // The body, bounded before and while it is read.
-        if let length = request.headers[.contentLength].flatMap(Int.init), length > settings.maxBodyBytes {
-            return Self.json(413, ErrorBody(error: "the body is \(length) bytes; at most \(settings.maxBodyBytes) (--max-body-bytes)"))
+        // The body, bounded before it is read (and by the server while it is).
+        if let length = head.headers.first(name: "content-length").flatMap(Int.init), length > settings.maxBodyBytes {
+            return refuse(413, "the body is \(length) bytes; at most \(settings.maxBodyBytes) (--max-body-bytes)")
         }
-        let body: [UInt8]
-        do {
-            body = Array(try await request.body.collect(upTo: settings.maxBodyBytes).readableBytesView)
-        } catch is NIOTooManyBytesError {
-            return Self.json(413, ErrorBody(error: "the body is over \(settings.maxBodyBytes) bytes (--max-body-bytes)"))
-        } catch {
-            return Self.json(400, ErrorBody(error: "the body could not be read: \(error)"))
-        }
+        return .success(Post(client: client, stream: stream, idempotencyKey: idempotencyKey))
+    }
+
+    /// A post whose body has been read: parsed, produced, answered once durable.
+    private func answer(_ post: Post, _ body: [UInt8]) async -> ServerResponse {
+        let (client, stream, idempotencyKey) = (post.client, post.stream, post.idempotencyKey)
         let topic = settings.topics[stream] ?? stream.topic
         let batch: IngestBatch
         do {
@@ -199,7 +223,7 @@ public final class IngestHTTPService: Service, Sendable {
             case .new: break
             case .resume(let durable): acknowledged = durable
             case .answered(let status, let previous):
-                return Self.response(status, previous, headers: [Self.replayedField: "true"])
+                return Self.response(status, previous, headers: [("Idempotent-Replayed", "true")])
             case .inProgress:
                 return Self.json(409, ErrorBody(error: "a request with this Idempotency-Key is being handled; retry when it is answered"))
             case .differentBody:
@@ -210,7 +234,7 @@ public final class IngestHTTPService: Service, Sendable {
         var pending = batch.records.indices.filter { acknowledged[$0] == nil }
         guard producers.current().inFlight + pending.count <= settings.maxInFlightRecords else {
             if let key = idempotencyKey { await failed(key, client: client.name, digest: digest, acknowledged: acknowledged) }
-            return Self.json(503, ErrorBody(error: "the producer's queue is full; retry later"), headers: [.retryAfter: "1"])
+            return Self.json(503, ErrorBody(error: "the producer's queue is full; retry later"), headers: [("Retry-After", "1")])
         }
         // Sent once; sent again (the records not acknowledged) only if the producer failed for
         // good meanwhile, through its replacement: a broker that lost the producer's state
@@ -251,7 +275,7 @@ public final class IngestHTTPService: Service, Sendable {
                 accepted: acknowledged.count, records: records,
                 error: "\(batch.records.count - acknowledged.count) of \(batch.records.count) records were not acknowledged by the broker; "
                     + "retry with the same Idempotency-Key to produce only those"),
-                headers: [.retryAfter: "1"])
+                headers: [("Retry-After", "1")])
         }
         health.delivered()
         count(stream, "accepted", acknowledged.count - resumed)
@@ -379,15 +403,15 @@ public final class IngestHTTPService: Service, Sendable {
         return Array((try? encoder.encode(value)) ?? Data(#"{"error":"unencodable answer"}"#.utf8)) + [0x0A]
     }
 
-    private static func json(_ status: Int, _ value: some Encodable, headers: HTTPFields = [:]) -> Response {
+    private static func json(_ status: Int, _ value: some Encodable, headers: [(String, String)] = []) -> ServerResponse {
         response(status, encode(value), headers: headers)
     }
 
-    private static func response(_ status: Int, _ body: [UInt8], headers: HTTPFields = [:]) -> Response {
-        var fields = headers
-        fields[.contentType] = "application/json"
-        fields[.cacheControl] = "no-store"
-        return Response(status: HTTPResponse.Status(code: status), headers: fields, body: ResponseBody(byteBuffer: ByteBuffer(bytes: body)))
+    private static func response(_ status: Int, _ body: [UInt8], headers: [(String, String)] = []) -> ServerResponse {
+        var fields = HTTPHeaders(headers)
+        fields.add(name: "Content-Type", value: "application/json")
+        fields.add(name: "Cache-Control", value: "no-store")
+        return ServerResponse(status: HTTPResponseStatus(statusCode: status), headers: fields, body: body)
     }
 
     private static func seconds(_ d: Duration) -> String {
