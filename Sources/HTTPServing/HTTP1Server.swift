@@ -5,7 +5,7 @@ import NIOHTTP1
 import NIOHTTPTypesHTTP1
 
 /// The console's HTTP/1 server: Hummingbird's, with two things its default lacks (`ingest http`
-/// has ``RequestServer``, with the same two rules, at a third of the CPU per request).
+/// has ``RequestServer``, with the same two rules and less CPU per request).
 ///
 /// - An idle timeout: a connection that sends nothing for that long, between requests or in the
 ///   middle of one (a body announced and withheld), is closed; one whose request is being

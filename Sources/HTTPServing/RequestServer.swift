@@ -32,9 +32,9 @@ public enum RequestRoute: Sendable {
 
 /// The HTTP/1 server of the ingest endpoint: NIO's HTTP/1 codec and pipelining handler and one
 /// handler of ours, with no request or response streams in between. Each request costs an
-/// event-loop read, one task for the answer and a write; Hummingbird's channel (the console's
-/// server, ``HTTP1Server``) cost about three times as much CPU per request on the same machine,
-/// most of a small post's cost (BENCHMARKS.md, "The HTTP server").
+/// event-loop read, one task for the answer and a write. On Hummingbird's channel (the console's
+/// server, ``HTTP1Server``) the endpoint used a fifth more CPU per post of one record
+/// (BENCHMARKS.md, "The HTTP server").
 ///
 /// Its connection rules are the same as ``HTTP1Server``'s:
 /// - a connection that sends nothing for `idleTimeout`, between requests or in the middle of one
