@@ -41,6 +41,8 @@ public enum RequestRoute: Sendable {
 ///   (a body announced and withheld), is closed; one whose request is being answered is not;
 /// - HTTP/1.0 keeps its connection only with `Connection: keep-alive` (RFC 9112 §9.3), and the
 ///   answer says which;
+/// - a client that sends `Expect: 100-continue` gets `100 Continue` when its body will be read;
+///   refused from its head instead, its connection closes with the answer;
 /// - graceful shutdown stops accepting, answers the requests under way (each closes its
 ///   connection after its answer) and closes idle connections; `run` returns when all are closed.
 public struct RequestServer: Service {
@@ -145,10 +147,11 @@ final class RequestHandler: ChannelInboundHandler {
             switch route(head) {
             case .answer(let response):
                 // A declared body this connection would have to read past (or one of unknown
-                // length): the connection closes with the answer instead.
+                // length), or one the client holds back until told to send it: the connection
+                // closes with the answer instead.
                 let bodyLength = head.headers.first(name: "content-length").flatMap { Int($0) }
                 let chunked = head.headers[canonicalForm: "transfer-encoding"].contains { $0.lowercased() == "chunked" }
-                let keepAlive = head.isKeepAlive && !chunked && (bodyLength ?? 0) <= 64 << 10
+                let keepAlive = head.isKeepAlive && !chunked && (bodyLength ?? 0) <= 64 << 10 && !Self.expectsContinue(head)
                 state = keepAlive ? .skipping : .closing
                 write(response, keepAlive: keepAlive, head: head, context: context)
             case .readBody(let limit, let tooLarge, let handler):
@@ -158,6 +161,10 @@ final class RequestHandler: ChannelInboundHandler {
                     return
                 }
                 state = .reading(head: head, body: nil, limit: limit, tooLarge: tooLarge, handler: handler)
+                if Self.expectsContinue(head) {
+                    // The client waits for this before it sends the body (RFC 9110 §10.1.1).
+                    context.writeAndFlush(wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: .continue))), promise: nil)
+                }
             }
         case (.body(var part), .reading(let head, var body, let limit, let tooLarge, let handler)):
             state = .idle  // while `body` is held here, so that appending does not copy it
@@ -194,6 +201,10 @@ final class RequestHandler: ChannelInboundHandler {
             state = .closing
             context.close(promise: nil)
         }
+    }
+
+    private static func expectsContinue(_ head: HTTPRequestHead) -> Bool {
+        head.version.minor >= 1 && head.headers[canonicalForm: "expect"].contains { $0.lowercased() == "100-continue" }
     }
 
     private func answered(_ response: ServerResponse, keepAlive: Bool, head: HTTPRequestHead, context: ChannelHandlerContext) {

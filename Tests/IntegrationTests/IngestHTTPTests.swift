@@ -202,6 +202,28 @@ import Testing
         }
     }
 
+    /// `Expect: 100-continue` (clients that hold a body back until the server wants it): a post
+    /// that may go on gets `100 Continue` and then its answer; one refused from its head gets the
+    /// refusal and the connection closes, since its body may never come.
+    @Test func aClientThatExpectsContinueIsToldToSendOrRefused() async throws {
+        try await LocalBroker.with { broker in
+            let (ingest, port, _) = try await Self.start(bootstrap: broker.bootstrapServers)
+            defer { ingest.kill() }
+            let body = Self.tick(1)
+            let sending = try #require(RawHTTP.Connection(port: port))
+            await sending.send(
+                "POST /v1/prices HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer \(Self.pricesToken)\r\nExpect: 100-continue\r\nContent-Length: \(body.utf8.count)\r\n\r\n")
+            let interim = await sending.read(until: "\r\n\r\n").answer
+            #expect(interim.hasPrefix("HTTP/1.1 100 Continue"), "\(interim)")
+            await sending.send(body)
+            let answer = await sending.read(until: "]}\n").answer
+            #expect(answer.hasPrefix("HTTP/1.1 201"), "\(answer.prefix(300))")
+            let refused = await RawHTTP.exchange(port: port, "POST /v1/prices HTTP/1.1\r\nHost: 127.0.0.1\r\nExpect: 100-continue\r\nContent-Length: 500\r\n\r\n")
+            #expect(refused.answer.hasPrefix("HTTP/1.1 401") && refused.answer.lowercased().contains("\r\nconnection: close\r\n"), "\(refused.answer.prefix(300))")
+            #expect(refused.closedAfter.map { $0 < .seconds(2) } == true, "closed after \(refused.closedAfter.map { "\($0)" } ?? "more than 30 s")")
+        }
+    }
+
     /// SIGTERM stops the endpoint in a bounded time, whatever its connections do: an idle
     /// kept-alive one, and one whose request was answered from its head (401) while its body
     /// never comes, are closed at once (not after the 75 s idle timeout), and the process exits 0.
