@@ -272,8 +272,18 @@ public final class StageService: Service, Sendable {
                     recorder.commitFailed()
                     logger.warning("closing the consumer: \(error)")
                 }
-                took("closing the consumer", next: "closing the producer")
-                if let reader { try? await reader.close(deadline: max(.zero, stopBy - .now)) }
+                took("closing the consumer", next: reader == nil ? "closing the producer" : "closing the changelog reader")
+                if let reader {
+                    // A consumer too (its group is `<group>.restore`): its close can wait on its
+                    // coordinator in the same way, and is given the same share.
+                    do {
+                        let left = max(.zero, stopBy - .now)
+                        try await reader.close(deadline: left - min(.seconds(5), left / 4))
+                    } catch {
+                        logger.warning("closing the changelog reader: \(error)")
+                    }
+                    took("closing the changelog reader", next: "closing the producer")
+                }
                 await producer.close(deadline: max(.zero, stopBy - .now))
                 took("closing the producer", next: "done")
                 return lastError
