@@ -197,7 +197,6 @@ let package = Package(
         ),
 
         // Console: the operator web console (`pipelinectl console`), pages over Operations.
-
         .target(
             name: "Console",
             dependencies: [

@@ -128,7 +128,7 @@ final class RequestHandler: ChannelInboundHandler {
         /// Answered from the head; the body's parts are dropped until its end.
         case skipping
         case reading(head: HTTPRequestHead, body: ByteBuffer?, limit: Int, tooLarge: @Sendable () -> ServerResponse, handler: @Sendable ([UInt8]) async -> ServerResponse)
-        case answering(keepAlive: Bool)
+        case answering
         /// Over its limit, or asked to close: nothing more is read.
         case closing
     }
@@ -144,18 +144,18 @@ final class RequestHandler: ChannelInboundHandler {
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         switch (unwrapInboundIn(data), state) {
         case (.head(let head), .idle):
+            let declaredLength = head.headers.first(name: "content-length").flatMap { Int($0) }
             switch route(head) {
             case .answer(let response):
                 // A declared body this connection would have to read past (or one of unknown
                 // length), or one the client holds back until told to send it: the connection
                 // closes with the answer instead.
-                let bodyLength = head.headers.first(name: "content-length").flatMap { Int($0) }
                 let chunked = head.headers[canonicalForm: "transfer-encoding"].contains { $0.lowercased() == "chunked" }
-                let keepAlive = head.isKeepAlive && !chunked && (bodyLength ?? 0) <= 64 << 10 && !Self.expectsContinue(head)
+                let keepAlive = head.isKeepAlive && !chunked && (declaredLength ?? 0) <= 64 << 10 && !Self.expectsContinue(head)
                 state = keepAlive ? .skipping : .closing
                 write(response, keepAlive: keepAlive, head: head, context: context)
             case .readBody(let limit, let tooLarge, let handler):
-                if let length = head.headers.first(name: "content-length").flatMap({ Int($0) }), length > limit {
+                if let length = declaredLength, length > limit {
                     state = .closing
                     write(tooLarge(), keepAlive: false, head: head, context: context)
                     return
@@ -181,7 +181,7 @@ final class RequestHandler: ChannelInboundHandler {
             state = .reading(head: head, body: body, limit: limit, tooLarge: tooLarge, handler: handler)
         case (.end, .reading(let head, let body, _, _, let handler)):
             let keepAlive = head.isKeepAlive
-            state = .answering(keepAlive: keepAlive)
+            state = .answering
             let bytes = body.map { Array($0.readableBytesView) } ?? []
             let loop = context.eventLoop
             let bound = NIOLoopBound((self, context), eventLoop: loop)
@@ -228,7 +228,7 @@ final class RequestHandler: ChannelInboundHandler {
         if !response.body.isEmpty, head.method != .HEAD {
             context.write(wrapOutboundOut(.body(.byteBuffer(context.channel.allocator.buffer(bytes: response.body)))), promise: nil)
         }
-        let done = context.writeAndFlushPromise(wrapOutboundOut(.end(nil)))
+        let done = context.writeAndFlush(wrapOutboundOut(.end(nil)))
         if !keepAlive { done.whenComplete { [channel = context.channel] _ in channel.close(promise: nil) } }
     }
 
@@ -275,14 +275,6 @@ final class QuiesceRelay: ChannelInboundHandler {
             return
         }
         context.fireUserInboundEventTriggered(event)
-    }
-}
-
-extension ChannelHandlerContext {
-    fileprivate func writeAndFlushPromise(_ data: NIOAny) -> EventLoopFuture<Void> {
-        let promise = eventLoop.makePromise(of: Void.self)
-        writeAndFlush(data, promise: promise)
-        return promise.futureResult
     }
 }
 
