@@ -130,16 +130,35 @@ public final class KafkaConsumer: AsyncSequence, Sendable {
         core.remember(offsets)
     }
 
-    /// Commits the stored offsets and waits for the broker's answer.
-    public func commit() async throws(KafkaError) {
-        let consumer = core.consumer
-        try await BlockingExecutor.run { () throws(KafkaError) in try consumer.client.using { () throws(KafkaError) in try consumer.commit(nil) } }
+    /// Commits the stored offsets and waits for the broker's answer, at most `timeout` (then it
+    /// throws ``KafkaError/Code/timedOut``; a coordinator that does not answer would hold it for
+    /// good). A cancelled task stops waiting within 100 ms (``KafkaError/Code/cancelled``).
+    public func commit(timeout: Duration = .seconds(60)) async throws(KafkaError) {
+        try await commit(nil, timeout: timeout)
     }
 
-    /// Commits these offsets (each the next offset to read) and waits for the broker's answer.
-    public func commit(_ offsets: [TopicPartitionOffset]) async throws(KafkaError) {
+    /// Commits these offsets (each the next offset to read); waits as ``commit(timeout:)`` does.
+    public func commit(_ offsets: [TopicPartitionOffset], timeout: Duration = .seconds(60)) async throws(KafkaError) {
+        try await commit(Optional(offsets), timeout: timeout)
+    }
+
+    private func commit(_ offsets: [TopicPartitionOffset]?, timeout: Duration) async throws(KafkaError) {
         let consumer = core.consumer
-        try await BlockingExecutor.run { () throws(KafkaError) in try consumer.client.using { () throws(KafkaError) in try consumer.commit(offsets) } }
+        let ms = timeout.timeoutMilliseconds
+        // The waiting thread is not the task's: it learns of a cancellation through this.
+        let flag = CancelFlag()
+        let outcome: Result<Void, KafkaError> = await withTaskCancellationHandler {
+            await BlockingExecutor.run { () -> Result<Void, KafkaError> in
+                Result { () throws(KafkaError) in
+                    try consumer.client.using { () throws(KafkaError) in
+                        try consumer.commit(offsets, timeoutMilliseconds: ms) { flag.value.load(ordering: .relaxed) }
+                    }
+                }
+            }
+        } onCancel: {
+            flag.value.store(true, ordering: .relaxed)
+        }
+        try outcome.get()
     }
 
     /// The group's committed offsets for these partitions (-1001, librdkafka's "invalid", when none).
@@ -236,4 +255,9 @@ public final class KafkaConsumer: AsyncSequence, Sendable {
         case .some(.none): return
         }
     }
+}
+
+/// Tells a blocking wait on another thread that its task was cancelled.
+private final class CancelFlag: Sendable {
+    let value = Atomic<Bool>(false)
 }

@@ -403,6 +403,43 @@ final class RDKafkaConsumer: @unchecked Sendable {  // immutable after init; lib
         if let error = list?.firstError(context: "commit") { throw error }
     }
 
+    /// `rd_kafka_commit_queue` on a queue of its own, waited for in slices of at most 100 ms:
+    /// commits the given offsets (or all stored ones) and returns the broker's answer, or throws
+    /// ``KafkaError/Code/timedOut`` after `timeoutMilliseconds` and ``KafkaError/Code/cancelled``
+    /// once `cancelled()` says so. (`rd_kafka_commit` waits for ever on a coordinator that does
+    /// not answer.) A commit given up is still sent; its answer is dropped with the queue.
+    /// Blocking.
+    func commit(_ offsets: [TopicPartitionOffset]?, timeoutMilliseconds: Int32, cancelled: () -> Bool) throws(KafkaError) {
+        let list = offsets.map { RDKafkaTopicPartitionList($0) }
+        let queue = rd_kafka_queue_new(client.handle)!
+        defer { rd_kafka_queue_destroy(queue) }
+        let err = rd_kafka_commit_queue(client.handle, list?.pointer, queue, nil, nil)
+        guard err == RD_KAFKA_RESP_ERR_NO_ERROR else { throw RDKafkaError.make(err, code: .broker, context: "commit") }
+        let giveUp = ContinuousClock.now + .milliseconds(Int64(timeoutMilliseconds))
+        while true {
+            if cancelled() { throw KafkaError(code: .cancelled, message: "commit: given up unanswered (cancelled)") }
+            let left = giveUp - .now
+            guard left > .zero else { throw KafkaError.timedOut("a commit unanswered for \(timeoutMilliseconds) ms") }
+            guard let event = rd_kafka_queue_poll(queue, min(100, left.timeoutMilliseconds)) else { continue }
+            defer { rd_kafka_event_destroy(event) }
+            guard rd_kafka_event_type(event) == RD_KAFKA_EVENT_OFFSET_COMMIT else { continue }
+            let err = rd_kafka_event_error(event)
+            // Nothing stored since the last commit: not an error.
+            guard err == RD_KAFKA_RESP_ERR_NO_ERROR || err == RD_KAFKA_RESP_ERR__NO_OFFSET else {
+                throw RDKafkaError.make(err, code: .broker, context: "commit")
+            }
+            if let answered = rd_kafka_event_topic_partition_list(event) {
+                for i in 0..<Int(answered.pointee.cnt) {
+                    let e = answered.pointee.elems[i]
+                    if e.err != RD_KAFKA_RESP_ERR_NO_ERROR {
+                        throw RDKafkaError.make(e.err, code: .broker, context: "commit \(String(cString: e.topic))[\(e.partition)]")
+                    }
+                }
+            }
+            return
+        }
+    }
+
     /// `rd_kafka_committed`: the group's committed offsets (the next to read; -1001 when none). Blocking.
     func committed(_ partitions: [TopicPartition], timeoutMilliseconds: Int32) throws(KafkaError) -> [TopicPartitionOffset] {
         let list = RDKafkaTopicPartitionList(partitions)

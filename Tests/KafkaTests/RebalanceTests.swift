@@ -155,6 +155,56 @@ import PipelineTesting
         #expect(committed == [TopicPartitionOffset("commits", 0, offset: 20)])
     }
 
+    /// A commit is answered, and one to a coordinator that does not answer is bounded: it
+    /// throws `timedOut` after its timeout, and a cancelled one stops waiting at once
+    /// (`rd_kafka_commit` alone waited until the session timed out: 45 s in a worker's CI run).
+    @Test func aCommitToACoordinatorThatDoesNotAnswerEndsAtItsTimeoutOrCancellation() async throws {
+        let mock = try KafkaMockCluster(brokers: 2)
+        try mock.createTopic("commits", partitions: 1)
+        mock.setPartitionLeader("commits", partition: 0, brokerID: 1)
+        mock.setCoordinator("group", key: "c", brokerID: 2)
+        let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [mock.bootstrapServers]))
+        _ = try await producer.send((0..<10).map { ProducerRecord(topic: "commits", value: Array("\($0)".utf8)) })
+        await producer.close()
+        var config = ConsumerConfiguration(bootstrapServers: [mock.bootstrapServers], groupID: "c")
+        config.sessionTimeout = .seconds(45)
+        config.autoCommit = false
+        let consumer = try KafkaConsumer(configuration: config)
+        try consumer.subscribe(["commits"])
+        var seen: [ConsumerRecord] = []
+        for try await event in consumer {
+            guard case .records(let batch) = event else { continue }
+            seen += batch
+            if seen.count >= 10 { break }
+        }
+        try consumer.store(seen.prefix(4))
+        try await consumer.commit(timeout: .seconds(10))
+        let admin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: [mock.bootstrapServers]))
+        #expect(try await admin.committedOffsets(group: "c", partitions: [TopicPartition("commits", 0)]) == [TopicPartitionOffset("commits", 0, offset: 4)])
+        await admin.close()
+
+        mock.setBrokerDown(2)
+        try consumer.store(seen.prefix(8))
+        let clock = ContinuousClock()
+        var started = clock.now
+        do {
+            try await consumer.commit(timeout: .seconds(2))
+            Issue.record("a commit to a coordinator that is down was answered")
+        } catch {
+            #expect(error.code == .timedOut, "\(error)")
+        }
+        let timedOut = clock.now - started
+        #expect(timedOut >= .seconds(2) && timedOut < .seconds(5), "given up after its timeout: \(timedOut)")
+        started = clock.now
+        let waiting = Task { try await consumer.commit(timeout: .seconds(30)) }
+        waiting.cancel()  // before or while it waits: either way it ends at once
+        let outcome = await waiting.result
+        let cancelledAfter = clock.now - started
+        #expect(cancelledAfter < .seconds(3), "cancelled at once: \(cancelledAfter)")
+        if case .failure(let error as KafkaError) = outcome { #expect(error.code == .cancelled, "\(error)") } else { Issue.record("\(outcome)") }
+        _ = try? await consumer.close(deadline: .seconds(2))
+    }
+
     /// A member that closes while its group rebalances commits its stored offsets once the
     /// rebalance is over, but only of the partitions it still holds then: the others belong to
     /// another member, which may have committed past them (a commit of ours would move their

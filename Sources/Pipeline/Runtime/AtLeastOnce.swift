@@ -1,11 +1,20 @@
 import Kafka
 import Logging
+import Synchronization
 
 /// `delivery: at-least-once`: settled offsets are stored for the consumer's next commit; the
 /// loop commits on every tick and before partitions are revoked, and the consumer commits once
 /// more when it closes. A crash re-reads from the last commit: outputs may repeat, under the
 /// same dedupe key; nothing is skipped, because nothing is stored before it is settled.
+///
+/// A commit waits at most ``commitTimeout`` for the coordinator. The tick's commit runs beside
+/// the loop (one at a time; a tick that finds one under way skips), so a coordinator that does
+/// not answer neither stops the records nor holds a stop: that commit is given up when the
+/// worker stops, and the consumer's close commits what is stored.
 final class AtLeastOnce: DeliveryGuarantee {
+    /// How long a commit waits for the coordinator's answer (librdkafka's own wait has no end).
+    static let commitTimeout: Duration = .seconds(10)
+
     let consumer: KafkaConsumer
     let checkpointInterval: Duration
     let recorder: StageRecorder
@@ -13,10 +22,14 @@ final class AtLeastOnce: DeliveryGuarantee {
     let health: WorkerHealth
     let logLimiter: LogRateLimiter
     let logger: Logger
+    /// The worker's tasks (the tick's commit runs as one of them) and its stop.
+    let tasks: ChildTasks
+    let stopping: OneShotEvent
+    private let tickCommitUnderWay = Atomic<Bool>(false)
 
     init(
         consumer: KafkaConsumer, checkpointInterval: Duration, recorder: StageRecorder, membership: MembershipGate, health: WorkerHealth,
-        logLimiter: LogRateLimiter, logger: Logger
+        logLimiter: LogRateLimiter, logger: Logger, tasks: ChildTasks, stopping: OneShotEvent
     ) {
         self.consumer = consumer
         self.checkpointInterval = checkpointInterval
@@ -25,6 +38,8 @@ final class AtLeastOnce: DeliveryGuarantee {
         self.health = health
         self.logLimiter = logLimiter
         self.logger = logger
+        self.tasks = tasks
+        self.stopping = stopping
     }
 
     func deliveryFailed(_ error: KafkaError) -> DeliveryFailureAction { .retry }
@@ -48,7 +63,7 @@ final class AtLeastOnce: DeliveryGuarantee {
     func confirmOwnership(of partitions: [TopicPartition], committing covered: [TopicPartitionOffset]) async -> Ownership {
         guard !covered.isEmpty else { return .confirmed }
         do {
-            try await consumer.commit(covered)
+            try await consumer.commit(covered, timeout: Self.commitTimeout)
         } catch {
             if error.meansMemberFenced || consumer.wasLost(partitions) {
                 logger.warning(
@@ -74,7 +89,7 @@ final class AtLeastOnce: DeliveryGuarantee {
         case .batch, .lost:
             return
         case .tick:
-            await commit("tick")
+            commitBesideTheLoop()
         case .revocation(let going):
             for lane in going { await lane.settled() }
             await commit("revocation")
@@ -84,13 +99,25 @@ final class AtLeastOnce: DeliveryGuarantee {
         }
     }
 
+    /// The tick's commit, as a task of the worker that ends when it stops.
+    private func commitBesideTheLoop() {
+        guard tickCommitUnderWay.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged else { return }
+        let started = tasks.start { [self] in
+            await stopping.cancelling { [self] in await commit("tick") }
+            tickCommitUnderWay.store(false, ordering: .releasing)
+        }
+        if !started { tickCommitUnderWay.store(false, ordering: .releasing) }
+    }
+
     /// A failed commit (a lost assignment, a group mid-rebalance) is never a reason to stop the
     /// worker: the next owner reads from the last commit. Failing for long turns it not-ready.
     private func commit(_ reason: String) async {
         await membership.waitUntilSure()
         do {
-            try await consumer.commit()
+            try await consumer.commit(timeout: Self.commitTimeout)
             health.committed(ok: true)
+        } catch where error.code == .cancelled {
+            // Given up because the worker stops: the consumer's close commits.
         } catch {
             recorder.commitFailed()
             health.committed(ok: false)

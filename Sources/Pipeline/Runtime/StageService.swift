@@ -165,15 +165,15 @@ public final class StageService: Service, Sendable {
         let context = LoopContext(
             definition: definition, settings: settings, work: work, transformName: transformName, recorder: recorder, membership: membership, health: health,
             logLimiter: logLimiter, logger: logger, requestStop: { [weak self] in self?.requestStop() })
+        let settlementTasks = ChildTasks()
         let guarantee: any DeliveryGuarantee = exactlyOnce
             ? ExactlyOnce(
                 consumer: consumer, producer: producer, changelog: context.changelog, definition: definition, settings: settings,
                 recorder: recorder, membership: membership, health: health, logger: logger)
             : AtLeastOnce(
                 consumer: consumer, checkpointInterval: definition.checkpointInterval, recorder: recorder, membership: membership, health: health,
-                logLimiter: logLimiter, logger: logger)
+                logLimiter: logLimiter, logger: logger, tasks: settlementTasks, stopping: stopping)
         let backpressure = Backpressure(maxRecords: definition.maxInFlightRecords, maxBytes: definition.maxInFlightBytes)
-        let settlementTasks = ChildTasks()
         var settlement = SettlementQueue.Context(
             stageName: definition.name, transformName: transformName, deadLetterTopic: definition.deadLetterTopic, retry: definition.retry, consumer: consumer, producer: producer,
             backpressure: backpressure, guarantee: guarantee, recorder: recorder, membership: membership, logLimiter: logLimiter, logger: logger,
