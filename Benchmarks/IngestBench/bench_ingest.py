@@ -10,7 +10,14 @@ PER_POST=1 also posts bodies of one ticker in each round, right after the round'
 (the same connections and posts), and splits the endpoint's CPU into a part per post (a post of
 one record) and a part per further record: (CPU per post of RECORDS - CPU per post of 1) /
 (RECORDS - 1).
+
+THREAD_SPLIT=1 also prints, per round, the endpoint's CPU per post of RECORDS by thread kind
+(its threads' names from /proc/PID/task, digits dropped: NIO's event loops, Swift's
+cooperative pool, the producer's delivery-report thread, librdkafka's threads); "exited" is
+what threads that ended meanwhile used (the process's total minus its live threads').
 """
+import collections
+import re
 import json
 import os
 import subprocess
@@ -23,6 +30,24 @@ sys.path.insert(0, os.path.join(HERE, "..", "PipelineBench"))
 from bench_pipeline import CTL, log, process_cpu, run, start_broker, stop, tick_lines  # noqa: E402
 
 TOKEN = "bench-token-0123456789abcdef"
+
+
+def thread_cpu(pid):
+    """CPU clock ticks (user + system) of each live thread of a process, summed by thread name
+    with its digits dropped, and the process's total."""
+    by_kind = collections.Counter()
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                name = re.sub(r"\d+", "#", f.read().strip())
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:  # ended meanwhile
+            continue
+        by_kind[name] += int(fields[11]) + int(fields[12])
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return by_kind, int(fields[11]) + int(fields[12])
 
 
 def main():
@@ -63,14 +88,24 @@ def main():
         cpu = []
         split = []  # per round: (CPU per post of one record, CPU per further record), us
 
+        thread_split = os.environ.get("THREAD_SPLIT") == "1"
+
         def post(file, records):
             """load.py against the endpoint: its result and the endpoint's CPU per post, us."""
+            threads_before = thread_cpu(ingest.pid) if thread_split else None
             before = process_cpu(ingest.pid)
             out = run([sys.executable, os.path.join(HERE, "load.py"), f"http://127.0.0.1:{port}/v1/prices", TOKEN, file,
                        str(records), str(threads), str(requests)]).stdout
             result = json.loads(out)
             if result["status"] != {"201": threads * requests}:
                 raise RuntimeError(f"not every post was accepted: {out}")
+            if threads_before:
+                (kinds_before, total_before), (kinds_after, total_after) = threads_before, thread_cpu(ingest.pid)
+                us = 1e6 / os.sysconf("SC_CLK_TCK") / (threads * requests)
+                used = {k: (kinds_after[k] - kinds_before.get(k, 0)) * us for k in kinds_after}
+                used["exited"] = (total_after - total_before) * us - sum(used.values())
+                log(f"  CPU per post of {records} by thread, us: "
+                    + ", ".join(f"{k} {v:.0f}" for k, v in sorted(used.items(), key=lambda kv: -kv[1]) if abs(v) >= 0.5))
             return result, (process_cpu(ingest.pid) - before) / (threads * requests) * 1e6
         for r in range(1, rounds + 1):
             order = ["ingest http", "direct produce"] if r % 2 else ["direct produce", "ingest http"]
