@@ -461,6 +461,9 @@ final class ProducerCore: Sendable {
     func startPolling() {
         state.withLock { $0.pollThreadRunning = true }
         let thread = Thread { [self] in
+            // Named from inside (Foundation does not name a `Thread` on Linux), so that `top -H`
+            // and perf tell it from the cooperative pool's threads, whose name it would inherit.
+            Self.nameThisThread("kafka-dr-poll")
             var buffer: [RDKafkaDelivery] = []
             buffer.reserveCapacity(1024)
             while !stopRequested.load(ordering: .acquiring) {
@@ -479,8 +482,17 @@ final class ProducerCore: Sendable {
             }
             continuation?.resume()
         }
-        thread.name = "kafka-producer-poll"
         thread.start()
+    }
+
+    /// Sets the calling thread's name (at most 15 bytes on Linux).
+    private static func nameThisThread(_ name: String) {
+        #if os(Linux)
+        let fd = open("/proc/thread-self/comm", O_WRONLY)
+        guard fd >= 0 else { return }
+        _ = name.withCString { write(fd, $0, strlen($0)) }
+        close(fd)
+        #endif
     }
 
     /// Marks the producer closed, ends the poll thread and fails batches that never got reports.
