@@ -2,8 +2,8 @@ import Kafka
 import Logging
 import Synchronization
 
-/// `delivery: at-least-once`: settled offsets are stored for the consumer's next commit; the
-/// loop commits on every tick and before partitions are revoked, and the consumer commits once
+/// `delivery: at-least-once`: settled offsets are stored for the consumer's next commit; they
+/// are committed on every tick and before partitions are revoked, and the consumer commits once
 /// more when it closes. A crash re-reads from the last commit: outputs may repeat, under the
 /// same dedupe key; nothing is skipped, because nothing is stored before it is settled.
 ///
