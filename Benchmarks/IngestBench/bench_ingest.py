@@ -33,8 +33,8 @@ TOKEN = "bench-token-0123456789abcdef"
 
 
 def thread_cpu(pid):
-    """CPU clock ticks (user + system) of each live thread of a process, summed by thread name
-    with its digits dropped, and the process's total."""
+    """CPU seconds (user + system) of each live thread of a process, summed by thread name with
+    its digits dropped, and the process's total."""
     by_kind = collections.Counter()
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
@@ -44,10 +44,8 @@ def thread_cpu(pid):
                 fields = f.read().rsplit(")", 1)[1].split()
         except OSError:  # ended meanwhile
             continue
-        by_kind[name] += int(fields[11]) + int(fields[12])
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return by_kind, int(fields[11]) + int(fields[12])
+        by_kind[name] += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return by_kind, process_cpu(pid)
 
 
 def main():
@@ -101,7 +99,7 @@ def main():
                 raise RuntimeError(f"not every post was accepted: {out}")
             if threads_before:
                 (kinds_before, total_before), (kinds_after, total_after) = threads_before, thread_cpu(ingest.pid)
-                us = 1e6 / os.sysconf("SC_CLK_TCK") / (threads * requests)
+                us = 1e6 / (threads * requests)
                 used = {k: (kinds_after[k] - kinds_before.get(k, 0)) * us for k in kinds_after}
                 used["exited"] = (total_after - total_before) * us - sum(used.values())
                 log(f"  CPU per post of {records} by thread, us: "

@@ -129,15 +129,16 @@ import PipelineTesting
         await producer.close()
     }
 
-    @Test func closeCommitsStoredOffsets() async throws {
-        let mock = try KafkaMockCluster(brokers: 1)
-        try mock.createTopic("commits", partitions: 1)
+    /// `count` records produced to the one partition of topic "commits", and a consumer of
+    /// group "c" (no auto-commit) that has read at least `reading` of them.
+    static func readingCommits(
+        _ mock: KafkaMockCluster, count: Int, reading: Int, sessionTimeout: Duration
+    ) async throws -> (KafkaConsumer, [ConsumerRecord]) {
         let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [mock.bootstrapServers]))
-        _ = try await producer.send((0..<30).map { ProducerRecord(topic: "commits", value: Array("\($0)".utf8)) })
+        _ = try await producer.send((0..<count).map { ProducerRecord(topic: "commits", value: Array("\($0)".utf8)) })
         await producer.close()
-
         var config = ConsumerConfiguration(bootstrapServers: [mock.bootstrapServers], groupID: "c")
-        config.sessionTimeout = .milliseconds(6000)
+        config.sessionTimeout = sessionTimeout
         config.autoCommit = false
         let consumer = try KafkaConsumer(configuration: config)
         try consumer.subscribe(["commits"])
@@ -145,8 +146,15 @@ import PipelineTesting
         for try await event in consumer {
             guard case .records(let batch) = event else { continue }
             seen += batch
-            if seen.count >= 20 { break }
+            if seen.count >= reading { break }
         }
+        return (consumer, seen)
+    }
+
+    @Test func closeCommitsStoredOffsets() async throws {
+        let mock = try KafkaMockCluster(brokers: 1)
+        try mock.createTopic("commits", partitions: 1)
+        let (consumer, seen) = try await Self.readingCommits(mock, count: 30, reading: 20, sessionTimeout: .milliseconds(6000))
         // Only the first 20 are marked processed: the group resumes at 20.
         try consumer.store(seen.prefix(20))
         try await consumer.close(deadline: .seconds(10))
@@ -163,20 +171,7 @@ import PipelineTesting
         try mock.createTopic("commits", partitions: 1)
         mock.setPartitionLeader("commits", partition: 0, brokerID: 1)
         mock.setCoordinator("group", key: "c", brokerID: 2)
-        let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [mock.bootstrapServers]))
-        _ = try await producer.send((0..<10).map { ProducerRecord(topic: "commits", value: Array("\($0)".utf8)) })
-        await producer.close()
-        var config = ConsumerConfiguration(bootstrapServers: [mock.bootstrapServers], groupID: "c")
-        config.sessionTimeout = .seconds(45)
-        config.autoCommit = false
-        let consumer = try KafkaConsumer(configuration: config)
-        try consumer.subscribe(["commits"])
-        var seen: [ConsumerRecord] = []
-        for try await event in consumer {
-            guard case .records(let batch) = event else { continue }
-            seen += batch
-            if seen.count >= 10 { break }
-        }
+        let (consumer, seen) = try await Self.readingCommits(mock, count: 10, reading: 10, sessionTimeout: .seconds(45))
         try consumer.store(seen.prefix(4))
         try await consumer.commit(timeout: .seconds(10))
         let admin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: [mock.bootstrapServers]))
