@@ -337,7 +337,9 @@ let package = Package(
             name: "ProducersTests",
             dependencies: [
                 "Producers", "Pipeline", "Operations", "Kafka", "PipelineTesting", "SafeFetch", "Workers", "WorkersTesting",
+                "HTTPServing", "HTTPTesting",
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOWebSocket", package: "swift-nio"),
             ]),

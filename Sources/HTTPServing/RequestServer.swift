@@ -27,6 +27,13 @@ public enum RequestRoute: Sendable {
     case answer(ServerResponse)
     /// Read the whole body, then answer with `handler`. A body over `limit` bytes is answered
     /// `tooLarge()` and its connection closed.
+    ///
+    /// The handler runs in a task that prefers the connection's event loop as its executor
+    /// (``EventLoopTaskExecutor``): it and the nonisolated code it awaits run on the loop, and a
+    /// continuation it waits on is resumed onto the loop by the thread that resumes it. A post
+    /// waiting for the broker's acknowledgements wakes one thread when they come, the loop, which
+    /// writes the answer; on Swift's pool it woke three (a pool thread to start, one to go on,
+    /// then the loop). So the handler must not block: blocking calls go to threads of their own.
     case readBody(limit: Int, tooLarge: @Sendable () -> ServerResponse, handler: @Sendable ([UInt8]) async -> ServerResponse)
 }
 
@@ -135,6 +142,8 @@ final class RequestHandler: ChannelInboundHandler {
 
     private var state = State.idle
     private var date = HTTPDate()
+    /// The connection's event loop, where its requests' handlers run.
+    private var executor: EventLoopTaskExecutor?
     private let route: @Sendable (HTTPRequestHead) -> RequestRoute
 
     init(route: @escaping @Sendable (HTTPRequestHead) -> RequestRoute) {
@@ -183,14 +192,14 @@ final class RequestHandler: ChannelInboundHandler {
             let keepAlive = head.isKeepAlive
             state = .answering
             let bytes = body.map { Array($0.readableBytesView) } ?? []
-            let loop = context.eventLoop
-            let bound = NIOLoopBound((self, context), eventLoop: loop)
-            Task {
+            let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+            let executor = self.executor ?? EventLoopTaskExecutor(context.eventLoop)
+            self.executor = executor
+            // Started on the loop without a wake-up; the answer is written where the task ends.
+            Task(executorPreference: executor) {
                 let response = await handler(bytes)
-                loop.execute {
-                    let (handler, context) = bound.value
-                    handler.answered(response, keepAlive: keepAlive, head: head, context: context)
-                }
+                let (handler, context) = bound.value
+                handler.answered(response, keepAlive: keepAlive, head: head, context: context)
             }
         case (.end, .skipping):
             state = .idle
@@ -256,6 +265,21 @@ final class RequestHandler: ChannelInboundHandler {
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
         context.close(promise: nil)
+    }
+}
+
+/// An event loop as a task executor: a task that prefers it runs its nonisolated code on the
+/// loop's thread, and a continuation it awaits is resumed onto the loop directly.
+final class EventLoopTaskExecutor: TaskExecutor {
+    let eventLoop: any EventLoop
+
+    init(_ eventLoop: any EventLoop) {
+        self.eventLoop = eventLoop
+    }
+
+    func enqueue(_ job: consuming ExecutorJob) {
+        let job = UnownedJob(job)
+        eventLoop.execute { job.runSynchronously(on: self.asUnownedTaskExecutor()) }
     }
 }
 
