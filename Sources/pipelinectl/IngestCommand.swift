@@ -246,6 +246,11 @@ extension Ingest {
             })
         var linger: Duration = .milliseconds(1)
         @Option(help: "The topic of a stream, STREAM=TOPIC (repeatable; default <stream>.raw).") var topic: [String] = []
+        @Option(help: """
+            Event-loop threads serving the posts, 1 to 256 (default: one less than the cores, at least 1; \
+            librdkafka's threads take the rest).
+            """)
+        var eventLoops: Int?
         @Option(help: "Address of /metrics, /healthz and /readyz (host:port; port 0 picks a free one, logged at start).")
         var metricsAddress = "0.0.0.0:9465"
         @Option(name: .customShort("X"), parsing: .singleValue, help: """
@@ -297,6 +302,7 @@ extension Ingest {
             if maxInFlightRecords < maxRecords { throw ValidationError("--max-in-flight-records (\(maxInFlightRecords)) must hold at least --max-records (\(maxRecords))") }
             if !(rateLimit > 0) { throw ValidationError("--rate-limit must be a positive number of requests per second") }
             if idempotencyCapacity <= 0 { throw ValidationError("--idempotency-capacity must be positive") }
+            if let eventLoops, !(1...256).contains(eventLoops) { throw ValidationError("--event-loops must be from 1 to 256, not \(eventLoops)") }
             _ = try parseProperties(properties)
         }
 
@@ -327,6 +333,7 @@ extension Ingest {
             settings.maxInFlightRecords = maxInFlightRecords
             settings.requestsPerSecond = rateLimit
             settings.idleTimeout = idleTimeout
+            if let eventLoops { settings.eventLoops = eventLoops }
             settings.idempotencyWindow = idempotencyWindow
             settings.idempotencyCapacity = idempotencyCapacity
             if idempotencyTopic != "none" { settings.idempotencyTopic = IdempotencyTopic(topic: idempotencyTopic, kafka: connection.kafka) }

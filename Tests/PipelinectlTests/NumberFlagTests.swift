@@ -63,6 +63,7 @@ import Testing
             Flag(flag: "--dead-letters-per-partition", args: { ["console", "--dead-letters-per-partition", $0] + b }, valid: whole(1...Int64.max)),
             Flag(flag: "--listen", args: { ["console", "--listen", "127.0.0.1:\($0)"] + b }, valid: whole(0...65535)),
             Flag(flag: "--linger", args: { ["ingest", "http", "--linger", $0 + "ms"] + b }, valid: whole(0...900_000)),
+            Flag(flag: "--event-loops", args: { ["ingest", "http", "--event-loops", $0] + b }, valid: whole(1...256)),
             Flag(flag: "--linger", args: { ["worker", "s", "--linger", $0 + "ms"] + b }, valid: whole(0...900_000)),
         ]
     }()

@@ -5,6 +5,7 @@ import Logging
 import Metrics
 import NIOCore
 import NIOHTTP1
+import NIOPosix
 import Operations
 import Pipeline
 import ServiceLifecycle
@@ -29,6 +30,11 @@ public struct IngestHTTPSettings: Sendable {
     /// the 60 s after which common proxies (nginx's upstream keep-alive, load balancers) drop an
     /// idle connection, so that they close first and never send a request into our close.
     public var idleTimeout: Duration = .seconds(75)
+    /// NIO event-loop threads serving the posts (each post is parsed, submitted and answered on
+    /// its connection's loop). One less than the cores, at least one: librdkafka's broker and
+    /// delivery-report threads take the rest of a post's CPU, and on 2 cores one loop used a
+    /// sixth less CPU per record than two (BENCHMARKS.md, "Ingest endpoint").
+    public var eventLoops = max(1, System.coreCount - 1)
     /// How long and how many `Idempotency-Key`s are remembered.
     public var idempotencyWindow: Duration = .seconds(3600)
     public var idempotencyCapacity = 100_000
@@ -100,8 +106,9 @@ public final class IngestHTTPService: Service, Sendable {
             // Served all the same: a key is then known to this process, and shared from here on.
             logger.warning("the shared Idempotency-Keys could not be read; keys answered before are not known here", metadata: ["error": "\(error)"])
         }
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: settings.eventLoops)
         let server = RequestServer(
-            host: settings.host, port: settings.port, idleTimeout: settings.idleTimeout,
+            host: settings.host, port: settings.port, idleTimeout: settings.idleTimeout, group: group,
             onListening: { [self] port in
                 health.listening()
                 logger.info("ingest endpoint listening on \(settings.host):\(port)", metadata: ["port": "\(port)"])
@@ -109,11 +116,18 @@ public final class IngestHTTPService: Service, Sendable {
             route: { [self] head in route(head) })
         // Graceful shutdown: the server stops accepting and answers the posts it has (each
         // waits for its acknowledgements, bounded by the producer's message.timeout.ms).
-        try await withGracefulShutdownHandler {
-            try await server.run()
-        } onGracefulShutdown: { [health] in
-            health.stopping()
+        do {
+            try await withGracefulShutdownHandler {
+                try await server.run()
+            } onGracefulShutdown: { [health] in
+                health.stopping()
+            }
+        } catch {
+            try? await group.shutdownGracefully()
+            await shared?.stop()
+            throw error
         }
+        try? await group.shutdownGracefully()
         await shared?.stop()
     }
 
