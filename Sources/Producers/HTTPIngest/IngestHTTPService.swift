@@ -116,6 +116,7 @@ public final class IngestHTTPService: Service, Sendable {
             route: { [self] head in route(head) })
         // Graceful shutdown: the server stops accepting and answers the posts it has (each
         // waits for its acknowledgements, bounded by the producer's message.timeout.ms).
+        var failure: (any Error)?
         do {
             try await withGracefulShutdownHandler {
                 try await server.run()
@@ -123,12 +124,11 @@ public final class IngestHTTPService: Service, Sendable {
                 health.stopping()
             }
         } catch {
-            try? await group.shutdownGracefully()
-            await shared?.stop()
-            throw error
+            failure = error
         }
         try? await group.shutdownGracefully()
         await shared?.stop()
+        if let failure { throw failure }
     }
 
     // MARK: One request
