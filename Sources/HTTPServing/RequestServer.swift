@@ -87,7 +87,7 @@ public struct RequestServer: Service {
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     let sync = channel.pipeline.syncOperations
-                    let requests = RequestHandler(route: route)
+                    let requests = RequestHandler(route: route, eventLoop: channel.eventLoop)
                     try sync.addHandler(IdleStateHandler(readTimeout: idle))
                     try sync.addHandler(QuiesceRelay(requests: requests))
                     try sync.configureHTTPServerPipeline(withPipeliningAssistance: true, withErrorHandling: true)
@@ -143,11 +143,12 @@ final class RequestHandler: ChannelInboundHandler {
     private var state = State.idle
     private var date = HTTPDate()
     /// The connection's event loop, where its requests' handlers run.
-    private var executor: EventLoopTaskExecutor?
+    private let executor: EventLoopTaskExecutor
     private let route: @Sendable (HTTPRequestHead) -> RequestRoute
 
-    init(route: @escaping @Sendable (HTTPRequestHead) -> RequestRoute) {
+    init(route: @escaping @Sendable (HTTPRequestHead) -> RequestRoute, eventLoop: any EventLoop) {
         self.route = route
+        self.executor = EventLoopTaskExecutor(eventLoop)
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -193,8 +194,6 @@ final class RequestHandler: ChannelInboundHandler {
             state = .answering
             let bytes = body.map { Array($0.readableBytesView) } ?? []
             let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
-            let executor = self.executor ?? EventLoopTaskExecutor(context.eventLoop)
-            self.executor = executor
             // Started on the loop without a wake-up; the answer is written where the task ends.
             Task(executorPreference: executor) {
                 let response = await handler(bytes)
