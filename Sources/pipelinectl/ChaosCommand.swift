@@ -362,6 +362,8 @@ actor ChaosRun {
     private var paused: Set<pid_t> = []
     /// Workers that stopped because their producer was fenced (and were replaced).
     private var fencedExits = 0
+    /// Workers the final SIGTERM reached before they began (see ``stopWorkers()``).
+    private var stoppedBeforeStart = 0
     /// Workers whose idempotent producer stopped on the broker's "out of order sequence number"
     /// after a restart of tansu (see ``stopWorkers()``).
     private var desyncedExits: [String] = []
@@ -539,6 +541,7 @@ actor ChaosRun {
         checked.badExits = report.badExits
         checked.sequenceExits = desyncedExits
         checked.fencedExits = fencedExits
+        checked.stoppedBeforeStart = stoppedBeforeStart
         // What an evicted member's ownership check said before a checkpoint (the worker's log).
         checked.fencedCheckpoints = (killed + ended.map(\.0)).reduce(0) {
             $0 + $1.output().components(separatedBy: "the coordinator no longer counts this worker as the owner").count - 1
@@ -631,6 +634,13 @@ actor ChaosRun {
                     w.output().contains("sequence desynchronization")
                 {
                     desyncedExits.append("pid \(w.pid) (log: \(log))")
+                    continue
+                }
+                // A replacement started just before the stop, killed by the SIGTERM's default action
+                // before it reached its handlers (between exec and `run`, which installs them first
+                // and would exit 0) and before its first log line: it took nothing.
+                if status == SIGTERM, w.output().isEmpty {
+                    stoppedBeforeStart += 1
                     continue
                 }
                 // Fenced just before it was stopped (after the last look for fenced workers): as

@@ -172,6 +172,9 @@ public struct ChaosReport: Sendable, CustomStringConvertible {
     /// the worker stops, and the next owner makes the refused ones again, then the later ones once
     /// more. Their last copies come in minute order, and that is still checked.
     public var fencedExits = 0
+    /// Workers killed by the final SIGTERM before they began (a raw wait status of 15 and an
+    /// empty log): they had taken nothing.
+    public var stoppedBeforeStart = 0
     /// Checkpoints dropped because the coordinator no longer counted their worker as a member
     /// (evicted; from the workers' logs): each would have landed after the new owner's.
     public var fencedCheckpoints = 0
@@ -282,6 +285,7 @@ public struct ChaosReport: Sendable, CustomStringConvertible {
                 + (zombies && (!changelogKeysBehind.isEmpty || changelogRegressions > 0) ? " (from zombies: a restore starts at a checkpoint's offsets)" : ""),
             "workers: \(badExits.isEmpty ? "every exit as expected" : "unexpected exits \(badExits)")"
                 + (fencedExits > 0 ? " (\(fencedExits) stopped by a fenced producer, each replaced)" : "")
+                + (stoppedBeforeStart > 0 ? " (\(stoppedBeforeStart) stopped by the final SIGTERM before they began)" : "")
                 + (sequenceExits.isEmpty ? "" : "; stopped on the broker's out-of-order sequence \(sequenceExits)")
                 + (fencedCheckpoints > 0 ? " (\(fencedCheckpoints) checkpoints of evicted members fenced)" : ""),
         ]
