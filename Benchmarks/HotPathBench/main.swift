@@ -127,7 +127,7 @@ var produced = 0
     // Read in place, as the loop reads them.
     records.withUnsafeBufferPointer { records in
         for i in records.indices {
-            let input = RecordMapping.input(records[i], now: base)
+            let input = RecordMapping.input(records.baseAddress! + i, now: base)
             let index = Int32(batchInputs.count)
             let failed = out.failures.count
             runner.process(input, context: TransformContext(now: input.timestamp), into: &out)

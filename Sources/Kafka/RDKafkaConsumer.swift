@@ -252,15 +252,21 @@ final class RDKafkaConsumer: @unchecked Sendable {  // immutable after init; lib
     }
 
     /// Takes up to `limit` messages that are already fetched, without waiting
-    /// (`rd_kafka_consume_batch_queue` with timeout 0: one queue lock for the lot). Records are
-    /// appended to `records`; anything else is handed to `other` in order. Returns how many
-    /// messages were taken. Only the poll thread calls it.
+    /// (`rd_kafka_consume_batch_queue` with timeout 0: one queue lock for the lot). Each record
+    /// is handed to `record` in a slot that `record` must move it out of (`move()`); anything
+    /// else is handed to `other`, in order. Returns how many messages were taken. Only the poll
+    /// thread calls it.
     ///
     /// The sinks run after `rd_kafka_consume_batch_queue` returned, never during it: librdkafka
     /// may serve the rebalance callback inside that call, and the callback may touch whatever
     /// the sinks append to.
-    func drainFetched(limit: Int, names: inout ConversionCache, record: (consuming ConsumerRecord) -> Void, other: (RDKafkaPolled) -> Void) -> Int {
+    func drainFetched(limit: Int, names: inout ConversionCache, record: (UnsafeMutablePointer<ConsumerRecord>) -> Void, other: (RDKafkaPolled) -> Void) -> Int {
         guard limit > 0 else { return 0 }
+        // Each record is made in a slot on the stack and `record` moves it out: handed to the
+        // closure as a value, even a `consuming` one, it was copied for the call (a retain and a
+        // release of each of its references) and the original destroyed.
+        return withUnsafeTemporaryAllocation(of: ConsumerRecord.self, capacity: 1) { slots in
+        let slot = slots.baseAddress!
         return withUnsafeTemporaryAllocation(of: UnsafeMutablePointer<rd_kafka_message_t>?.self, capacity: limit) { buffer in
             let n = rd_kafka_consume_batch_queue(consumerQueue, 0, buffer.baseAddress, limit)
             guard n > 0 else { return 0 }
@@ -291,12 +297,15 @@ final class RDKafkaConsumer: @unchecked Sendable {  // immutable after init; lib
                         value = values[at..<(at + m.len)]
                         at += m.len
                     }
-                    record(convertRecord(message, value: value, names: &names))
+                    let converted = convertRecord(message, value: value, names: &names)
+                    slot.initialize(to: consume converted)
+                    record(slot)
                 } else {
                     other(convert(message, names: &names))
                 }
             }
             return n
+        }
         }
     }
 

@@ -5,11 +5,18 @@ import Kafka
 package enum RecordMapping {
     /// A consumed record as a stage sees it. A record without a timestamp gets `now`.
     package static func input(_ r: ConsumerRecord, now: Int64) -> InputRecord {
+        withUnsafePointer(to: r) { input($0, now: now) }
+    }
+
+    /// ``input(_:now:)`` of a record read where it lies (the stage loop's batch, in place):
+    /// passed as a value from there, the record is copied whole first, a retain and a release of
+    /// each of its references per record; through the pointer only the fields the input keeps are.
+    package static func input(_ r: UnsafePointer<ConsumerRecord>, now: Int64) -> InputRecord {
         InputRecord(
-            key: r.key, sharing: r.valueBytes,
-            headers: r.headers.isEmpty ? [] : r.headers.map { RecordHeader(name: $0.key, value: $0.value ?? []) },
-            timestamp: r.timestamp ?? now,
-            origin: RecordOrigin(topic: r.topic, partition: r.partition, offset: r.offset))
+            key: r.pointee.key, sharing: r.pointee.valueBytes,
+            headers: r.pointee.headers.isEmpty ? [] : r.pointee.headers.map { RecordHeader(name: $0.key, value: $0.value ?? []) },
+            timestamp: r.pointee.timestamp ?? now,
+            origin: RecordOrigin(topic: r.pointee.topic, partition: r.pointee.partition, offset: r.pointee.offset))
     }
 
     /// A stage's outputs as records to produce, appended to `batch`: each output with its

@@ -312,8 +312,13 @@ final class StageLoop {
         var start = 0
         while start < batch.count {
             let tp = batch[start].topicPartition
-            var end = start + 1
-            while end < batch.count, batch[end].partition == batch[start].partition, batch[end].topic == batch[start].topic { end += 1 }
+            // Where this partition's run ends, read in place: `batch[i]` copies the whole record
+            // (a retain and a release of each of its references) to compare two fields.
+            let end = batch.withUnsafeBufferPointer { records in
+                var end = start + 1
+                while end < records.count, records[end].partition == tp.partition, records[end].topic == tp.topic { end += 1 }
+                return end
+            }
             if lanes[laneID(tp)] == nil { try await assign([tp], startAtCheckpoints: false) }
             let lane = lanes[laneID(tp)]!
             if let stale = lane.staleThrough[tp] {
@@ -366,7 +371,7 @@ final class StageLoop {
                     skipped += 1
                     continue
                 }
-                let input = RecordMapping.input(records[i], now: now)
+                let input = RecordMapping.input(records.baseAddress! + i, now: now)
                 let index = Int32(inputs.count)
                 let failed = out.failures.count
                 runner.process(input, context: TransformContext(now: input.timestamp), into: &out)

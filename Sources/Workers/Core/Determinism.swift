@@ -79,24 +79,13 @@ public struct DedupeKeyWriter {
 
     /// The decimal digits of `n` (with a `-` when negative), as `String(n)` writes them.
     public mutating func append(_ n: Int64) {
-        var digits = 1
-        var rest = n.magnitude
-        while rest >= 10 {
-            rest /= 10
-            digits += 1
-        }
-        let length = digits + (n < 0 ? 1 : 0)
+        let length = DecimalDigits.count(n.magnitude) &+ (n < 0 ? 1 : 0)
         if let base, count &+ length <= capacity {
+            var at = count &+ length
+            DecimalDigits.write(n.magnitude, base, &at)
             if n < 0 { base[count] = UInt8(ascii: "-") }
-            var v = n.magnitude
-            var at = count + length
-            repeat {
-                at -= 1
-                base[at] = UInt8(truncatingIfNeeded: v % 10) &+ UInt8(ascii: "0")
-                v /= 10
-            } while v > 0
         }
-        count += length
+        count &+= length
     }
 
     public mutating func append(_ n: Int) { append(Int64(n)) }

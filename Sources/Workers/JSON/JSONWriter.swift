@@ -320,50 +320,21 @@ public struct JSONWriter: Sendable {
         /// `whole / 10^fractionDigits` in fixed notation (an integer for 0), with at least one digit
         /// before the point, two digits per division, written backwards from where it ends.
         private mutating func putFixed(_ whole: UInt64, fractionDigits: Int, negative: Bool) {
-            var digits = 1  // of `whole`, at most 20
-            while digits < 20, whole >= powersOfTenInt[digits] { digits &+= 1 }
+            let digits = DecimalDigits.count(whole)
             let length = max(digits, fractionDigits &+ 1) &+ (fractionDigits > 0 ? 1 : 0) &+ (negative ? 1 : 0)
             var i = length
             if fractionDigits > 0 {
                 let scale = powersOfTenInt[fractionDigits]
-                Self.putDigits(whole % scale, atLeast: fractionDigits, out, &i)
+                DecimalDigits.write(whole % scale, atLeast: fractionDigits, out, &i)
                 i &-= 1
                 out[i] = UInt8(ascii: ".")
-                Self.putDigits(whole / scale, atLeast: 1, out, &i)
+                DecimalDigits.write(whole / scale, out, &i)
             } else {
-                Self.putDigits(whole, atLeast: 1, out, &i)
+                DecimalDigits.write(whole, out, &i)
             }
             if negative { i &-= 1; out[i] = UInt8(ascii: "-") }
             assert(i == 0, "putFixed: \(length) bytes computed, \(length - i) written")
             out += length
-        }
-
-        /// The decimal digits of `v`, zero-padded to `atLeast`, ending just before `out[i]`; `i` moves to the first.
-        @inline(__always)
-        private static func putDigits(_ v: UInt64, atLeast: Int, _ out: UnsafeMutablePointer<UInt8>, _ i: inout Int) {
-            let pairs: StaticString = "00010203040506070809101112131415161718192021222324252627282930313233343536373839404142434445464748495051525354555657585960616263646566676869707172737475767778798081828384858687888990919293949596979899"
-            let end = i
-            var v = v
-            while v >= 100 {
-                let r = Int(truncatingIfNeeded: v % 100) &* 2
-                v /= 100
-                i &-= 2
-                out[i] = pairs.utf8Start[r]
-                out[i &+ 1] = pairs.utf8Start[r &+ 1]
-            }
-            if v >= 10 {
-                let r = Int(truncatingIfNeeded: v) &* 2
-                i &-= 2
-                out[i] = pairs.utf8Start[r]
-                out[i &+ 1] = pairs.utf8Start[r &+ 1]
-            } else {
-                i &-= 1
-                out[i] = UInt8(truncatingIfNeeded: v) &+ 0x30
-            }
-            while end &- i < atLeast {
-                i &-= 1
-                out[i] = UInt8(ascii: "0")
-            }
         }
 
         private mutating func putEscaped(_ utf8: UnsafeBufferPointer<UInt8>) {

@@ -8,6 +8,13 @@ import WorkersTesting
         var rng = SplitMix64(seed: 11)
         var numbers: [Int64] = [0, 1, -1, 9, 10, 99, 100, Int64.max, Int64.min, Int64.max - 1, Int64.min + 1]
         for _ in 0..<2000 { numbers.append(Int64(bitPattern: rng.next()) >> Int64.random(in: 0..<63, using: &rng)) }
+        // Every digit count's edges: 10^k - 1 and 10^k, both signs.
+        var power: Int64 = 1
+        for _ in 0...18 {
+            numbers += [power - 1, power, -(power - 1), -power]
+            if power > Int64.max / 10 { break }
+            power *= 10
+        }
         for (i, n) in numbers.enumerated() {
             let topic = ["prices.raw", "", "a-very-long-topic-name.with.dots_and_underscores", "토픽"][i % 4]
             let record = InputRecord(value: [], timestamp: 0, origin: RecordOrigin(topic: topic, partition: Int32(truncatingIfNeeded: n), offset: n))

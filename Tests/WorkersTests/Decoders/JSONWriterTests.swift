@@ -50,6 +50,16 @@ import WorkersTesting
         for v: Int64 in [0, 7, -7, 10, -10, 1_700_000_000_123, .max, .min, .min + 1] {
             #expect(written { $0.int(v) } == String(v))
         }
+        // Every digit count's edges (the count comes from the bit length and one comparison).
+        var power: Int64 = 1
+        for _ in 0...18 {
+            for v in [power - 1, power, power + 1, power * 2 - 1] + (power <= Int64.max / 10 ? [power * 10 - 1] : []) {
+                #expect(written { $0.int(v) } == String(v))
+                #expect(written { $0.int(-v) } == String(-v))
+            }
+            if power > Int64.max / 10 { break }
+            power *= 10
+        }
     }
 
     /// The writer grows past its initial room, and reading `bytes` midway leaves it writable.
