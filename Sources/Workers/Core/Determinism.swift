@@ -69,9 +69,14 @@ public struct DedupeKeyWriter {
     }
 
     public mutating func append(_ s: StaticString) {
-        append(s.utf8Start, s.utf8CodeUnitCount)
+        // A one-scalar literal (`":"`) has no pointer: `withUTF8Buffer` encodes it.
+        s.withUTF8Buffer { append($0.baseAddress, $0.count) }
     }
 
+    /// Text known only at run time. Disfavoured, so that a literal (`":"`) is the `StaticString`
+    /// above: as a `String` it cost a retain, a release and a call into `memcpy` (eight literals
+    /// per tick were about 650 instructions).
+    @_disfavoredOverload
     public mutating func append(_ s: String) {
         var s = s
         s.withUTF8 { append($0.baseAddress, $0.count) }

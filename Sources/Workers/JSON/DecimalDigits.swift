@@ -13,11 +13,10 @@ enum DecimalDigits {
         return guess &+ (v >= powersOfTenInt[guess] ? 1 : 0)
     }
 
-    /// The decimal digits of `v`, zero-padded to `atLeast`, ending just before `out[i]`; `i` moves to the first.
+    /// The decimal digits of `v`, ending just before `out[i]`; `i` moves to the first.
     @inline(__always)
-    static func write(_ v: UInt64, atLeast: Int = 1, _ out: UnsafeMutablePointer<UInt8>, _ i: inout Int) {
+    static func write(_ v: UInt64, _ out: UnsafeMutablePointer<UInt8>, _ i: inout Int) {
         let pairs: StaticString = "00010203040506070809101112131415161718192021222324252627282930313233343536373839404142434445464748495051525354555657585960616263646566676869707172737475767778798081828384858687888990919293949596979899"
-        let end = i
         var v = v
         while v >= 100 {
             let r = Int(truncatingIfNeeded: v % 100) &* 2
@@ -34,10 +33,6 @@ enum DecimalDigits {
         } else {
             i &-= 1
             out[i] = UInt8(truncatingIfNeeded: v) &+ 0x30
-        }
-        while end &- i < atLeast {
-            i &-= 1
-            out[i] = UInt8(ascii: "0")
         }
     }
 }

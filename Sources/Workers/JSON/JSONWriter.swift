@@ -318,20 +318,24 @@ public struct JSONWriter: Sendable {
         }
 
         /// `whole / 10^fractionDigits` in fixed notation (an integer for 0), with at least one digit
-        /// before the point, two digits per division, written backwards from where it ends.
+        /// before the point, written backwards from where it ends: the fraction a digit at a time
+        /// (a division by the constant 10 each, where one by `10^fractionDigits` was a hardware
+        /// divide), then the rest two digits per division.
         private mutating func putFixed(_ whole: UInt64, fractionDigits: Int, negative: Bool) {
             let digits = DecimalDigits.count(whole)
             let length = max(digits, fractionDigits &+ 1) &+ (fractionDigits > 0 ? 1 : 0) &+ (negative ? 1 : 0)
             var i = length
+            var v = whole
             if fractionDigits > 0 {
-                let scale = powersOfTenInt[fractionDigits]
-                DecimalDigits.write(whole % scale, atLeast: fractionDigits, out, &i)
+                for _ in 0..<fractionDigits {
+                    i &-= 1
+                    out[i] = UInt8(truncatingIfNeeded: v % 10) &+ 0x30
+                    v /= 10
+                }
                 i &-= 1
                 out[i] = UInt8(ascii: ".")
-                DecimalDigits.write(whole / scale, out, &i)
-            } else {
-                DecimalDigits.write(whole, out, &i)
             }
+            DecimalDigits.write(v, out, &i)
             if negative { i &-= 1; out[i] = UInt8(ascii: "-") }
             assert(i == 0, "putFixed: \(length) bytes computed, \(length - i) written")
             out += length
