@@ -1,17 +1,19 @@
 import CKafka
 
-/// The last topic handle a sender used: a batch mostly goes to one topic, so the client's
-/// locked cache is consulted once per topic change, not once per message.
+/// The last topic handle a sender used, by the topic's number in its batch: a batch mostly goes
+/// to one topic, so the client's locked cache is consulted once per topic change, not once per
+/// message, and the name is not copied out of the batch per message (a retain and a release of a
+/// long name's storage). One cache serves one batch.
 struct TopicHandleCache {
-    private var topic: String?
+    private var topic: Int32 = -1
     private var rkt: OpaquePointer?
 
     init() {}
 
-    mutating func handle(_ name: String, in client: RDKafkaClient) -> OpaquePointer {
-        if let rkt, topic == name { return rkt }
-        let handle = client.topicHandle(name)
-        topic = name
+    mutating func handle(_ topic: Int32, of batch: ProducerBatch, in client: RDKafkaClient) -> OpaquePointer {
+        if let rkt, self.topic == topic { return rkt }
+        let handle = client.topicHandle(batch.topics[Int(topic)])
+        self.topic = topic
         rkt = handle
         return handle
     }
@@ -44,12 +46,14 @@ extension RDKafkaClient {
         _ batch: ProducerBatch, index: Int, bytes: UnsafeRawBufferPointer, token: UInt64, topics: inout TopicHandleCache
     ) -> KafkaError? {
         let entry = batch.entries[index]
-        let rkt = topics.handle(batch.topics[Int(entry.topic)], in: self)
+        let rkt = topics.handle(entry.topic, of: batch, in: self)
         func address(_ span: ProducerBatch.Span) -> UnsafeMutableRawPointer? { spanAddress(span, in: bytes) }
         var headers: OpaquePointer? = nil
         if entry.headerCount > 0 {
             let list = rd_kafka_headers_new(Int(entry.headerCount))!
-            for h in batch.headers[Int(entry.firstHeader)..<Int(entry.firstHeader + entry.headerCount)] {
+            // By index: a slice of the list would retain and release its storage per record.
+            for i in Int(entry.firstHeader)..<Int(entry.firstHeader + entry.headerCount) {
+                let h = batch.headers[i]
                 _ = rd_kafka_header_add(list, address(h.name)?.assumingMemoryBound(to: CChar.self), h.name.count, address(h.value), h.value.count)
             }
             headers = list
@@ -91,8 +95,7 @@ extension RDKafkaClient {
         _ batch: ProducerBatch, _ range: Range<Int>, bytes: UnsafeRawBufferPointer, firstToken: UInt64, topics: inout TopicHandleCache,
         failed: (Int, KafkaError) -> Void
     ) -> Int? {
-        let topic = batch.topics[Int(batch.entries[range.lowerBound].topic)]
-        let rkt = topics.handle(topic, in: self)
+        let rkt = topics.handle(batch.entries[range.lowerBound].topic, of: batch, in: self)
         // Chunks of at most 256: the message array lives on the stack (72 bytes each).
         return withUnsafeTemporaryAllocation(of: rd_kafka_message_t.self, capacity: Swift.min(range.count, 256)) { messages in
             var start = range.lowerBound
@@ -114,7 +117,7 @@ extension RDKafkaClient {
                 if enqueued < count {
                     for i in 0..<count where messages[i].err != RD_KAFKA_RESP_ERR_NO_ERROR {
                         if messages[i].err == RD_KAFKA_RESP_ERR__QUEUE_FULL { return start + i }
-                        failed(start + i, RDKafkaError.make(messages[i].err, code: .delivery, context: "produce to \(topic)"))
+                        failed(start + i, RDKafkaError.make(messages[i].err, code: .delivery, context: "produce to \(batch.topics[Int(batch.entries[start + i].topic)])"))
                     }
                 }
                 start = end

@@ -185,7 +185,9 @@ public struct TransformOutput: Sendable {
     private mutating func write(_ source: [UInt8]?) -> Span {
         guard let source else { return .none }
         let start = bytes.count
-        bytes.append(contentsOf: source)
+        // Through a buffer pointer: `append(contentsOf:)` takes an array as its own (a retain
+        // before the call and a release in it, per output key).
+        source.withUnsafeBufferPointer { bytes.append(contentsOf: $0) }
         return Span(start: start, count: source.count)
     }
 
