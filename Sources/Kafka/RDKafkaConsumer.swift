@@ -262,11 +262,6 @@ final class RDKafkaConsumer: @unchecked Sendable {  // immutable after init; lib
     /// the sinks append to.
     func drainFetched(limit: Int, names: inout ConversionCache, record: (UnsafeMutablePointer<ConsumerRecord>) -> Void, other: (RDKafkaPolled) -> Void) -> Int {
         guard limit > 0 else { return 0 }
-        // Each record is made in a slot on the stack and `record` moves it out: handed to the
-        // closure as a value, even a `consuming` one, it was copied for the call (a retain and a
-        // release of each of its references) and the original destroyed.
-        return withUnsafeTemporaryAllocation(of: ConsumerRecord.self, capacity: 1) { slots in
-        let slot = slots.baseAddress!
         return withUnsafeTemporaryAllocation(of: UnsafeMutablePointer<rd_kafka_message_t>?.self, capacity: limit) { buffer in
             let n = rd_kafka_consume_batch_queue(consumerQueue, 0, buffer.baseAddress, limit)
             guard n > 0 else { return 0 }
@@ -286,26 +281,30 @@ final class RDKafkaConsumer: @unchecked Sendable {  // immutable after init; lib
                     written += m.len
                 }
             }
-            var at = 0
-            for i in 0..<n {
-                guard let message = buffer[i] else { continue }
-                defer { rd_kafka_message_destroy(message) }
-                if isRecord(i) {
-                    let m = message.pointee
-                    var value: ArraySlice<UInt8>?
-                    if m.payload != nil {
-                        value = values[at..<(at + m.len)]
-                        at += m.len
+            // Each record is made in a slot on the stack and `record` moves it out: handed to the
+            // closure as a value, even a `consuming` one, it was copied for the call (a retain and
+            // a release of each of its references) and the original destroyed.
+            return withUnsafeTemporaryAllocation(of: ConsumerRecord.self, capacity: 1) { slots in
+                let slot = slots.baseAddress!
+                var at = 0
+                for i in 0..<n {
+                    guard let message = buffer[i] else { continue }
+                    defer { rd_kafka_message_destroy(message) }
+                    if isRecord(i) {
+                        let m = message.pointee
+                        var value: ArraySlice<UInt8>?
+                        if m.payload != nil {
+                            value = values[at..<(at + m.len)]
+                            at += m.len
+                        }
+                        slot.initialize(to: convertRecord(message, value: value, names: &names))
+                        record(slot)
+                    } else {
+                        other(convert(message, names: &names))
                     }
-                    let converted = convertRecord(message, value: value, names: &names)
-                    slot.initialize(to: consume converted)
-                    record(slot)
-                } else {
-                    other(convert(message, names: &names))
                 }
+                return n
             }
-            return n
-        }
         }
     }
 
