@@ -74,8 +74,8 @@ public struct DedupeKeyWriter {
     }
 
     /// Text known only at run time. Disfavoured, so that a literal (`":"`) is the `StaticString`
-    /// above: as a `String` it cost a retain, a release and a call into `memcpy` (the six literals
-    /// of a tick's key were about 240 instructions: BENCHMARKS.md, the hot path's section).
+    /// above: as a `String` it cost a retain, a release and a call into `memcpy` (six literals in
+    /// each tick's key: BENCHMARKS.md, the hot path's section).
     @_disfavoredOverload
     public mutating func append(_ s: String) {
         var s = s
