@@ -10,25 +10,29 @@ import Synchronization
 /// - ``enqueue(_:)`` returns at once; its report arrives on ``deliveryReports``.
 ///
 /// When librdkafka's local queue is full, sending waits for deliveries to make room instead of failing.
-/// A dedicated thread polls delivery reports; no blocking librdkafka call runs on the cooperative pool.
+/// Delivery reports are served by a dedicated thread, or by jobs on an executor of the caller's
+/// (``DeliveryReportServing``); no blocking librdkafka call runs on the cooperative pool.
 public final class KafkaProducer: Sendable {
     private let core: ProducerCore
     /// Reports for messages sent with ``enqueue(_:)``, in batches. Consume it if you use `enqueue`.
     public let deliveryReports: AsyncStream<[DeliveryReport]>
 
-    public init(configuration: ProducerConfiguration, logger: Logger = Logger(label: "kafka.producer")) throws(KafkaError) {
+    public init(
+        configuration: ProducerConfiguration, logger: Logger = Logger(label: "kafka.producer"), serving: DeliveryReportServing = .thread
+    ) throws(KafkaError) {
         let client = try RDKafkaClient(kind: .producer, properties: configuration.librdkafkaProperties(), logger: logger) { conf in
             RDKafkaClient.enableDeliveryReportEvents(conf)
         }
         let (stream, continuation) = AsyncStream<[DeliveryReport]>.makeStream()
         self.deliveryReports = stream
-        self.core = ProducerCore(client: client, reports: continuation)
-        core.startPolling()
+        self.core = ProducerCore(client: client, reports: continuation, serving: serving)
+        core.startServing()
     }
 
-    /// A producer that was not closed stops its poll thread here; its handle is destroyed when
-    /// the thread lets go of it. Close producers before the program exits.
-    deinit { core.stopPolling() }
+    /// A producer that was not closed stops serving reports here (its poll thread ends, or
+    /// librdkafka's wake-up is turned off); its handle is destroyed when the thread or the last
+    /// scheduled job lets go of it. Close producers before the program exits.
+    deinit { core.stopServing() }
 
     /// Sends one record and waits for its delivery. Throws the delivery error.
     public func send(_ record: ProducerRecord) async throws(KafkaError) -> DeliveryReport {
@@ -221,6 +225,30 @@ public final class KafkaProducer: Sendable {
     }
 }
 
+/// How a producer serves its delivery reports (and librdkafka's errors, statistics and logs).
+public struct DeliveryReportServing: Sendable {
+    enum Mode: Sendable {
+        case thread
+        case scheduled(@Sendable (@escaping @Sendable () -> Void) -> Void)
+    }
+
+    let mode: Mode
+
+    /// The producer's own thread (`kafka-dr-poll`) waits in librdkafka's poll and routes reports
+    /// as they come: each batch of reports wakes it, and it wakes whoever awaits them.
+    public static var thread: Self { Self(mode: .thread) }
+
+    /// No thread of the producer's own: when reports arrive in librdkafka's queue (it was
+    /// empty), librdkafka's broker thread hands `schedule` a job that serves every report
+    /// queued, without blocking. `schedule` must run the jobs one at a time, soon and off
+    /// librdkafka's thread: an event loop's `execute`. A service whose requests await their
+    /// reports on that loop (an HTTP endpoint's handlers) then gets them there, with no thread
+    /// woken in between.
+    public static func scheduled(_ schedule: @escaping @Sendable (@escaping @Sendable () -> Void) -> Void) -> Self {
+        Self(mode: .scheduled(schedule))
+    }
+}
+
 /// The delivery outcome of records handed to ``KafkaProducer/submit(_:)``.
 public struct DeliveryTicket: Sendable {
     let core: ProducerCore
@@ -268,16 +296,22 @@ final class ProducerCore: Sendable {
 
     let client: RDKafkaClient
     let reports: AsyncStream<[DeliveryReport]>.Continuation
+    let serving: DeliveryReportServing
     let state = Mutex(State())
     let stopRequested = Atomic<Bool>(false)
+    /// `.scheduled` serving: the context librdkafka's wake-up callback holds (retained while
+    /// the callback is on), and the buffer a serving job reads reports into (one job at a time).
+    private let waker = Mutex<Unmanaged<ReportWaker>?>(nil)
+    private let served = Mutex<[RDKafkaDelivery]>([])
     /// The latest librdkafka statistics (poll thread writes, anyone reads).
     let statistics = Mutex<KafkaStatistics?>(nil)
     /// Watches the statistics for librdkafka's epoch-bump loop (poll thread only).
     private let epochWatch = Mutex(EpochBumpWatch())
 
-    init(client: RDKafkaClient, reports: AsyncStream<[DeliveryReport]>.Continuation) {
+    init(client: RDKafkaClient, reports: AsyncStream<[DeliveryReport]>.Continuation, serving: DeliveryReportServing) {
         self.client = client
         self.reports = reports
+        self.serving = serving
     }
 
     var isClosed: Bool { state.withLock { $0.closed } }
@@ -458,6 +492,40 @@ final class ProducerCore: Sendable {
         client.purge()
     }
 
+    func startServing() {
+        switch serving.mode {
+        case .thread: startPolling()
+        case .scheduled(let schedule):
+            let context = Unmanaged.passRetained(ReportWaker(core: self, schedule: schedule))
+            waker.withLock { $0 = context }
+            client.wakeWhenQueued(wakeProducerCore, context: context.toOpaque())
+            // Reports or logs queued before the callback was on would not call it.
+            schedule { [self] in serveQueued() }
+        }
+    }
+
+    /// `.scheduled` serving's job: serves every event queued (delivery reports, errors,
+    /// statistics) and the log lines, without waiting. Whatever arrives after the queue was
+    /// found empty calls the wake-up again.
+    func serveQueued() {
+        guard client.enterUse() else { return }
+        defer { client.leaveUse() }
+        served.withLock { buffer in
+            while client.serveDeliveryReports(timeoutMilliseconds: 0, into: &buffer, statistics: { s in self.observe(s) }, deliver: { route(&$0) }) {}
+        }
+        client.drainLogs()
+    }
+
+    /// Turns librdkafka's wake-up callback off (none runs after this) and lets go of its context.
+    private func stopWakeUps() {
+        guard let context = waker.withLock({ w -> Unmanaged<ReportWaker>? in defer { w = nil }; return w }) else { return }
+        if client.enterUse() {
+            client.wakeWhenQueued(nil, context: nil)
+            client.leaveUse()
+        }
+        context.release()
+    }
+
     func startPolling() {
         state.withLock { $0.pollThreadRunning = true }
         let thread = Thread { [self] in
@@ -503,6 +571,21 @@ final class ProducerCore: Sendable {
             return s.spaceWaiters
         }
         for waiter in waiters { waiter.resume() }
+        if case .scheduled = serving.mode {
+            // Served here for the last time, without waiting, so purged messages are reported.
+            stopWakeUps()
+            serveQueued()
+        } else {
+            await stopPollThread()
+        }
+        // Batches nobody awaits yet keep their reports (delivered ones stay delivered) for a
+        // later `reports()`; only records that never got a report are failed as closed.
+        failOrphanedBatches()
+        reports.finish()
+    }
+
+    /// Ends the poll thread, which serves what is left first.
+    private func stopPollThread() async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let running = state.withLock { s in
                 if s.pollThreadRunning { s.stopContinuation = continuation }
@@ -511,8 +594,9 @@ final class ProducerCore: Sendable {
             stopRequested.store(true, ordering: .releasing)
             if running { client.wakeDeliveryReportPoll() } else { continuation.resume() }
         }
-        // Batches nobody awaits yet keep their reports (delivered ones stay delivered) for a
-        // later `reports()`; only records that never got a report are failed as closed.
+    }
+
+    private func failOrphanedBatches() {
         let orphaned = state.withLock { s in
             var waiting: [(CheckedContinuation<[DeliveryReport], Never>, [DeliveryReport])] = []
             for (id, var batch) in s.batches {
@@ -532,10 +616,34 @@ final class ProducerCore: Sendable {
             return waiting
         }
         for (continuation, reports) in orphaned { continuation.resume(returning: reports) }
-        reports.finish()
     }
 
-    func stopPolling() {
+    /// The producer is gone without `close()`: its poll thread ends, or the wake-up callback is
+    /// turned off.
+    func stopServing() {
         stopRequested.store(true, ordering: .releasing)
+        stopWakeUps()
     }
+}
+
+/// What librdkafka's wake-up callback gets (``DeliveryReportServing/scheduled(_:)``): schedules
+/// one serving job of the producer.
+final class ReportWaker: Sendable {
+    let core: ProducerCore
+    let schedule: @Sendable (@escaping @Sendable () -> Void) -> Void
+
+    init(core: ProducerCore, schedule: @escaping @Sendable (@escaping @Sendable () -> Void) -> Void) {
+        self.core = core
+        self.schedule = schedule
+    }
+
+    func wake() {
+        schedule { [core] in core.serveQueued() }
+    }
+}
+
+/// librdkafka's queue wake-up (its thread, the queue locked): only schedules the serving job.
+private let wakeProducerCore: RDKafkaClient.QueueWakeUp = { _, context in
+    guard let context else { return }
+    Unmanaged<ReportWaker>.fromOpaque(context).takeUnretainedValue().wake()
 }

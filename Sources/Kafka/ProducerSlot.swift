@@ -22,8 +22,11 @@ public final class ProducerSlot: Sendable {
     /// A slot of producers that make a record durable before they acknowledge it: acks=all,
     /// idempotent (no duplicates from librdkafka's own retries), `deliveryTimeout` to acknowledge.
     /// `linger` (librdkafka's 5 ms when nil) is how long a record waits for others to share its
-    /// request: time that a caller waiting for the acknowledgement waits too.
-    public static func durable(kafka: KafkaConfiguration, deliveryTimeout: Duration, linger: Duration? = nil, logger: Logger) throws -> ProducerSlot {
+    /// request: time that a caller waiting for the acknowledgement waits too. `serving`: where
+    /// each producer serves its delivery reports.
+    public static func durable(
+        kafka: KafkaConfiguration, deliveryTimeout: Duration, linger: Duration? = nil, serving: DeliveryReportServing = .thread, logger: Logger
+    ) throws -> ProducerSlot {
         var configuration = ProducerConfiguration(kafka: kafka)
         configuration.acks = .all
         configuration.idempotence = true
@@ -37,7 +40,7 @@ public final class ProducerSlot: Sendable {
         // epoch of a producer id the broker lost (``EpochBumpWatch``), so that it is replaced.
         configuration.statisticsInterval = .seconds(1)
         return try ProducerSlot(logger: logger) { [configuration] in
-            try KafkaProducer(configuration: configuration, logger: logger)
+            try KafkaProducer(configuration: configuration, logger: logger, serving: serving)
         }
     }
 

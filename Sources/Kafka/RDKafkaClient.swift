@@ -81,6 +81,21 @@ package final class RDKafkaClient: @unchecked Sendable {
         }
     }
 
+    /// The signature of librdkafka's queue wake-up callback (`rd_kafka_queue_cb_event_enable`).
+    typealias QueueWakeUp = @convention(c) (OpaquePointer?, UnsafeMutableRawPointer?) -> Void
+
+    /// Has librdkafka call `wakeUp(_, context)` whenever the main queue (delivery reports,
+    /// errors, statistics) or the log queue goes from empty to not empty
+    /// (`rd_kafka_queue_cb_event_enable`). It is called on librdkafka's threads with the queue
+    /// locked, so it must only hand work elsewhere and never call librdkafka. nil turns it off;
+    /// once that returns, no call is running or will start.
+    func wakeWhenQueued(_ wakeUp: QueueWakeUp?, context: UnsafeMutableRawPointer?) {
+        let main = rd_kafka_queue_get_main(handle)!
+        defer { rd_kafka_queue_destroy(main) }
+        rd_kafka_queue_cb_event_enable(main, wakeUp, context)
+        rd_kafka_queue_cb_event_enable(logQueue, wakeUp, context)
+    }
+
     /// Forwards queued librdkafka log lines to swift-log. Non-blocking.
     func drainLogs() {
         while let event = rd_kafka_queue_poll(logQueue, 0) {

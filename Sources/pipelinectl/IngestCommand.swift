@@ -325,7 +325,6 @@ extension Ingest {
             // record: BENCHMARKS.md, "Ingest endpoint"). A broker that lost the producer's id is
             // then seen in the producer's statistics (ProducerSlot).
             if kafka.raw["max.in.flight.requests.per.connection"] == nil { kafka.raw["max.in.flight.requests.per.connection"] = "1" }
-            let producers = try ProducerSlot.durable(kafka: kafka, deliveryTimeout: deliveryTimeout, linger: linger, logger: logger)
             var settings = IngestHTTPSettings()
             (settings.host, settings.port) = try listenAddress()
             settings.maxBodyBytes = maxBodyBytes
@@ -338,10 +337,21 @@ extension Ingest {
             settings.idempotencyCapacity = idempotencyCapacity
             if idempotencyTopic != "none" { settings.idempotencyTopic = IdempotencyTopic(topic: idempotencyTopic, kafka: connection.kafka) }
             settings.topics = try topics()
-            let service = IngestHTTPService(settings: settings, tokens: tokens, producers: producers, health: health, logger: logger)
-            logger.info("ingest clients: \(tokens.clients.map(\.name).joined(separator: ", "))")
-            try await Ingest.run([.init(service: endpoint), .init(service: service)], producers: producers, signals: signals,
-                                 shutdownDeadline: shutdownDeadline, logger: logger)
+            // The producers serve their delivery reports on the posts' event loop, which is
+            // shut down only after they are closed (closing waits for the last reports).
+            let (loops, serving) = IngestHTTPService.makeEventLoops(settings)
+            do {
+                let producers = try ProducerSlot.durable(kafka: kafka, deliveryTimeout: deliveryTimeout, linger: linger, serving: serving, logger: logger)
+                let service = IngestHTTPService(
+                    settings: settings, tokens: tokens, producers: producers, health: health, eventLoops: loops, logger: logger)
+                logger.info("ingest clients: \(tokens.clients.map(\.name).joined(separator: ", "))")
+                try await Ingest.run([.init(service: endpoint), .init(service: service)], producers: producers, signals: signals,
+                                     shutdownDeadline: shutdownDeadline, logger: logger)
+            } catch {
+                try? await loops.shutdownGracefully()
+                throw error
+            }
+            try? await loops.shutdownGracefully()
         }
     }
 }

@@ -31,9 +31,9 @@ public struct IngestHTTPSettings: Sendable {
     /// idle connection, so that they close first and never send a request into our close.
     public var idleTimeout: Duration = .seconds(75)
     /// NIO event-loop threads serving the posts (each post is parsed, submitted and answered on
-    /// its connection's loop). One less than the cores, at least one: librdkafka's broker and
-    /// delivery-report threads take the rest of a post's CPU, and on 2 cores one loop used a
-    /// sixth less CPU per record than two (BENCHMARKS.md, "Ingest endpoint").
+    /// its connection's loop). One less than the cores, at least one: librdkafka's broker
+    /// threads take the rest of a post's CPU, and on 2 cores one loop used a sixth less CPU per
+    /// record than two (BENCHMARKS.md, "Ingest endpoint").
     public var eventLoops = max(1, System.coreCount - 1)
     /// How long and how many `Idempotency-Key`s are remembered.
     public var idempotencyWindow: Duration = .seconds(3600)
@@ -75,11 +75,18 @@ public final class IngestHTTPService: Service, Sendable {
     let idempotency: IdempotencyWindow
     /// The keys shared with the other replicas (``IngestHTTPSettings/idempotencyTopic``).
     let shared: SharedIdempotency?
+    /// The event loops the posts are served on, when the caller owns them (and shuts them down
+    /// after the producers are closed): its producers then serve their delivery reports on one.
+    let eventLoops: MultiThreadedEventLoopGroup?
 
+    /// `eventLoops`: the loops to serve on (``IngestHTTPSettings/eventLoops`` of them), made by
+    /// the caller so that the producers can serve their reports on one
+    /// (``IngestHTTPService/makeEventLoops(_:)``); nil makes them here for the time `run` runs.
     public init(
         settings: IngestHTTPSettings, tokens: ClientTokens, producers: ProducerSlot, validator: IngestValidator = IngestValidator(),
-        health: IngestHealth, logger: Logger
+        health: IngestHealth, eventLoops: MultiThreadedEventLoopGroup? = nil, logger: Logger
     ) {
+        self.eventLoops = eventLoops
         self.settings = settings
         self.tokens = tokens
         self.producers = producers
@@ -106,7 +113,7 @@ public final class IngestHTTPService: Service, Sendable {
             // Served all the same: a key is then known to this process, and shared from here on.
             logger.warning("the shared Idempotency-Keys could not be read; keys answered before are not known here", metadata: ["error": "\(error)"])
         }
-        let group = MultiThreadedEventLoopGroup(numberOfThreads: settings.eventLoops)
+        let group = eventLoops ?? MultiThreadedEventLoopGroup(numberOfThreads: settings.eventLoops)
         let server = RequestServer(
             host: settings.host, port: settings.port, idleTimeout: settings.idleTimeout, group: group,
             onListening: { [self] port in
@@ -126,9 +133,19 @@ public final class IngestHTTPService: Service, Sendable {
         } catch {
             failure = error
         }
-        try? await group.shutdownGracefully()
+        if eventLoops == nil { try? await group.shutdownGracefully() }
         await shared?.stop()
         if let failure { throw failure }
+    }
+
+    /// The event loops for ``IngestHTTPSettings/eventLoops``, and how a producer serves its
+    /// delivery reports on the first of them: a post's handler runs on its connection's loop
+    /// and awaits its reports there, so with one loop (the default on 2 cores) no thread is
+    /// woken between the broker's acknowledgement and the answer.
+    public static func makeEventLoops(_ settings: IngestHTTPSettings) -> (MultiThreadedEventLoopGroup, DeliveryReportServing) {
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: settings.eventLoops)
+        let loop = group.next()
+        return (group, .scheduled { job in loop.execute(job) })
     }
 
     // MARK: One request
