@@ -34,6 +34,43 @@ let badTick = #"{"type":"ticker","code":"KRW-ETH","trade_price":-1,"signed_chang
         #expect(try parse("  \(tick)  ").records.first?.value == Array(tick.utf8))
     }
 
+    /// A ticker's key is the market its decoder read while validating it (the record is read
+    /// once), and it is always what `pipelinectl produce` keys it by: the first of `code`,
+    /// `market`, `cd`. Where the two could differ (a market named twice), the key is read the
+    /// general way.
+    @Test func theMarketReadWhileValidatingIsTheEntityKey() throws {
+        let rest = #""trade_price":1,"signed_change_rate":0,"trade_volume":0,"trade_timestamp":1"#
+        let simple = #"{"ty":"ticker","cd":"KRW-SIM","tp":1,"scr":0,"tv":0,"ttms":1}"#
+        let records = [
+            tick,
+            #"{"market":"KRW-REST",\#(rest)}"#,
+            simple,
+            #"{"market":"KRW-A","code":"KRW-B",\#(rest)}"#,
+            #"{"code":"KRW-B","code":"KRW-C",\#(rest)}"#,
+            #"{"cd":"KRW-S","market":"KRW-M",\#(rest)}"#,
+            #"{"code":"KRW-ESC",\#(rest)}"#,
+            #"{"code":"KRW-BTC",\#(rest)}"#,
+            #"{"market":null,"code":"KRW-N",\#(rest)}"#,
+            "[\(tick),\(simple)]",
+        ]
+        let batch = try parse(records.joined(separator: "\n"))
+        #expect(batch.rejected.isEmpty, "\(batch.rejected)")
+        // The array's line gives one record per ticker.
+        let values = records.dropLast() + [tick, simple]
+        #expect(batch.records.count == values.count)
+        for (record, value) in zip(batch.records, values) {
+            let expected = UpstreamStream.prices.entityKey(of: Array(value.utf8)[...])
+            #expect(record.key.map { String(decoding: $0, as: UTF8.self) } == expected, "\(value)")
+        }
+        #expect(batch.records.prefix(9).map { String(decoding: $0.key ?? [], as: UTF8.self) }
+            == ["KRW-BTC", "KRW-REST", "KRW-SIM", "KRW-B", "KRW-B", "KRW-M", "KRW-ESC", "KRW-BTC", "KRW-N"])
+        // Read while validating only where it is certain: one ticker naming its market once.
+        let prices = IngestValidator().prices
+        #expect(try prices.validate(readingMarket: Array(tick.utf8)[...]) == "KRW-BTC")
+        #expect(try prices.validate(readingMarket: Array(records[4].utf8)[...]) == nil, "named twice")
+        #expect(try prices.validate(readingMarket: Array(records[9].utf8)[...]) == nil, "a list")
+    }
+
     @Test func everyInvalidRecordIsNamedWithItsIndexFieldAndReason() throws {
         let body = [tick, badTick, "not json", "[1]", #"{"code":"KRW-BTC"}"#, tick].joined(separator: "\n")
         let batch = try parse(body)
@@ -105,6 +142,12 @@ let badTick = #"{"type":"ticker","code":"KRW-ETH","trade_price":-1,"signed_chang
         #expect(!IngestBatch.mayBeEnvelope(Array(tick.utf8)))
         #expect(IngestBatch.mayBeEnvelope(Array(#"{"key":"k","value":{}}"#.utf8)))
         #expect(IngestBatch.mayBeEnvelope(Array(#"{"note":"a \"value\" in text"}"#.utf8)) == false, "an escaped quote is not the field")
+        // The needle at the very start and at the very end; `v`s that are not it; too short.
+        #expect(IngestBatch.mayBeEnvelope(Array(#""value""#.utf8)))
+        #expect(IngestBatch.mayBeEnvelope(Array(#"vv v"value""#.utf8)))
+        #expect(!IngestBatch.mayBeEnvelope(Array(#"{"volume":"v","valu":"values"}"#.utf8)))
+        #expect(!IngestBatch.mayBeEnvelope(Array(#""value"#.utf8)))
+        #expect(!IngestBatch.mayBeEnvelope([]))
         #expect(IngestBatch.mayBeEnvelope(Array(#""value""#.utf8)) && !IngestBatch.mayBeEnvelope(Array(#""valu"#.utf8)))
         #expect(!IngestBatch.mayBeEnvelope(Array(#"{"values":1}"#.utf8)))
     }
@@ -212,6 +255,11 @@ let badTick = #"{"type":"ticker","code":"KRW-ETH","trade_price":-1,"signed_chang
             .init(accepted: 0, records: [], error: nil),
             .init(accepted: 2, records: [R(index: 0, topic: "prices.raw", partition: 3, offset: 1_234_567_890_123), R(index: 1, topic: "prices.raw", partition: 0, offset: 0)], error: nil),
             .init(accepted: 1, records: [R(index: 0, topic: "t", partition: nil, offset: nil, error: awkward), R(index: 7, topic: awkward, partition: -1, offset: -1)], error: awkward),
+            // Extreme numbers, and topics that change from record to record (each escaped once per run).
+            .init(accepted: Int.max, records: [
+                R(index: 0, topic: "a", partition: Int32.min, offset: Int64.min), R(index: Int.max, topic: "b/\"c", partition: Int32.max, offset: Int64.max),
+                R(index: 2, topic: "a", partition: 9, offset: 10), R(index: 3, topic: "a", partition: 0, offset: 99), R(index: -5, topic: "", partition: 1, offset: 1000),
+            ], error: nil),
         ]
         for body in bodies {
             #expect(body.json() == (try Self.encoder(body)), "\(String(decoding: body.json(), as: UTF8.self))")

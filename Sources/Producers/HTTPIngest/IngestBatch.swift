@@ -72,11 +72,15 @@ public struct IngestBatch: Sendable {
                 }
                 continue
             }
-            if let failure = validator.failure(of: value, stream: stream) {
+            let key: String?
+            switch validator.verdict(of: value, stream: stream) {
+            case .refused(let failure):
                 batch.rejected.append(Rejection(index: index, field: failure.field, reason: failure.reason.rawValue, detail: failure.detail))
                 continue
+            case .accepted(let known):
+                key = known ?? stream.entityKey(of: value[...])
             }
-            batch.records.append(ProducerRecord(topic: topic, key: stream.entityKey(of: value[...]).map { Array($0.utf8) }, value: value))
+            batch.records.append(ProducerRecord(topic: topic, key: key.map { Array($0.utf8) }, value: value))
         }
         return batch
     }
@@ -91,10 +95,12 @@ public struct IngestBatch: Sendable {
         var key = envelope.key
         let value = envelope.value.map(Array.init)  // the record keeps its own copy
         if let inner = value {
-            if let failure = validator.failure(of: inner, stream: stream, headers: envelope.headers) {
+            switch validator.verdict(of: inner, stream: stream, headers: envelope.headers) {
+            case .refused(let failure):
                 return .failure(Rejection(index: 0, field: "value" + (failure.field == "$" ? "" : "." + failure.field), reason: failure.reason.rawValue, detail: failure.detail))
+            case .accepted(let known):
+                if key == nil { key = (known ?? stream.entityKey(of: inner[...])).map { Array($0.utf8) } }
             }
-            if key == nil { key = stream.entityKey(of: inner[...]).map { Array($0.utf8) } }
         } else if key == nil {
             return .failure(Rejection(index: 0, field: "key", reason: DecodeFailure.Reason.missingField.rawValue, detail: "a tombstone (\"value\": null) needs a key"))
         }
@@ -144,16 +150,18 @@ public struct IngestBatch: Sendable {
         return ranges
     }
 
-    /// Whether `value` holds the bytes `"value"` (an envelope's field): each `"` found with memchr.
+    /// Whether `value` holds the bytes `"value"` (an envelope's field): each `v` found with
+    /// memchr (a record has few; it has a quote every few bytes), then the bytes around it.
     static func mayBeEnvelope(_ value: [UInt8]) -> Bool {
-        let needle: [UInt8] = Array(#""value""#.utf8)
+        let needle: StaticString = #""value""#
         return value.withUnsafeBufferPointer { buffer in
-            guard let base = buffer.baseAddress, buffer.count >= needle.count else { return false }
-            var at = 0
-            let last = buffer.count - needle.count
-            while at <= last, let quote = memchr(base + at, Int32(UInt8(ascii: "\"")), last - at + 1) {
-                let i = UnsafePointer(quote.assumingMemoryBound(to: UInt8.self)) - base
-                if memcmp(base + i, needle, needle.count) == 0 { return true }
+            guard let base = buffer.baseAddress, buffer.count >= needle.utf8CodeUnitCount else { return false }
+            // The `v` is the needle's second byte: from 1 to count - needle + 1.
+            var at = 1
+            let last = buffer.count - needle.utf8CodeUnitCount + 1
+            while at <= last, let v = memchr(base + at, Int32(UInt8(ascii: "v")), last - at + 1) {
+                let i = UnsafePointer(v.assumingMemoryBound(to: UInt8.self)) - base
+                if memcmp(base + i - 1, needle.utf8Start, needle.utf8CodeUnitCount) == 0 { return true }
                 at = i + 1
             }
             return false
@@ -186,20 +194,28 @@ public struct IngestValidator: Sendable {
         challenges = ChallengeDecoder(limits: options.limits)
     }
 
-    /// Why the stream's decoder refuses `value` (with these record headers: the hangouts'
-    /// user-scoped messages need `user-id`), or nil when it reads it.
-    public func failure(of value: [UInt8], stream: UpstreamStream, headers: [RecordHeader] = []) -> DecodeFailure? {
+    /// What the stream's decoder says of a record.
+    public enum Verdict: Sendable {
+        case refused(DecodeFailure)
+        /// Read: with the record's entity key when the decoder read it on the way (a ticker's
+        /// market), so that the caller need not read the record again for it; nil: not read.
+        case accepted(knownKey: String?)
+    }
+
+    /// Whether the stream's decoder reads `value` (with these record headers: the hangouts'
+    /// user-scoped messages need `user-id`), and the entity key when it read it on the way.
+    public func verdict(of value: [UInt8], stream: UpstreamStream, headers: [RecordHeader] = []) -> Verdict {
         do {
             switch stream {
-            case .prices: _ = try prices.decode(value)
+            case .prices: return .accepted(knownKey: try prices.validate(readingMarket: value[...]))
             case .products: _ = try products.decode(value)
             case .campaigns: _ = try campaigns.decode(value)
             case .hangouts: _ = try hangouts.decode(value, user: headers.string(named: hangouts.userHeader).flatMap { $0.isEmpty ? nil : $0 })
             case .challenges: _ = try challenges.decode(value)
             }
-            return nil
+            return .accepted(knownKey: nil)
         } catch {
-            return error
+            return .refused(error)
         }
     }
 }

@@ -25,6 +25,29 @@ public struct PriceTickDecoder: Sendable {
 
     /// Streams the ticks of one message to `body` without collecting them (the hot path).
     public func decode(_ bytes: ArraySlice<UInt8>, _ body: (PriceTick) -> Void) throws(DecodeFailure) {
+        var marketKeys = 0
+        try decode(bytes, marketKeys: &marketKeys, body)
+    }
+
+    /// Validates one message as ``decode(_:_:)`` does, and returns its market when the message
+    /// is one ticker that names it once (one `code`, `market` or `cd` key): that is then the
+    /// message's entity key as `UpstreamStream.entityKey(of:)` reads it (the first of `code`,
+    /// `market`, `cd` holding a non-empty string), so that the ingest endpoint reads each record
+    /// once. nil for a list of tickers or a market named more than once (read the key the
+    /// general way).
+    public func validate(readingMarket bytes: ArraySlice<UInt8>) throws(DecodeFailure) -> String? {
+        var marketKeys = 0
+        var market: String?
+        var ticks = 0
+        try decode(bytes, marketKeys: &marketKeys) { tick in
+            market = tick.market
+            ticks += 1
+        }
+        return ticks == 1 && marketKeys == 1 ? market : nil
+    }
+
+    /// `marketKeys`: how many `code`, `market` and `cd` keys the message had (all objects).
+    private func decode(_ bytes: ArraySlice<UInt8>, marketKeys: inout Int, _ body: (PriceTick) -> Void) throws(DecodeFailure) {
         try JSONScanner.withScanner(bytes, limits: limits) { s throws(DecodeFailure) in
             if try s.peek() == UInt8(ascii: "[") {
                 try s.beginArray()
@@ -33,7 +56,7 @@ public struct PriceTickDecoder: Sendable {
                 while try s.nextElement(&first) {
                     guard index < s.limits.maxArrayElements else { throw s.tooManyElements().under("$") }
                     do throws(DecodeFailure) {
-                        body(try Self.decodeObject(&s))
+                        body(try Self.decodeObject(&s, marketKeys: &marketKeys))
                     } catch {
                         throw error.under("[\(index)]")
                     }
@@ -41,7 +64,7 @@ public struct PriceTickDecoder: Sendable {
                 }
                 if index == 0 { throw DecodeFailure(field: "$", reason: .emptyValue, detail: "empty ticker array") }
             } else {
-                body(try Self.decodeObject(&s))
+                body(try Self.decodeObject(&s, marketKeys: &marketKeys))
             }
         }
     }
@@ -91,7 +114,7 @@ public struct PriceTickDecoder: Sendable {
     }()
 
     @inline(__always)
-    private static func decodeObject(_ s: inout JSONScanner) throws(DecodeFailure) -> PriceTick {
+    private static func decodeObject(_ s: inout JSONScanner, marketKeys: inout Int) throws(DecodeFailure) -> PriceTick {
         try s.beginObject()
         var market: String?
         var tradePrice: Double?
@@ -128,7 +151,9 @@ public struct PriceTickDecoder: Sendable {
                     guard s.spanEquals(span, "ticker") else {
                         throw DecodeFailure(field: "", reason: .invalidValue, detail: "not a ticker: \(s.keyName(span))")
                     }
-                case .market: market = try s.readOptionalString()
+                case .market:
+                    market = try s.readOptionalString()
+                    marketKeys &+= 1
                 case .tradePrice: tradePrice = try s.readNonNegative()
                 case .openingPrice: openingPrice = try s.readNonNegative()
                 case .highPrice: highPrice = try s.readNonNegative()
