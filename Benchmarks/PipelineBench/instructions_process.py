@@ -17,19 +17,29 @@ time, so timer-driven work (linger expiry, commits every 100 ms, librdkafka's 1 
 the idempotent producer's poll loop while 5 requests wait are counted over a longer run than
 they would be; the spread over RUNS says how much that moves the figure.
 
-Usage: instructions_process.py [worker|produce ...] (default: both). Env: SMALL (20000), LARGE
+- `ingest`: `pipelinectl ingest http` alone (its shipping defaults) under `load.py`'s posts of 20
+  valid tickers from 4 connections: instructions per post and per record, from SMALL_POSTS and
+  LARGE_POSTS posts per connection (the endpoint answers; no peer runs under callgrind).
+
+Usage: instructions_process.py [worker|produce|ingest ...] (default: worker and produce). Env: SMALL (20000), LARGE
 (60000), RUNS (3), CHAIN, LINGER (the worker comparison's linger.ms on both sides; default 20,
 the worker's own), PIPELINECTL, KEEP=1 (keep the callgrind files, for callgrind_annotate).
 """
+import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_pipeline import (CHAIN, CTL, LINGER, changelog_topic, log, run,  # noqa: E402
                             start_broker, stop, tick_lines, topology)
+INGEST_BENCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "IngestBench")
+sys.path.insert(0, INGEST_BENCH)
+from bench_ingest import valid_tickers  # noqa: E402
 
 PARTITIONS = 4
 SHIM_SO = None  # the preloaded sigsuspend (SHIM), built by main()
@@ -131,6 +141,36 @@ def kcat_produce(bootstrap, n, work, tag):
     return total(out)
 
 
+def ingest_endpoint(ctl, bootstrap, body, records, connections, posts, work, tag):
+    """Instructions of `pipelinectl ingest http` from start to exit, serving `connections` x
+    `posts` posts of `body` (`records` tickers each) from load.py."""
+    out = os.path.join(work, f"{tag}.callgrind")
+    log_path = os.path.join(work, f"{tag}.log")
+    with open(log_path, "w") as logf:
+        p = callgrind([ctl, "ingest", "http", "--listen", "127.0.0.1:0", "--metrics-address", "127.0.0.1:0", "--log-format", "json",
+                       "--bootstrap-server", bootstrap, "--rate-limit", "1000000"], out, stdout=subprocess.DEVNULL, stderr=logf,
+                      env={**os.environ, "SWIFT_DETERMINISTIC_HASHING": "1", "LD_PRELOAD": SHIM_SO,
+                           "PIPELINE_INGEST_TOKENS": "bench bench-token-0123456789abcdef"})
+    port, deadline = None, time.monotonic() + 300
+    while port is None:
+        if p.poll() is not None or time.monotonic() > deadline:
+            p.kill()
+            raise RuntimeError(f"ingest http did not start: {open(log_path).read()[-3000:]}")
+        for line in open(log_path):
+            if "ingest endpoint listening" in line:
+                port = int(json.loads(line)["port"])
+        time.sleep(0.2)
+    load = run([sys.executable, os.path.join(INGEST_BENCH, "load.py"), f"http://127.0.0.1:{port}/v1/prices",
+                "bench-token-0123456789abcdef", body, str(records), str(connections), str(posts)]).stdout
+    result = json.loads(load)
+    p.send_signal(signal.SIGTERM)
+    if p.wait() != 0:
+        raise RuntimeError(f"ingest http failed: {open(log_path).read()[-3000:]}")
+    if result["status"] != {"201": connections * posts}:
+        raise RuntimeError(f"not every post was accepted: {load}")
+    return total(out)
+
+
 def compare(label, sides, measure, small, large, runs):
     """Runs each side on SMALL and LARGE records RUNS times (order alternating): rows of
     (Ir small, Ir large, per record) per side."""
@@ -200,6 +240,24 @@ def main():
             print(f"whole-process instructions per record, `perf produce` vs `kcat -P`, 200-byte values, idempotent, "
                   f"acks=all, linger.ms 5, 1 partition: (Ir({large:,}) - Ir({small:,})) / {large - small:,}")
             table(rows, small, large, runs)
+        if "ingest" in parts:
+            records, connections = 20, 4
+            small_posts = int(os.environ.get("SMALL_POSTS", "100"))
+            large_posts = int(os.environ.get("LARGE_POSTS", "300"))
+            body = os.path.join(work, "body.jsonl")
+            with open(body, "w") as f:
+                f.write("".join(valid_tickers(records)))
+            print(f"whole-process instructions of `pipelinectl ingest http` (its defaults), {connections} connections "
+                  f"posting {records} tickers a post: (Ir({large_posts} posts each) - Ir({small_posts})) / "
+                  f"{connections * (large_posts - small_posts)} posts")
+            print(f"| run | Ir ({small_posts} posts each) | Ir ({large_posts} posts each) | per post | per record |")
+            print("|---|--:|--:|--:|--:|")
+            for r in range(1, runs + 1):
+                counts = [ingest_endpoint(ctl, bootstrap, body, records, connections, n, work, f"ingest.{r}.{n}")
+                          for n in (small_posts, large_posts)]
+                per_post = (counts[1] - counts[0]) / (connections * (large_posts - small_posts))
+                log(f"ingest run {r}: {per_post:,.0f} instructions per post")
+                print(f"| {r} | {counts[0]:,} | {counts[1]:,} | {per_post:,.0f} | {per_post / records:,.0f} |")
     finally:
         stop(broker)
         if os.environ.get("KEEP") == "1":
@@ -208,6 +266,6 @@ def main():
             shutil.rmtree(work, ignore_errors=True)
 
 if __name__ == "__main__":
-    if not set(sys.argv[1:]) <= {"worker", "produce"}:
-        sys.exit(f"usage: {sys.argv[0]} [worker|produce ...], not {' '.join(sys.argv[1:])}")
+    if not set(sys.argv[1:]) <= {"worker", "produce", "ingest"}:
+        sys.exit(f"usage: {sys.argv[0]} [worker|produce|ingest ...], not {' '.join(sys.argv[1:])}")
     main()
