@@ -69,6 +69,9 @@ let badTick = #"{"type":"ticker","code":"KRW-ETH","trade_price":-1,"signed_chang
         #expect(try prices.validate(readingMarket: Array(tick.utf8)[...]) == "KRW-BTC")
         #expect(try prices.validate(readingMarket: Array(records[4].utf8)[...]) == nil, "named twice")
         #expect(try prices.validate(readingMarket: Array(records[9].utf8)[...]) == nil, "a list")
+        #expect(try prices.validate(readingMarket: Array(" [\(tick)]".utf8)[...]) == nil, "a list of one")
+        // A record is an object: one that is itself a list (an element of the body's array) is refused.
+        #expect(try parse("[[\(tick)]]").rejected.map(\.reason) == ["wrong-type"])
     }
 
     @Test func everyInvalidRecordIsNamedWithItsIndexFieldAndReason() throws {

@@ -43,7 +43,9 @@ public struct PriceTickDecoder: Sendable {
             market = tick.market
             ticks += 1
         }
-        return ticks == 1 && marketKeys == 1 ? market : nil
+        // A list of one ticker is still a list: it has no entity key of its own.
+        let isObject = bytes.first { $0 != 0x20 && $0 != 0x0A && $0 != 0x0D && $0 != 0x09 } == UInt8(ascii: "{")
+        return isObject && ticks == 1 && marketKeys == 1 ? market : nil
     }
 
     /// `marketKeys`: how many `code`, `market` and `cd` keys the message had (all objects).
