@@ -1,4 +1,5 @@
 import Foundation
+import PipelineTesting
 import Synchronization
 import Testing
 @testable import Kafka
@@ -47,10 +48,7 @@ import Testing
         let ticket = try await producer.submit(records)
         // The broker acknowledges (librdkafka's wake-up schedules a job), and nothing routes the
         // reports while the job is held: no thread of the producer's own serves them.
-        let deadline = ContinuousClock.now + .seconds(20)
-        while jobs.scheduled < 2, ContinuousClock.now < deadline {
-            try await Task.sleep(for: .milliseconds(10))
-        }
+        try await eventually("a job for the reports", within: .seconds(20)) { jobs.scheduled >= 2 }
         #expect(jobs.scheduled >= 2, "the first job, and one when the reports arrived")
         let early = await withTaskGroup(of: Bool.self) { group in
             group.addTask { _ = await ticket.reports(); return true }
@@ -86,8 +84,7 @@ import Testing
         }
         #expect(reported == ids)
         // Statistics are events of the same queue: the jobs serve them too.
-        let deadline = ContinuousClock.now + .seconds(10)
-        while producer.statistics == nil, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
+        try await eventually("statistics", within: .seconds(10)) { producer.statistics != nil }
         #expect(producer.statistics != nil)
         await producer.close()
         let error = await #expect(throws: KafkaError.self) { try await producer.send(ProducerRecord(topic: "jobs", value: [1])) }
