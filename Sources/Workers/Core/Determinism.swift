@@ -64,7 +64,9 @@ public struct DedupeKeyWriter {
 
     @inline(__always)
     private mutating func append(_ bytes: UnsafePointer<UInt8>?, _ n: Int) {
-        if let base, let bytes, count &+ n <= capacity { (base + count).update(from: bytes, count: n) }
+        if let base, let bytes, count &+ n <= capacity {
+            ShortBytes.copy(from: UnsafeRawPointer(bytes), to: UnsafeMutableRawPointer(base + count), count: n)
+        }
         count &+= n
     }
 

@@ -449,10 +449,8 @@ struct JSONScanner {
     /// True if the span's raw bytes equal `literal` (for enum-like values such as `RISE`).
     func spanEquals(_ span: JSONSpan, _ literal: StaticString) -> Bool {
         let n = literal.utf8CodeUnitCount
-        guard !span.escaped, span.end - span.start == n else { return false }
-        let p = literal.utf8Start
-        for i in 0..<n where byte(span.start + i) != p[i] { return false }
-        return true
+        guard !span.escaped, span.end &- span.start == n else { return false }
+        return ShortBytes.equal(UnsafeRawPointer(base + span.start), UnsafeRawPointer(literal.utf8Start), count: n)
     }
 
     /// The span's first byte and how many bytes of the input may be read from there (the span,
@@ -581,16 +579,18 @@ struct JSONScanner {
         var i = pos
         if first == UInt8(ascii: "-") { i &+= 1 }
         var m: UInt64 = 0
+        // Digits read, the integer part's `0` and leading zeros of a fraction included: at most
+        // 19 keeps the mantissa within 64 bits (a number with more takes the exact path even when
+        // fewer of them are significant).
         var digits = 0
         var scale = 0
         // The integer part: one digit `0`, or digits without a leading zero.
         if i < count, byte(i) &- UInt8(ascii: "1") < 9 {
-            repeat {
-                m = m &* 10 &+ UInt64(byte(i) &- 0x30)
-                digits &+= 1
-                i &+= 1
-            } while i < count && isDigit(byte(i))
+            let n = digitRun(from: i, into: &m)
+            digits = n
+            i &+= n
         } else if i < count, byte(i) == UInt8(ascii: "0"), !(i &+ 1 < count && isDigit(byte(i &+ 1))) {
+            digits = 1
             i &+= 1
         } else {
             return try readNumberPartsExactly()
@@ -598,16 +598,57 @@ struct JSONScanner {
         if i < count, byte(i) == UInt8(ascii: ".") {
             i &+= 1
             guard i < count, isDigit(byte(i)) else { return try readNumberPartsExactly() }
-            repeat {
-                m = m &* 10 &+ UInt64(byte(i) &- 0x30)
-                if m != 0 { digits &+= 1 }  // zeros before the first significant digit are not
-                scale &-= 1
-                i &+= 1
-            } while i < count && isDigit(byte(i))
+            let n = digitRun(from: i, into: &m)
+            digits &+= n
+            scale = -n
+            i &+= n
         }
         guard digits <= 19, !(i < count && byte(i) | 0x20 == UInt8(ascii: "e")) else { return try readNumberPartsExactly() }
         pos = i
         return NumberParts(negative: first == UInt8(ascii: "-"), mantissa: m, scale: m == 0 ? 0 : scale, slow: false, start: start, end: i)
+    }
+
+    /// Reads the run of digits at `i` (one at least: the callers checked) into `m` (`m × 10^n + the run`, wrapping: the caller checks
+    /// the count) and returns its length `n`. Eight bytes a turn: one load, a mask of the bytes
+    /// that are not digits, and the run's first up-to-eight digits combined with three
+    /// multiplications (the SWAR conversion simdjson uses), instead of a multiplication, a load
+    /// and a comparison per digit. The last bytes of the input one at a time.
+    @inline(__always)
+    private func digitRun(from start: Int, into m: inout UInt64) -> Int {
+        var i = start
+        // One digit (a fraction's `.0`, `.5`): cheaper alone than a word's conversion.
+        if i &+ 1 < count, !isDigit(byte(i &+ 1)) {
+            m = m &* 10 &+ UInt64(byte(i) &- 0x30)
+            return 1
+        }
+        while i &+ 8 <= count {
+            // Each byte's value as a digit (0...9 for a digit); a byte is not a digit when its high
+            // nibble is set or adding 6 carries into bit 4. A carry out of a byte only happens
+            // for a byte that is not a digit, so the lowest flag is exact.
+            let x = UInt64(littleEndian: base.loadUnaligned(fromByteOffset: i, as: UInt64.self)) ^ 0x3030_3030_3030_3030
+            let notDigit = (x & 0xF0F0_F0F0_F0F0_F0F0) | ((x &+ 0x0606_0606_0606_0606) & 0x1010_1010_1010_1010)
+            let n = notDigit == 0 ? 8 : notDigit.trailingZeroBitCount &>> 3
+            if n == 0 { return i &- start }
+            // The run's digits in the high bytes, zeros below: the same value.
+            let run = x &<< UInt64(truncatingIfNeeded: (8 &- n) &* 8)
+            let value = Self.eightDigitsValue(run)
+            m = m == 0 ? value : m &* powersOfTenInt.withUnsafeBufferPointer { $0[n] } &+ value
+            i &+= n
+            if n < 8 { return i &- start }
+        }
+        while i < count, isDigit(byte(i)) {
+            m = m &* 10 &+ UInt64(byte(i) &- 0x30)
+            i &+= 1
+        }
+        return i &- start
+    }
+
+    /// The value of eight digit values (0...9 each, the first in the lowest byte).
+    @inline(__always)
+    private static func eightDigitsValue(_ v: UInt64) -> UInt64 {
+        let pairs = (v &* 2561) &>> 8 & 0x00FF_00FF_00FF_00FF
+        let quads = (pairs &* 6_553_601) &>> 16 & 0x0000_FFFF_0000_FFFF
+        return (quads &* 42_949_672_960_001) &>> 32
     }
 
     /// ``readNumberParts()`` for every number: digits past the 19th, exponents, and the errors.

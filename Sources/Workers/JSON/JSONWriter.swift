@@ -189,7 +189,7 @@ public struct JSONWriter: Sendable {
         @inline(__always)
         private mutating func put(_ utf8: UnsafeBufferPointer<UInt8>) {
             guard let source = utf8.baseAddress else { return }
-            out.update(from: source, count: utf8.count)
+            ShortBytes.copy(from: UnsafeRawPointer(source), to: UnsafeMutableRawPointer(out), count: utf8.count)
             out += utf8.count
         }
 
@@ -218,6 +218,19 @@ public struct JSONWriter: Sendable {
                 return text.withUTF8 { key(utf8: $0) }
             }
             key(utf8: utf8, plain: true)
+        }
+
+        /// A key written as one literal with its quotes, its colon and the comma before it
+        /// (`,"trade_price":`; the first key of an object has no comma): for a writer that knows
+        /// its keys' order, one copy per key. Asserted: quoted, ending in a colon, a comma exactly
+        /// where one is due.
+        @inline(__always)
+        mutating func member(_ literal: StaticString) {
+            assert(literal.hasPointerRepresentation && literal.utf8CodeUnitCount >= 3, "member \(literal): write it with key(_:)")
+            assert(literal.utf8Start[literal.utf8CodeUnitCount - 1] == UInt8(ascii: ":"), "member \(literal) needs its colon")
+            assert((literal.utf8Start[0] == UInt8(ascii: ",")) == needsComma, "member \(literal): a comma is due only after a value")
+            put(UnsafeBufferPointer(start: literal.utf8Start, count: literal.utf8CodeUnitCount))
+            needsComma = false
         }
 
         @inline(__always)
@@ -399,5 +412,59 @@ enum JSONSpecialBytes {
             | ((backslash &- 0x0101_0101_0101_0101) & ~backslash)
             | ((w &- 0x2020_2020_2020_2020) & ~w)
         return special & 0x8080_8080_8080_8080
+    }
+}
+
+/// Short byte strings (keys, enum values, market codes) copied and compared with two
+/// overlapping loads (and stores) of the widest word that fits, not a call into `memcpy` (whose
+/// entry and size dispatch cost more than the copy itself at these sizes) or a loop per byte.
+/// Longer copies go to `memcpy`.
+enum ShortBytes {
+    @inline(__always)
+    static func copy(from source: UnsafeRawPointer, to target: UnsafeMutableRawPointer, count n: Int) {
+        if n >= 8, n <= 16 {
+            // The first eight bytes and the last eight (overlapping below 16).
+            let a = source.loadUnaligned(as: UInt64.self)
+            let b = source.loadUnaligned(fromByteOffset: n &- 8, as: UInt64.self)
+            target.storeBytes(of: a, as: UInt64.self)
+            target.storeBytes(of: b, toByteOffset: n &- 8, as: UInt64.self)
+        } else if n > 16, n <= 32 {
+            let a = source.loadUnaligned(as: SIMD16<UInt8>.self)
+            let b = source.loadUnaligned(fromByteOffset: n &- 16, as: SIMD16<UInt8>.self)
+            target.storeBytes(of: a, as: SIMD16<UInt8>.self)
+            target.storeBytes(of: b, toByteOffset: n &- 16, as: SIMD16<UInt8>.self)
+        } else if n >= 4, n < 8 {
+            let a = source.loadUnaligned(as: UInt32.self)
+            let b = source.loadUnaligned(fromByteOffset: n &- 4, as: UInt32.self)
+            target.storeBytes(of: a, as: UInt32.self)
+            target.storeBytes(of: b, toByteOffset: n &- 4, as: UInt32.self)
+        } else if n < 4 {
+            var i = 0
+            while i < n {
+                target.storeBytes(of: source.load(fromByteOffset: i, as: UInt8.self), toByteOffset: i, as: UInt8.self)
+                i &+= 1
+            }
+        } else {
+            target.copyMemory(from: source, byteCount: n)
+        }
+    }
+
+    /// Whether the `n` bytes at `a` and at `b` are equal.
+    @inline(__always)
+    static func equal(_ a: UnsafeRawPointer, _ b: UnsafeRawPointer, count n: Int) -> Bool {
+        if n >= 8, n <= 16 {
+            return a.loadUnaligned(as: UInt64.self) == b.loadUnaligned(as: UInt64.self)
+                && a.loadUnaligned(fromByteOffset: n &- 8, as: UInt64.self) == b.loadUnaligned(fromByteOffset: n &- 8, as: UInt64.self)
+        }
+        if n >= 4, n < 8 {
+            return a.loadUnaligned(as: UInt32.self) == b.loadUnaligned(as: UInt32.self)
+                && a.loadUnaligned(fromByteOffset: n &- 4, as: UInt32.self) == b.loadUnaligned(fromByteOffset: n &- 4, as: UInt32.self)
+        }
+        var i = 0
+        while i < n {
+            if a.load(fromByteOffset: i, as: UInt8.self) != b.load(fromByteOffset: i, as: UInt8.self) { return false }
+            i &+= 1
+        }
+        return true
     }
 }

@@ -12,7 +12,8 @@
 /// comparisons, its closing quote included), then the few after it (a message may leave optional
 /// keys out), and only reads and hashes the key when none was it
 /// (``JSONScanner/nextKey(_:in:expected:)``). An unknown key in between leaves the expectation
-/// where it was.
+/// where it was. Two names declared in a row for the same field are alternatives: the key before
+/// them expects the first, and both expect the key after them.
 struct KeyTable: Sendable {
     private struct Entry: Sendable {
         var w0: UInt64 = 0, w1: UInt64 = 0, w2: UInt64 = 0, w3: UInt64 = 0
@@ -55,7 +56,12 @@ struct KeyTable: Sendable {
                 (e.w0, e.w1, e.w2, e.w3) = bytes.withUnsafeBytes { KeyTable.pack($0) }
                 e.length = bytes.count
                 e.id = id
-                e.next = offset + 1 < scheme.count ? first + offset + 1 : -1
+                // Two names in a row for one field are alternatives (`code` in a WebSocket frame,
+                // `market` in a REST one): a message holds one of them, so the first expects what
+                // follows both.
+                let isAlternative = offset + 1 < scheme.count && id != KeyTable.ignored && scheme[offset + 1].1 == id
+                let next = offset + (isAlternative ? 2 : 1)
+                e.next = next < scheme.count ? first + next : -1
                 let quoted = bytes + [UInt8(ascii: "\"")]
                 if quoted.count <= 32 {
                     (e.q0, e.q1, e.q2, e.q3) = quoted.withUnsafeBytes { KeyTable.pack($0) }

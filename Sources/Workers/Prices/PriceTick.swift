@@ -89,24 +89,24 @@ public struct PriceTick: Sendable, Hashable, Codable {
         // market code on top. `aTickAtItsLongestFitsItsRoom` writes the longest tick there is.
         w.withRoom(Self.jsonRoom &+ JSONWriter.Cursor.room(string: market.utf8.count)) { c in
             c.beginObject()
-            c.key("type"); c.string("ticker" as StaticString)
-            c.key("code"); c.string(market)
-            c.key("trade_price"); c.double(tradePrice)
-            if let openingPrice { c.key("opening_price"); c.double(openingPrice) }
-            if let highPrice { c.key("high_price"); c.double(highPrice) }
-            if let lowPrice { c.key("low_price"); c.double(lowPrice) }
-            if let prevClosingPrice { c.key("prev_closing_price"); c.double(prevClosingPrice) }
-            if let change { c.key("change"); c.string(change.literal) }
-            if let signedChangePrice { c.key("signed_change_price"); c.double(signedChangePrice) }
-            c.key("signed_change_rate"); c.double(signedChangeRate)
-            c.key("trade_volume"); c.double(tradeVolume)
-            if let accTradeVolume24h { c.key("acc_trade_volume_24h"); c.double(accTradeVolume24h) }
-            if let accTradePrice24h { c.key("acc_trade_price_24h"); c.double(accTradePrice24h) }
-            c.key("trade_timestamp"); c.int(tradeTimestamp)
-            if let timestamp { c.key("timestamp"); c.int(timestamp) }
-            if let askBid { c.key("ask_bid"); c.string(askBid.literal) }
-            if let streamType { c.key("stream_type"); c.string(streamType.literal) }
-            if let isTradingSuspended { c.key("is_trading_suspended"); c.bool(isTradingSuspended) }
+            c.member(#""type":"#); c.string("ticker" as StaticString)
+            c.member(#","code":"#); c.string(market)
+            c.member(#","trade_price":"#); c.double(tradePrice)
+            if let openingPrice { c.member(#","opening_price":"#); c.double(openingPrice) }
+            if let highPrice { c.member(#","high_price":"#); c.double(highPrice) }
+            if let lowPrice { c.member(#","low_price":"#); c.double(lowPrice) }
+            if let prevClosingPrice { c.member(#","prev_closing_price":"#); c.double(prevClosingPrice) }
+            if let change { c.member(#","change":"#); c.string(change.literal) }
+            if let signedChangePrice { c.member(#","signed_change_price":"#); c.double(signedChangePrice) }
+            c.member(#","signed_change_rate":"#); c.double(signedChangeRate)
+            c.member(#","trade_volume":"#); c.double(tradeVolume)
+            if let accTradeVolume24h { c.member(#","acc_trade_volume_24h":"#); c.double(accTradeVolume24h) }
+            if let accTradePrice24h { c.member(#","acc_trade_price_24h":"#); c.double(accTradePrice24h) }
+            c.member(#","trade_timestamp":"#); c.int(tradeTimestamp)
+            if let timestamp { c.member(#","timestamp":"#); c.int(timestamp) }
+            if let askBid { c.member(#","ask_bid":"#); c.string(askBid.literal) }
+            if let streamType { c.member(#","stream_type":"#); c.string(streamType.literal) }
+            if let isTradingSuspended { c.member(#","is_trading_suspended":"#); c.bool(isTradingSuspended) }
             c.endObject()
         }
     }

@@ -39,6 +39,50 @@ import WorkersTesting
         }
     }
 
+    /// Numbers inside a message, as the decoders meet them: followed by eight bytes or more, so
+    /// that digit runs are read a word at a time, whatever ends them (bytes just below and above
+    /// the digits, a byte whose `+6` carries into the next, structure, whitespace). Each reads
+    /// as the standard library reads it alone, and the scanner stops right after it.
+    @Test func numbersFollowedByMoreBytesMatchStandardLibrary() throws {
+        var rng = SplitMix64(seed: 43)
+        let ends: [[UInt8]] = [
+            Array(#","x":1}"#.utf8), Array("}       ".utf8), Array("]]]]]]]]".utf8), Array("        ".utf8),
+            Array("/0000000".utf8), Array(":9999999".utf8), [0xFA, 0x31, 0x31, 0x31, 0x31, 0x31, 0x31, 0x31],
+            [0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF], [0x3A, 0x2F, 0x40, 0x20, 0x0A, 0x7F, 0x80, 0x00],
+        ]
+        for _ in 0..<20_000 {
+            let digits = Int(rng.next() % 22) + 1
+            var text = rng.next() % 2 == 0 ? "-" : ""
+            let intDigits = Int(rng.next() % UInt64(digits)) + 1
+            for i in 0..<digits {
+                if i == intDigits { text += "." }
+                let d = rng.next() % 10
+                text += String(i == 0 && intDigits > 1 && d == 0 ? 1 : d)
+            }
+            if rng.next() % 4 == 0 {  // `0.` and a fraction, leading zeros included (`0.0123`)
+                text = (rng.next() % 2 == 0 ? "-" : "") + "0." + (0..<digits).map { _ in String(rng.next() % 10) }.joined()
+            }
+            let end = ends[Int(rng.next() % UInt64(ends.count))]
+            let bytes = Array(text.utf8) + end
+            let (v, stop) = try JSONScanner.withScanner(bytes, limits: .default) { s throws(DecodeFailure) in
+                let v = try s.readDouble()
+                let stop = s.pos
+                s.move(to: s.count)
+                return (v, stop)
+            }
+            #expect(v == Double(text)!, "parsed \(text) + \(end) as \(v)")
+            #expect(stop == text.utf8.count, "\(text) + \(end): stopped at \(stop)")
+            if !text.contains(".") {
+                let i = try JSONScanner.withScanner(bytes, limits: .default) { s throws(DecodeFailure) in
+                    let i = try? s.readInt()
+                    s.move(to: s.count)
+                    return i
+                }
+                #expect(i == Int64(text), "read \(text) + \(end) as \(String(describing: i))")
+            }
+        }
+    }
+
     @Test(arguments: ["01", "1.", ".5", "-", "1e", "1e+", "+1", "0x10", "1.2.3", "NaN", "Infinity", "--1", "1e999"])
     func rejectsInvalidNumbers(_ text: String) {
         #expect(throws: DecodeFailure.self) { try parse(text) }
@@ -248,6 +292,39 @@ import WorkersTesting
         #expect(try fields(#"{"i":{}}"#) == [0])
         #expect(throws: DecodeFailure.self) { try fields(#"{"id" 1}"#) }
         #expect(throws: DecodeFailure.self) { try fields(#"{"id":1"name":2}"#) }
+    }
+}
+
+/// Two names in a row for one field (`code` and `market`) are alternatives: after the first,
+/// the key expected next is the one after both, so a frame with `code` stays on the fast path.
+@Suite struct AlternativeKeyNameTests {
+    let table = KeyTable(schemes: [[("type", 0), ("code", 1), ("market", 1), ("price", 2), ("volume", 3)]])
+
+    /// Each key's field and the entry expected after it.
+    private func walk(_ json: String) throws(DecodeFailure) -> [(field: Int, expected: Int)] {
+        try JSONScanner.withScanner(Array(json.utf8), limits: .default) { s throws(DecodeFailure) in
+            try s.beginObject()
+            var expected = table.firstExpected
+            var first = true
+            var steps: [(field: Int, expected: Int)] = []
+            while let key = try s.nextKey(&first, in: table, expected: &expected) {
+                steps.append((key.field, expected))
+                try s.skipValue()
+            }
+            return steps
+        }
+    }
+
+    @Test func eitherNameExpectsTheKeyAfterBoth() throws {
+        // Entries: type 0, code 1, market 2, price 3, volume 4.
+        let code = try walk(#"{"type":"t","code":"KRW-BTC","price":1,"volume":2}"#)
+        #expect(code.map(\.field) == [0, 1, 2, 3])
+        #expect(code.map(\.expected) == [1, 3, 4, -1])
+        let market = try walk(#"{"market":"KRW-BTC","price":1}"#)
+        #expect(market.map(\.field) == [1, 2])
+        #expect(market.map(\.expected) == [3, 4])
+        // Both names (a repeated field): each is still found.
+        #expect(try walk(#"{"code":"A-B","market":"A-B","price":1}"#).map(\.field) == [1, 1, 2])
     }
 }
 

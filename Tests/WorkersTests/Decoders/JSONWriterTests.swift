@@ -1,6 +1,6 @@
 import Foundation
 import Testing
-import Workers
+@testable import Workers
 import WorkersTesting
 
 /// The writer's number and key fast paths write exactly what the plain forms did:
@@ -117,6 +117,41 @@ import WorkersTesting
         #expect(one == #"{"type":"ticker","code":"KRW-BTC","trade_price":48902450,"opening_price":48901450,"change":"RISE","signed_change_rate":0.0123,"trade_volume":0.066,"trade_timestamp":1699967913484,"ask_bid":"ASK","stream_type":"REALTIME"}"#)
         let many = written { w in for _ in 0..<50 { usual.write(to: &w); w.int(7) } }
         #expect(many == Array(repeating: one + ",7", count: 50).joined(separator: ","))
+    }
+
+    /// The short copies and comparisons keys, enum values and dedupe keys are written and read
+    /// with: every length from 0 to past the last special case, at every offset of a word, agree
+    /// with a byte loop; a difference at any one byte is found; nothing outside the range is written.
+    @Test func shortCopiesAndComparisonsAgreeWithAByteLoop() {
+        var rng = SplitMix64(seed: 11)
+        let source = (0..<80).map { _ in UInt8(truncatingIfNeeded: rng.next()) }
+        for n in 0...40 {
+            for offset in 0..<8 {
+                var target = [UInt8](repeating: 0xEE, count: 96)
+                source.withUnsafeBytes { s in
+                    target.withUnsafeMutableBytes { t in
+                        ShortBytes.copy(from: s.baseAddress! + offset, to: t.baseAddress! + 8, count: n)
+                    }
+                }
+                #expect(Array(target[8..<(8 + n)]) == Array(source[offset..<(offset + n)]), "n \(n) offset \(offset)")
+                #expect(target[..<8].allSatisfy { $0 == 0xEE } && target[(8 + n)...].allSatisfy { $0 == 0xEE }, "n \(n)")
+                var other = Array(source[offset..<(offset + n)])
+                source.withUnsafeBytes { s in
+                    other.withUnsafeBytes { o in
+                        #expect(ShortBytes.equal(s.baseAddress! + offset, o.baseAddress ?? s.baseAddress!, count: n))
+                    }
+                }
+                for i in 0..<n {
+                    other[i] ^= 0x20
+                    source.withUnsafeBytes { s in
+                        other.withUnsafeBytes { o in
+                            #expect(!ShortBytes.equal(s.baseAddress! + offset, o.baseAddress!, count: n), "n \(n) byte \(i)")
+                        }
+                    }
+                    other[i] ^= 0x20
+                }
+            }
+        }
     }
 
     /// Strings and run-time keys of every size the writer reserves room for differently (its
