@@ -331,27 +331,36 @@ public struct JSONWriter: Sendable {
         }
 
         /// `whole / 10^fractionDigits` in fixed notation (an integer for 0), with at least one digit
-        /// before the point, written backwards from where it ends: the fraction a digit at a time
-        /// (a division by the constant 10 each, where one by `10^fractionDigits` was a hardware
-        /// divide), then the rest two digits per division.
+        /// before the point. All digits are written two at a time by one division by 100 each (a
+        /// digit at a time, the fraction cost a division per digit): with a point, one place to
+        /// the right of where they end up, and the integer part then moved back over the gap.
         private mutating func putFixed(_ whole: UInt64, fractionDigits: Int, negative: Bool) {
+            if negative { put(UInt8(ascii: "-")) }
             let digits = DecimalDigits.count(whole)
-            let length = max(digits, fractionDigits &+ 1) &+ (fractionDigits > 0 ? 1 : 0) &+ (negative ? 1 : 0)
-            var i = length
-            var v = whole
-            if fractionDigits > 0 {
-                for _ in 0..<fractionDigits {
-                    i &-= 1
-                    out[i] = UInt8(truncatingIfNeeded: v % 10) &+ 0x30
-                    v /= 10
+            if fractionDigits == 0 {
+                var i = digits
+                DecimalDigits.write(whole, out, &i)
+                out += digits
+            } else if digits > fractionDigits {
+                var i = digits &+ 1
+                DecimalDigits.write(whole, out, &i)
+                let integerDigits = digits &- fractionDigits
+                ShortBytes.copy(from: UnsafeRawPointer(out + 1), to: UnsafeMutableRawPointer(out), count: integerDigits)
+                out[integerDigits] = UInt8(ascii: ".")
+                out += digits &+ 1
+            } else {
+                // `0.` and the zeros before the first digit (`0.0123`).
+                out[0] = UInt8(ascii: "0")
+                out[1] = UInt8(ascii: ".")
+                var i = 2
+                while i < 2 &+ fractionDigits &- digits {
+                    out[i] = UInt8(ascii: "0")
+                    i &+= 1
                 }
-                i &-= 1
-                out[i] = UInt8(ascii: ".")
+                i = 2 &+ fractionDigits
+                DecimalDigits.write(whole, out, &i)
+                out += 2 &+ fractionDigits
             }
-            DecimalDigits.write(v, out, &i)
-            if negative { i &-= 1; out[i] = UInt8(ascii: "-") }
-            assert(i == 0, "putFixed: \(length) bytes computed, \(length - i) written")
-            out += length
         }
 
         private mutating func putEscaped(_ utf8: UnsafeBufferPointer<UInt8>) {
@@ -418,7 +427,8 @@ enum JSONSpecialBytes {
 /// Short byte strings (keys, enum values, market codes) copied and compared with two
 /// overlapping loads (and stores) of the widest word that fits, not a call into `memcpy` (whose
 /// entry and size dispatch cost more than the copy itself at these sizes) or a loop per byte.
-/// Longer copies go to `memcpy`.
+/// Longer copies go to `memmove`. A copy may overlap its source when the target is below it (both
+/// words are loaded before either is stored; short ones go a byte at a time from the first).
 enum ShortBytes {
     @inline(__always)
     static func copy(from source: UnsafeRawPointer, to target: UnsafeMutableRawPointer, count n: Int) {

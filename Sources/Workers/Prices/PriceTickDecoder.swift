@@ -75,6 +75,16 @@ public struct PriceTickDecoder: Sendable {
         case type, market, openingPrice, highPrice, lowPrice, tradePrice, prevClosingPrice, change
         case signedChangePrice, signedChangeRate, tradeVolume, accTradeVolume24h, accTradePrice24h
         case tradeTimestamp, timestamp, askBid, streamType, isTradingSuspended
+
+        /// `Field(rawValue:)` without its call (a switch the optimiser kept out of line, once per
+        /// key): the raw values are the cases' order, 0 up, which is how a case is stored.
+        @inline(__always)
+        static func of(_ id: Int) -> Field? {
+            guard id >= 0, id <= Field.isTradingSuspended.rawValue else { return nil }
+            let field = unsafeBitCast(UInt8(truncatingIfNeeded: id), to: Field.self)
+            assert(field == Field(rawValue: id), "Field.of(\(id))")
+            return field
+        }
     }
 
     /// DEFAULT (with REST's `market`) and SIMPLE names, each in the order Upbit sends them (the
@@ -142,7 +152,7 @@ public struct PriceTickDecoder: Sendable {
         var first = true
         while let key = try s.nextKey(&first, in: keys, expected: &expected) {
             do throws(DecodeFailure) {
-                guard let field = Field(rawValue: key.field) else {
+                guard let field = Field.of(key.field) else {
                     try s.skipValue()
                     continue
                 }
