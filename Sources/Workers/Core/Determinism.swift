@@ -138,24 +138,26 @@ extension String {
 }
 
 extension DedupeKeyWriter {
-    /// Appends the dedupe key `write` writes to `bytes` (a ``TransformOutput``'s buffer). `write` may
-    /// run twice (for a key longer than 256 bytes) and must write the same pieces both times.
-    static func write(_ write: (inout DedupeKeyWriter) -> Void, to bytes: inout [UInt8]) {
-        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 256) { stack in
-            var writer = DedupeKeyWriter(base: stack.baseAddress, capacity: stack.count)
+    /// Room a dedupe key usually fits (the caller keeps it after `start`; a longer key grows it).
+    static let usualRoom = 256
+
+    /// Writes the dedupe key `write` writes into `bytes` (a ``TransformOutput``'s buffer) at
+    /// `start`, in the room there, growing it when the key does not fit; returns where the key
+    /// ends. `write` may run twice (a key longer than the room) and must write the same pieces
+    /// both times.
+    static func write(_ write: (inout DedupeKeyWriter) -> Void, into bytes: inout [UInt8], at start: Int) -> Int {
+        let (length, fitted) = bytes.withUnsafeMutableBufferPointer { buffer in
+            var writer = DedupeKeyWriter(base: buffer.baseAddress! + start, capacity: buffer.count &- start)
             write(&writer)
-            let length = writer.count
-            if writer.fitted {
-                bytes.append(contentsOf: UnsafeBufferPointer(rebasing: stack[..<length]))
-                return
-            }
-            let start = bytes.count
-            bytes.append(contentsOf: repeatElement(0, count: length))
-            bytes.withUnsafeMutableBufferPointer { buffer in
-                var writer = DedupeKeyWriter(base: buffer.baseAddress! + start, capacity: length)
-                write(&writer)
-                precondition(writer.count == length, "a dedupe key's pieces changed between two runs of its closure")
-            }
+            return (writer.count, writer.fitted)
         }
+        if fitted { return start &+ length }
+        ZeroRoom.add(atLeast: start &+ length &- bytes.count, to: &bytes)
+        bytes.withUnsafeMutableBufferPointer { buffer in
+            var writer = DedupeKeyWriter(base: buffer.baseAddress! + start, capacity: length)
+            write(&writer)
+            precondition(writer.count == length, "a dedupe key's pieces changed between two runs of its closure")
+        }
+        return start &+ length
     }
 }

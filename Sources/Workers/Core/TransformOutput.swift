@@ -43,7 +43,11 @@ public struct TransformOutput: Sendable {
         package var value: Span
     }
 
+    /// The written bytes (``byteCount`` of them), then room: a value, a key or a dedupe key is
+    /// written in place after the last one (the room is zeros added a block at a time, ahead of
+    /// the writing), not on the stack first and appended.
     package private(set) var bytes: [UInt8] = []
+    private var used = 0
     package private(set) var entries: [Entry] = []
     package private(set) var headers: [Header] = []
     /// The logical output names of the records, each once, in order of first use (a transform has a few).
@@ -72,7 +76,7 @@ public struct TransformOutput: Sendable {
     public var count: Int { entries.count }
 
     /// Bytes written (keys, values, headers, dedupe keys).
-    public var byteCount: Int { bytes.count }
+    public var byteCount: Int { used }
 
     /// Takes the buffer, leaving no records behind (their spans would point at nothing; the
     /// failures stay): the runtime moves it into the producer's batch after reading the entries.
@@ -80,6 +84,8 @@ public struct TransformOutput: Sendable {
         entries = []
         headers = []
         outputNames = []
+        bytes.removeLast(bytes.count &- used)
+        used = 0
         return take()
     }
 
@@ -141,16 +147,19 @@ public struct TransformOutput: Sendable {
     ) {
         let outputIndex = outputIndex(output)
         let key = write(key)
-        let valueStart = bytes.count
-        var writer = JSONWriter(continuing: take())
+        let valueStart = used
+        // Room for what a writer writes in one piece (a whole tick) without its stack path.
+        ensureRoom(JSONWriter.largestRoomInPlace)
+        var writer = JSONWriter(continuing: take(), count: used)
         value(&writer)
-        bytes = (consume writer).finish()
-        let value = Span(start: valueStart, count: bytes.count - valueStart)
-        let dedupeStart = bytes.count
-        DedupeKeyWriter.write(dedupeKey, to: &bytes)
+        (bytes, used) = (consume writer).finishKeepingRoom()
+        let value = Span(start: valueStart, count: used &- valueStart)
+        let dedupeStart = used
+        ensureRoom(DedupeKeyWriter.usualRoom)
+        used = DedupeKeyWriter.write(dedupeKey, into: &bytes, at: used)
         entries.append(Entry(
             output: outputIndex, firstHeader: Int32(headers.count), headerCount: 0, key: key, value: value,
-            dedupeKey: Span(start: dedupeStart, count: bytes.count - dedupeStart)))
+            dedupeKey: Span(start: dedupeStart, count: used &- dedupeStart)))
     }
 
     /// Where the output stands: what ``discard(since:)`` goes back to.
@@ -158,13 +167,13 @@ public struct TransformOutput: Sendable {
         fileprivate var entries: Int, headers: Int, bytes: Int, failures: Int
     }
 
-    public var mark: Mark { Mark(entries: entries.count, headers: headers.count, bytes: bytes.count, failures: failures.count) }
+    public var mark: Mark { Mark(entries: entries.count, headers: headers.count, bytes: used, failures: failures.count) }
 
     /// Removes what was written after `mark` (a transform that fails part way through an input).
     public mutating func discard(since mark: Mark) {
         entries.removeSubrange(mark.entries...)
         headers.removeSubrange(mark.headers...)
-        bytes.removeSubrange(mark.bytes...)
+        used = mark.bytes
         failures.removeSubrange(mark.failures...)
     }
 
@@ -184,19 +193,38 @@ public struct TransformOutput: Sendable {
 
     private mutating func write(_ source: [UInt8]?) -> Span {
         guard let source else { return .none }
-        let start = bytes.count
-        // Through a buffer pointer: `append(contentsOf:)` takes an array as its own (a retain
-        // before the call and a release in it, per output key).
-        source.withUnsafeBufferPointer { bytes.append(contentsOf: $0) }
-        return Span(start: start, count: source.count)
+        // Through a buffer pointer: the array as an argument is retained before the call and
+        // released in it, per output key.
+        return source.withUnsafeBufferPointer { write($0) }
     }
 
     private mutating func write(_ text: String) -> Span {
-        let start = bytes.count
         var text = text
-        text.withUTF8 { bytes.append(contentsOf: $0) }
-        return Span(start: start, count: bytes.count - start)
+        return text.withUTF8 { write($0) }
     }
+
+    private mutating func write(_ source: UnsafeBufferPointer<UInt8>) -> Span {
+        let start = used
+        let n = source.count
+        ensureRoom(n)
+        if let from = source.baseAddress {
+            bytes.withUnsafeMutableBufferPointer { to in
+                ShortBytes.copy(from: UnsafeRawPointer(from), to: UnsafeMutableRawPointer(to.baseAddress! + start), count: n)
+            }
+        }
+        used = start &+ n
+        return Span(start: start, count: n)
+    }
+
+    /// At least `n` bytes of room after the written ones.
+    @inline(__always)
+    private mutating func ensureRoom(_ n: Int) {
+        if bytes.count &- used < n { ZeroRoom.add(atLeast: max(n, Self.roomBlock), to: &bytes) }
+    }
+
+    /// Room is added in blocks of this many zeros (within the capacity ``init(reservingCapacity:bytesPerRecord:)``
+    /// reserved, a copy from a block of zeros; once a batch outgrows it, the array grows as any does).
+    private static let roomBlock = 8192
 }
 
 extension TransformOutput: Hashable {

@@ -18,19 +18,24 @@ public struct JSONWriter: Sendable {
 
     public init(capacity: Int = 256) { storage = Array(repeating: 0, count: max(capacity, 16)) }
 
-    /// A writer that appends to `bytes` (what ``TransformOutput`` writes its values with: no
-    /// buffer of the writer's own); ``finish()`` gives them back with the value after them.
-    init(continuing bytes: consuming [UInt8]) {
-        count = bytes.count
+    /// A writer that continues `bytes`, whose first `count` are written and the rest room (what
+    /// ``TransformOutput`` writes its values with: no buffer of the writer's own);
+    /// ``finishKeepingRoom()`` gives them back with the value after them.
+    init(continuing bytes: consuming [UInt8], count: Int) {
+        self.count = count
         storage = bytes
     }
 
-    /// The bytes written, the writer ended: the buffer is handed over, not shared (a copy of
-    /// ``bytes`` would share it until the writer goes, and the next append would copy it all).
-    consuming func finish() -> [UInt8] {
-        if storage.count > count { storage.removeLast(storage.count - count) }
-        return storage
+    /// The buffer and how many of its bytes are written, the writer ended: the buffer is handed
+    /// over, not shared (a copy of ``bytes`` would share it until the writer goes, and the next
+    /// append would copy it all), its room after the value kept for the next writer.
+    consuming func finishKeepingRoom() -> (bytes: [UInt8], count: Int) {
+        (storage, count)
     }
+
+    /// The largest room written in place when the buffer has it (larger rooms, and rooms over
+    /// ``smallRoom`` when the buffer is short, are written on the stack and appended).
+    static var largestRoomInPlace: Int { stackRoom }
 
     /// Runs `body` with a ``Cursor`` over room for `room` more bytes: one capacity check and one
     /// access to the buffer for everything `body` writes, however many pieces. `room` must bound
@@ -57,7 +62,7 @@ public struct JSONWriter: Sendable {
                 needsComma = comma
                 return
             }
-            grow(by: count &+ room &- storage.count)
+            ZeroRoom.add(atLeast: max(256, count &+ room &- storage.count), to: &storage)
         }
         let start = count
         var comma = needsComma
@@ -72,19 +77,6 @@ public struct JSONWriter: Sendable {
         needsComma = comma
     }
 
-    /// Adds zeroed slack, at least 256 bytes (the array's capacity grows geometrically
-    /// underneath), copied from a block of zeros: a `repeatElement` append stores them one by one.
-    @inline(never)
-    private mutating func grow(by needed: Int) {
-        var left = max(256, needed)
-        while left > 0 {
-            let n = min(left, Self.zeros.count)
-            storage.append(contentsOf: Self.zeros[..<n])
-            left -= n
-        }
-    }
-
-    private static let zeros = [UInt8](repeating: 0, count: 4096)
     /// Rooms up to this take the buffer's zeroed slack, grown by at least 256 bytes when short.
     private static let smallRoom = 128
     /// Rooms up to this are written on the stack when the slack is short (a temporary allocation
@@ -429,6 +421,22 @@ enum JSONSpecialBytes {
 /// entry and size dispatch cost more than the copy itself at these sizes) or a loop per byte.
 /// Longer copies go to `memmove`. A copy may overlap its source when the target is below it (both
 /// words are loaded before either is stored; short ones go a byte at a time from the first).
+/// Room at the end of a byte buffer that is written in place: zeros appended from a block of
+/// them (a `repeatElement` append stores them one by one).
+enum ZeroRoom {
+    @inline(never)
+    static func add(atLeast needed: Int, to bytes: inout [UInt8]) {
+        var left = needed
+        while left > 0 {
+            let n = min(left, zeros.count)
+            bytes.append(contentsOf: zeros[..<n])
+            left -= n
+        }
+    }
+
+    private static let zeros = [UInt8](repeating: 0, count: 8192)
+}
+
 enum ShortBytes {
     @inline(__always)
     static func copy(from source: UnsafeRawPointer, to target: UnsafeMutableRawPointer, count n: Int) {

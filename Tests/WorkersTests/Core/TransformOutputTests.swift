@@ -49,6 +49,28 @@ import Workers
         #expect(out.records[1].value == Array("1".utf8))
     }
 
+    /// Records written in place into the room after the last one, across many of its blocks:
+    /// values, keys and dedupe keys of every size up to past the room a writer or a dedupe key
+    /// keeps, each read back whole, and the buffer handed over holds the written bytes only.
+    @Test func recordsOfEverySizeAcrossTheRoomsBlocks() {
+        var rng = SplitMix64(seed: 5)
+        var out = TransformOutput(reservingCapacity: 100, bytesPerRecord: 64)
+        var expected: [OutputRecord] = []
+        var written = 0
+        for i in 0..<2_000 {
+            let key = Array(repeating: UInt8(ascii: "k"), count: Int(rng.next() % 40))
+            let text = String(repeating: "v", count: Int(rng.next() % (i % 50 == 0 ? 3_000 : 600)))
+            let dedupe = String(repeating: "d", count: Int(rng.next() % (i % 40 == 0 ? 700 : 120)))
+            out.append(output: "o", key: key, dedupeKey: { $0.append(dedupe); $0.append(i) }, value: { $0.string(text) })
+            let value = Array(JSONWriter.quoted(text).utf8)
+            expected.append(OutputRecord(output: "o", key: key, value: value, dedupeKey: dedupe + String(i)))
+            written += key.count + value.count + dedupe.utf8.count + String(i).utf8.count
+        }
+        #expect(out.records == expected)
+        #expect(out.byteCount == written)
+        #expect(out.takeBytes().count == written)
+    }
+
     @Test func discardRemovesOnlyWhatCameAfterTheMark() {
         var out = TransformOutput(records: [Self.records[0]], failures: [DecodeFailure(field: "f", reason: .invalidValue, detail: "before")])
         let mark = out.mark
