@@ -216,15 +216,13 @@ public struct TransformOutput: Sendable {
         return Span(start: start, count: n)
     }
 
-    /// At least `n` bytes of room after the written ones.
+    /// At least `n` bytes of room after the written ones: the rest of the capacity
+    /// ``init(reservingCapacity:bytesPerRecord:)`` reserved, zeroed at once (no reallocation), or
+    /// once that is used up as much room as the buffer holds (it doubles, as an array does).
     @inline(__always)
     private mutating func ensureRoom(_ n: Int) {
-        if bytes.count &- used < n { ZeroRoom.add(atLeast: max(n, Self.roomBlock), to: &bytes) }
+        if bytes.count &- used < n { ZeroRoom.add(atLeast: max(n, bytes.capacity &- bytes.count, bytes.count), to: &bytes) }
     }
-
-    /// Room is added in blocks of this many zeros (within the capacity ``init(reservingCapacity:bytesPerRecord:)``
-    /// reserved, a copy from a block of zeros; once a batch outgrows it, the array grows as any does).
-    private static let roomBlock = 8192
 }
 
 extension TransformOutput: Hashable {
