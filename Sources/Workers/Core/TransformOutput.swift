@@ -44,8 +44,8 @@ public struct TransformOutput: Sendable {
     }
 
     /// The written bytes (``byteCount`` of them), then room: a value, a key or a dedupe key is
-    /// written in place after the last one (the room is zeros added a block at a time, ahead of
-    /// the writing), not on the stack first and appended.
+    /// written in place after the last one (the room is zeros added ahead of the writing, see
+    /// `ensureRoom`), not on the stack first and appended.
     package private(set) var bytes: [UInt8] = []
     private var used = 0
     package private(set) var entries: [Entry] = []

@@ -608,11 +608,12 @@ struct JSONScanner {
         return NumberParts(negative: first == UInt8(ascii: "-"), mantissa: m, scale: m == 0 ? 0 : scale, slow: false, start: start, end: i)
     }
 
-    /// Reads the run of digits at `i` (one at least: the callers checked) into `m` (`m × 10^n + the run`, wrapping: the caller checks
-    /// the count) and returns its length `n`. Eight bytes a turn: one load, a mask of the bytes
-    /// that are not digits, and the run's first up-to-eight digits combined with three
-    /// multiplications (the SWAR conversion simdjson uses), instead of a multiplication, a load
-    /// and a comparison per digit. The last bytes of the input one at a time.
+    /// Reads the run of digits at `start` (one at least: the callers checked) into `m` (`m` becomes
+    /// `m × 10^n` plus the run, wrapping: the caller checks the count) and returns its length `n`.
+    /// Eight bytes a turn: one load, a mask of the bytes that are not digits, and the run's first
+    /// up-to-eight digits combined with three multiplications (the SWAR conversion simdjson uses),
+    /// instead of a multiplication, a load and a comparison per digit. The input's last bytes one
+    /// at a time.
     @inline(__always)
     private func digitRun(from start: Int, into m: inout UInt64) -> Int {
         var i = start
