@@ -8,7 +8,8 @@ environment against one local broker, with the kcat pipe after each round: CPU p
         python3 Benchmarks/PipelineBench/worker_variants.py
 
 Env: VARIANTS (comma-separated; `none` as shipped, a path to preload with LD_PRELOAD, or
-`T:` followed by a GLIBC_TUNABLES value; default `none`), N (records, default 1,000,000),
+`T:` followed by a GLIBC_TUNABLES value, `E:NAME=VALUE` for one more environment variable (a
+test build's switch); default `none`), N (records, default 1,000,000),
 ROUNDS (default 2; the variants' order reverses every other round), PIPELINECTL (default
 .build/release/pipelinectl), DETAIL=1 (each variant's four busiest threads, by name). Needs
 scripts/env.sh's environment (librdkafka 2.16) and kcat. A variant's threads are read from
@@ -64,6 +65,9 @@ def main():
                 env = dict(os.environ)
                 if variant.startswith("T:"):
                     env["GLIBC_TUNABLES"] = variant[2:]
+                elif variant.startswith("E:"):
+                    name, _, value = variant[2:].partition("=")
+                    env[name] = value
                 elif variant != "none":
                     env["LD_PRELOAD"] = variant
                 topo = os.path.join(work, f"t{rnd}_{k}.yaml")
