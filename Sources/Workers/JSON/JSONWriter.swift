@@ -416,11 +416,6 @@ enum JSONSpecialBytes {
     }
 }
 
-/// Short byte strings (keys, enum values, market codes) copied and compared with two
-/// overlapping loads (and stores) of the widest word that fits, not a call into `memcpy` (whose
-/// entry and size dispatch cost more than the copy itself at these sizes) or a loop per byte.
-/// Longer copies go to `memmove`. A copy may overlap its source when the target is below it (both
-/// words are loaded before either is stored; short ones go a byte at a time from the first).
 /// Room at the end of a byte buffer that is written in place: zeros appended from a block of
 /// them (a `repeatElement` append stores them one by one).
 enum ZeroRoom {
@@ -437,6 +432,11 @@ enum ZeroRoom {
     private static let zeros = [UInt8](repeating: 0, count: 8192)
 }
 
+/// Short byte strings (keys, enum values, market codes) copied and compared with two
+/// overlapping loads (and stores) of the widest word that fits, not a call into `memcpy` (whose
+/// entry and size dispatch cost more than the copy itself at these sizes) or a loop per byte.
+/// Longer copies go to `memmove`. A copy may overlap its source when the target is below it (both
+/// words are loaded before either is stored; short ones go a byte at a time from the first).
 enum ShortBytes {
     @inline(__always)
     static func copy(from source: UnsafeRawPointer, to target: UnsafeMutableRawPointer, count n: Int) {
