@@ -3,7 +3,8 @@
 One worker decoding and filtering Upbit tickers and producing the typed ticks, against
 (a) a kcat consume-to-produce pipe over the same topic (moving bytes without work: the floor) and
 (b) a Python worker with confluent-kafka and msgspec doing the same job (decode, validate, the
-same output JSON with a dedupe-key header, invalid input to the dead-letter topic).
+same output JSON, with a dedupe-key header when the target topic is not declared
+`dedupe-key: content`, invalid input to the dead-letter topic).
 Throughput counts from the first record to the last acknowledged output; each side's CPU per
 record (its processes' user + system time) and the broker's during its rounds are printed too,
 since all share the machine's cores. Then two workers sharing 4 partitions, and per round on a
@@ -17,7 +18,9 @@ latter two the Python side is skipped. THROUGHPUT_ONLY=1 skips the two-worker an
 BASELINE=path/to/another/pipelinectl adds its worker as one more side of every round (a
 before/after of two builds in the same run, on the same broker and input).
 LINGER (milliseconds, default 20: the worker's own default) is every side's producer linger.ms:
-the pipe's, the Python worker's, and the Swift worker's when set.
+the pipe's, the Python worker's, and the Swift worker's when set. DEDUPE=header|content: the
+target topic's declaration (default: the shipped topology's for the chain's output, content for
+prices.ticks); BASELINE_DEDUPE the same for the BASELINE side (header for a build before it).
 """
 import json
 import os
@@ -38,8 +41,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 MARKETS = [f"KRW-C{i}" for i in range(40)]
 CHAIN = os.environ.get("CHAIN", "prices.decode")
 # Each chain's last output, sent to the round's target topic.
+# "dedupe": how the target topic carries dedupe keys, as the shipped topology.yaml declares the
+# chain's output topic (prices.ticks: `dedupe-key: content`, no header; the others: the header).
 CHAINS = {
-    "prices.decode": {"output": "prices.ticks", "stateful": False, "options": ""},
+    "prices.decode": {"output": "prices.ticks", "stateful": False, "options": "", "dedupe": "content"},
     "prices.candles": {"output": "prices.candles.1m", "stateful": True, "options": ""},
     "prices.decode,prices.alerts": {
         "output": "notifications", "stateful": True,
@@ -51,6 +56,13 @@ CHAINS = {
 }
 if CHAIN not in CHAINS:
     sys.exit(f"CHAIN must be one of {', '.join(CHAINS)}, not {CHAIN!r}")
+# DEDUPE=header|content overrides the shipped declaration for the Swift and Python workers;
+# BASELINE_DEDUPE (bench_pipeline.py) and COMPARE_DEDUPE (compare_workers.py) set it for the
+# other build's side (an older build knows only the header: give it header).
+DEDUPE = os.environ.get("DEDUPE", CHAINS[CHAIN].get("dedupe", "header"))
+for name in ("DEDUPE", "BASELINE_DEDUPE", "COMPARE_DEDUPE"):
+    if os.environ.get(name, DEDUPE) not in ("header", "content"):
+        sys.exit(f"{name} must be header or content, not {os.environ[name]!r}")
 
 
 def log(*a):
@@ -133,15 +145,17 @@ def process_cpu(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def topology(path, group, source, target, partitions):
+def topology(path, group, source, target, partitions, dedupe=None):
     """The worker's topology: CHAIN from source to target; a stateful chain checkpoints to a
-    changelog topic of its own per group (see changelog_topic)."""
+    changelog topic of its own per group (see changelog_topic). `dedupe` (default DEDUPE): the
+    target topic's `dedupe-key` declaration."""
     chain = CHAINS[CHAIN]
     changelog = f"{group}.changelog"
+    declared = ", dedupe-key: content" if (dedupe or DEDUPE) == "content" else ""
     with open(path, "w") as f:
         f.write(f"""topics:
   - {{name: {source}, partitions: {partitions}}}
-  - {{name: {target}, partitions: {partitions}}}
+  - {{name: {target}, partitions: {partitions}{declared}}}
   - {{name: bench.dead-letters, partitions: 1}}
 """ + (f"  - {{name: {changelog}, partitions: {partitions}, config: {{cleanup.policy: compact}}}}\n" if chain["stateful"] else "") + f"""stages:
   - name: bench-decode
@@ -263,7 +277,8 @@ def main():
                 elif side in ("swift worker", "baseline worker"):
                     group = f"bench-{side.split()[0]}-{r}"
                     topo = os.path.join(work, f"{group}.yaml")
-                    topology(topo, group, "bench.raw", target, partitions)
+                    topology(topo, group, "bench.raw", target, partitions,
+                             dedupe=os.environ.get("BASELINE_DEDUPE") if side == "baseline worker" else None)
                     changelog_topic(bootstrap, group, partitions)
                     _, err, mib, used = timed_rss(swift_worker(
                         bootstrap, topo, stop_after=messages, ctl=baseline if side == "baseline worker" else None))
@@ -274,7 +289,7 @@ def main():
                         loop_busy.append(stopped_figure(err, "loop-busy-seconds") / secs)
                 else:
                     out, err, mib, used = timed_rss([sys.executable, os.path.join(HERE, "python_worker.py"), bootstrap, "bench.raw", target, str(messages),
-                                                        "bench.dead-letters", LINGER])
+                                                        "bench.dead-letters", LINGER, DEDUPE])
                     sw = context_switches(err)
                     secs = float(re.search(r"active_seconds=([0-9.]+)", out).group(1))
                     rss[side].append(mib)

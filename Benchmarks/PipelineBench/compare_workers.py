@@ -9,7 +9,9 @@ pair, with the median: CPU per record (user + system of the worker process), thr
 record to last acknowledged output) and the broker's CPU per record in the same time.
 
 Env: COMPARE (the other pipelinectl, required), MESSAGES (default 1,000,000), PAIRS (6),
-PARTITIONS (4), CHAIN and LINGER as in bench_pipeline.py.
+PARTITIONS (4), CHAIN, LINGER and DEDUPE as in bench_pipeline.py; COMPARE_DEDUPE (header or content,
+default DEDUPE) the target topic's declaration on B's side: header for a build before
+`dedupe-key: content`, or the same build with COMPARE_DEDUPE=header to measure the header alone.
 """
 import os
 import statistics
@@ -44,7 +46,7 @@ def main():
                 group = f"bench-compare-{p}-{side}"
                 bp.run([bp.CTL, "topics", "create", "--bootstrap-server", bootstrap, target, "--partitions", str(partitions)])
                 topo = os.path.join(work, f"{group}.yaml")
-                bp.topology(topo, group, "bench.raw", target, partitions)
+                bp.topology(topo, group, "bench.raw", target, partitions, dedupe=os.environ.get("COMPARE_DEDUPE") if side == "B" else None)
                 bp.changelog_topic(bootstrap, group, partitions)
                 broker_before = bp.process_cpu(tansu)
                 _, err, _, used = bp.timed_rss(bp.swift_worker(bootstrap, topo, stop_after=messages, ctl=sides[side]))
@@ -60,7 +62,8 @@ def main():
         return [a[i] / b[i] for a, b in zip(figures["A"], figures["B"])]
 
     print(f"A: {sides['A']}\nB: {sides['B']}")
-    print(f"{messages:,} Upbit tickers, {partitions} partitions, chain {bp.CHAIN}, {pairs} pairs (first side alternating)")
+    print(f"{messages:,} Upbit tickers, {partitions} partitions, chain {bp.CHAIN}, {pairs} pairs (first side alternating); "
+          f"dedupe-key: A {bp.DEDUPE}, B {os.environ.get('COMPARE_DEDUPE', bp.DEDUPE)}")
     for name, i in (("CPU per record", 0), ("throughput", 1), ("broker CPU per record", 2)):
         r = ratios(i)
         print(f"{name} A / B per pair: {', '.join(f'{x:.2f}' for x in r)} (median {statistics.median(r):.3f}, "

@@ -5,10 +5,11 @@ Per record, like the Swift stage: decode the Upbit ticker into a typed struct (e
 Swift `PriceTick` keeps, unknown keys skipped) and validate it the same way (required fields,
 positive trade price, non-negative prices and volumes, enum values, market code pattern, epoch-ms
 times, low not above high); produce the typed tick as JSON with the same keys in the same order
-and a `dedupe-key` header of the same form; send an invalid input to the dead-letter topic with
-its reason and origin in `dead-letter.*` headers.
+and a `dedupe-key` header of the same form (none when DEDUPE is `content`: the output topic is
+declared `dedupe-key: content`, as the Swift worker then sends none); send an invalid input to
+the dead-letter topic with its reason and origin in `dead-letter.*` headers.
 
-    python3 python_worker.py BOOTSTRAP INPUT_TOPIC OUTPUT_TOPIC COUNT [DEAD_LETTER_TOPIC]
+    python3 python_worker.py BOOTSTRAP INPUT_TOPIC OUTPUT_TOPIC COUNT [DEAD_LETTER_TOPIC [LINGER [DEDUPE]]]
 
 Reads every partition of INPUT_TOPIC from the beginning (no group and no commits: the Swift
 worker's input after its join, minus its commits), stops after COUNT inputs, waits until every
@@ -99,6 +100,7 @@ def main():
     bootstrap, source, target, count = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     dead_letters = sys.argv[5] if len(sys.argv) > 5 else "bench.dead-letters"
     linger = int(sys.argv[6]) if len(sys.argv) > 6 else 20  # ms, as the Swift worker's default
+    keyed = (sys.argv[7] if len(sys.argv) > 7 else "header") != "content"
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "py-bench", "enable.auto.commit": False})
     meta = consumer.list_topics(source, timeout=10)
     consumer.assign([TopicPartition(source, p, -2) for p in meta.topics[source].partitions])
@@ -124,10 +126,9 @@ def main():
                 continue
             seen += 1
             out, detail = transform(m.value())
-            origin = f"{m.topic()}/{m.partition()}/{m.offset()}"
             if out is not None:
                 topic, value = target, out
-                headers = [("dedupe-key", f"tick:{detail[0]}:{detail[1]}:{origin}#0")]
+                headers = [("dedupe-key", f"tick:{detail[0]}:{detail[1]}:{m.topic()}/{m.partition()}/{m.offset()}#0")] if keyed else None
                 produced += 1
             else:
                 topic, value = dead_letters, m.value()

@@ -106,6 +106,11 @@ public final class KafkaMockCluster: @unchecked Sendable {  // librdkafka's mock
         rd_kafka_mock_push_request_errors_array(cluster, apiKey, errors.count, &errors)
     }
 
+    /// Drops the errors ``pushRequestErrors(apiKey:errorCodes:)`` queued for this API key and not yet used.
+    public func clearRequestErrors(apiKey: Int16) {
+        rd_kafka_mock_clear_request_errors(cluster, apiKey)
+    }
+
     /// Makes the next requests of this API key that broker `brokerID` receives fail with these
     /// broker error codes, one request each (the other brokers answer as usual), each answered
     /// after `roundTripMilliseconds` (requests behind it are answered meanwhile).

@@ -123,6 +123,94 @@ import Workers
         #expect(report.wrong.isEmpty, "\(report)")
     }
 
+    /// A topic declared `dedupe-key: content` (prices.ticks in the shipped topology), with the
+    /// repeats forced: once the worker has made the first 100 ticks, the broker refuses every
+    /// offset commit, so the worker delivers the others but commits none of them before it is
+    /// killed, and the second worker makes them again. Each tick then arrives twice or more, never with a
+    /// `dedupe-key` header, every copy with the content key of the tick one uninterrupted run
+    /// makes: a consumer that keeps one record per content key has each tick once.
+    @Test func repeatsOnATopicIdentifiedByContentShareTheirContentKeys() async throws {
+        let mock = try KafkaMockCluster(brokers: 2)
+        for t in ["prices.raw", "prices.ticks", "dead-letters"] {
+            try mock.createTopic(t, partitions: 1)
+            mock.setPartitionLeader(t, partition: 0, brokerID: 1)
+        }
+        mock.setCoordinator("group", key: "prices-decode", brokerID: 2)
+        let path = try WorkerProcessTests.writeTopology("""
+            topics:
+              - {name: prices.raw}
+              - {name: prices.ticks, dedupe-key: content}
+              - {name: dead-letters}
+            stages:
+              - name: prices-decode
+                chain: [prices.decode]
+                inputs: [prices.raw]
+                dead-letter-topic: dead-letters
+            """)
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let bootstrap = mock.bootstrapServers
+        func worker() throws -> ManagedProcess.Handle {
+            try ManagedProcess.launch(
+                try WorkerProcessTests.pipelinectl(),
+                arguments: ["worker", "prices-decode", "--topology", path, "--bootstrap-server", bootstrap, "--session-timeout", "10s",
+                    "--shutdown-deadline", "10s", "--metrics-address", "127.0.0.1:0"],
+                environment: [:])
+        }
+        let count = 2_000
+        let records = (0..<count).map { PriceTicks.tick($0) }
+        var reference = TransformOutput()
+        var state = NoState()
+        for (i, r) in records.enumerated() {
+            let input = InputRecord(key: r.key, value: r.value, timestamp: r.timestamp ?? 0, origin: RecordOrigin(topic: "prices.raw", partition: 0, offset: Int64(i)))
+            PriceDecodeTransform().process(input, state: &state, context: TransformContext(now: input.timestamp), into: &reference)
+        }
+        let expected = Set(reference.records.map { OutputRecord.contentDedupeKey(key: $0.key, value: $0.value?[...]) })
+        #expect(expected.count == count)
+        func keys(_ ticks: [ConsumerRecord]) -> [String] { ticks.map { OutputRecord.contentDedupeKey(key: $0.key, value: $0.value?[...]) } }
+
+        let first = try worker()
+        defer { first.kill() }
+        try await first.waitForLine(containing: "partitions assigned", timeout: .seconds(60))
+        let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [bootstrap]))
+        // The first ticks go through as usual (the worker has read its committed offsets from
+        // the coordinator and is fetching); then every commit fails (REQUEST_TIMED_OUT, until
+        // cleared) and the rest come.
+        let warmUp = 100
+        #expect(try await producer.send(Array(records[..<warmUp])).allSatisfy { $0.error == nil })
+        try await eventually("the first ticks delivered", within: .seconds(30)) { try await Self.read("prices.ticks", bootstrap).count >= warmUp }
+        mock.pushRequestErrors(apiKey: 8, errorCodes: Array(repeating: 7, count: 100_000))
+        #expect(try await producer.send(Array(records[warmUp...])).allSatisfy { $0.error == nil })
+        await producer.close()
+        try await eventually("every tick delivered once", within: .seconds(30)) { try await Self.read("prices.ticks", bootstrap).count >= count }
+        first.kill()
+        #expect(await first.waitForExit() == SIGKILL)
+        mock.clearRequestErrors(apiKey: 8)
+
+        let second = try worker()
+        defer { second.kill() }
+        var ticks: [ConsumerRecord] = []
+        do {
+            try await eventually("the uncommitted ticks made again", within: .seconds(60)) {
+                ticks = try await Self.read("prices.ticks", bootstrap)
+                return ticks.count >= 2 * count - warmUp
+            }
+        } catch {
+            Issue.record("\(ticks.count) ticks of \(2 * count - warmUp); second worker:\n\(second.recentOutput(lines: 30))")
+        }
+        second.terminate()
+        #expect(await second.waitForExit() == 0, "\(second.recentOutput())")
+        ticks = try await Self.read("prices.ticks", bootstrap)
+        let keys = ticks.map { OutputRecord.contentDedupeKey(key: $0.key, value: $0.value?[...]) }
+        print("content topic with forced repeats: \(ticks.count) ticks, \(Set(keys).count) distinct")
+        #expect(ticks.allSatisfy { $0.header(OutputRecord.dedupeKeyHeader) == nil }, "no dedupe-key header on a content topic")
+        #expect(Set(keys) == expected)
+        // Each tick after the first ones twice or more (the first worker committed none of
+        // them), every copy under its tick's key.
+        let copies = Dictionary(grouping: keys, by: { $0 }).mapValues(\.count)
+        let late = reference.records[warmUp...].map { OutputRecord.contentDedupeKey(key: $0.key, value: $0.value?[...]) }
+        #expect(late.allSatisfy { (copies[$0] ?? 0) >= 2 }, "\(late.filter { (copies[$0] ?? 0) < 2 }.count) of the uncommitted ticks were not repeated")
+    }
+
     /// Whether the process has SIGTERM ignored or caught (its handlers are installed), from /proc.
     static func handlesSIGTERM(_ pid: pid_t) -> Bool {
         guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return false }

@@ -251,6 +251,65 @@ import WorkersTesting
         }
     }
 
+    /// prices.ticks declared `dedupe-key: content`, as the shipped topology declares it, on the
+    /// real broker: a worker killed with SIGKILL once its outputs arrive and a second one that
+    /// finishes. Every tick arrives without a `dedupe-key` header, and the content keys of what
+    /// arrived are exactly those of what one uninterrupted run makes: nothing missing, and any
+    /// repeat a byte-identical copy that a consumer drops by that key. (At this rate the first
+    /// worker has often committed everything before the kill; WorkerCrashTests holds its commits
+    /// back to force the repeats.)
+    @Test func aTopicIdentifiedByContentSurvivesSIGKILLWithTheSameKeys() async throws {
+        try await LocalBroker.with { broker in
+            let bootstrap = broker.bootstrapServers
+            let yaml = Self.topologyYAML.replacingOccurrences(
+                of: "{name: prices.ticks, partitions: 4}", with: "{name: prices.ticks, partitions: 4, dedupe-key: content}")
+            let path = try Self.writeTopology(yaml)
+            defer { try? FileManager.default.removeItem(atPath: path) }
+            let topology = try Topology.load(path: path)
+            #expect(topology.topic(named: "prices.ticks")?.dedupeKey == .content)
+            let admin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: [bootstrap]))
+            _ = try await topology.apply(using: admin)
+            await admin.close()
+
+            let count = 20_000
+            let records = (0..<count).map { PriceTicks.tick($0) }
+            let producer = try KafkaProducer(configuration: ProducerConfiguration(bootstrapServers: [bootstrap]))
+            for start in stride(from: 0, to: count, by: 4000) {
+                let reports = try await producer.send(Array(records[start..<start + 4000]))
+                #expect(reports.allSatisfy { $0.error == nil })
+            }
+            await producer.close()
+            // One uninterrupted run, here: the keys a consumer derives from each output.
+            var reference = TransformOutput()
+            var state = NoState()
+            for (i, r) in records.enumerated() {
+                let input = InputRecord(key: r.key, value: r.value, timestamp: r.timestamp ?? 0, origin: RecordOrigin(topic: "prices.raw", partition: 0, offset: Int64(i)))
+                PriceDecodeTransform().process(input, state: &state, context: TransformContext(now: input.timestamp), into: &reference)
+            }
+            let expected = Set(reference.records.map { OutputRecord.contentDedupeKey(key: $0.key, value: $0.value?[...]) })
+            #expect(expected.count == count, "every tick is its own content")
+
+            let first = try Self.startWorker("prices-decode", topology: path, bootstrap: bootstrap)
+            defer { first.kill() }
+            try await first.waitForLine(containing: "partitions assigned", timeout: .seconds(30))
+            _ = try await Self.readAll("prices.ticks", partitions: 4, bootstrap: bootstrap) { $0.count >= 3000 }
+            first.kill()
+            #expect(await first.waitForExit() == SIGKILL)
+
+            let second = try Self.startWorker("prices-decode", topology: path, bootstrap: bootstrap)
+            defer { second.kill() }
+            func keys(_ ticks: [ConsumerRecord]) -> Set<String> {
+                Set(ticks.map { OutputRecord.contentDedupeKey(key: $0.key, value: $0.value?[...]) })
+            }
+            let ticks = try await Self.readAll("prices.ticks", partitions: 4, bootstrap: bootstrap) { keys($0).count >= count }
+            second.terminate()
+            #expect(await second.waitForExit() == 0, "\(second.recentOutput())")
+            #expect(ticks.allSatisfy { $0.header(OutputRecord.dedupeKeyHeader) == nil }, "no dedupe-key header on a content topic")
+            #expect(keys(ticks) == expected)
+            print("content topic after SIGKILL: \(ticks.count) ticks, \(ticks.count - keys(ticks).count) repeats, \(keys(ticks).count) distinct")
+        }
+    }
+
     @Test func workersRecoverWhenTheBrokerIsKilledAndRestarted() async throws {
         var options = LocalBroker.Options(storage: .s3)
         options.startTimeout = .seconds(60)

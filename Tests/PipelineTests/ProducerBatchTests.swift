@@ -77,6 +77,27 @@ import Workers
         #expect(batch.records[2].value == Array("{}".utf8), "a dead letter keeps the input's value")
     }
 
+    /// An output to a topic declared `dedupe-key: content` goes without the header, keeping its
+    /// own headers; outputs to other topics of the same batch keep theirs.
+    @Test func outputsToATopicIdentifiedByContentCarryNoDedupeKey() {
+        var out = TransformOutput(records: [
+            OutputRecord(output: "ticks", key: Array("m".utf8), value: Array("1".utf8), headers: [RecordHeader("user-id", "u")], dedupeKey: "t:1"),
+            OutputRecord(output: "alerts", key: nil, value: Array("2".utf8), dedupeKey: "a:1"),
+            OutputRecord(output: "ticks", key: Array("m".utf8), value: Array("3".utf8), dedupeKey: "t:2"),
+        ])
+        var batch = ProducerBatch()
+        RecordMapping.append(
+            &out, sources: [0, 0, 1], timestamp: { 10 + Int64($0) }, topic: { "topic.\($0)" },
+            identifiesByContent: { $0 == "topic.ticks" }, to: &batch)
+        #expect(batch.records == [
+            ProducerRecord(topic: "topic.ticks", key: Array("m".utf8), value: Array("1".utf8), headers: [KafkaHeader(key: "user-id", string: "u")], timestamp: 10),
+            ProducerRecord(topic: "topic.alerts", key: nil, value: Array("2".utf8), headers: [KafkaHeader(key: "dedupe-key", string: "a:1")], timestamp: 10),
+            ProducerRecord(topic: "topic.ticks", key: Array("m".utf8), value: Array("3".utf8), timestamp: 11),
+        ])
+        // Records without headers or timestamps of their own are what `rd_kafka_produce_batch` takes in runs.
+        #expect(batch.records[2].headers.isEmpty)
+    }
+
     /// The runtime's batch takes the stage's buffer as it is; a batch that already holds records
     /// gets a copy after them, every span moved by where it starts.
     @Test func stageOutputsAfterOtherRecordsKeepTheirBytes() {

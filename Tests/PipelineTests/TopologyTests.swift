@@ -152,6 +152,40 @@ import Workers
         #expect(d.message.contains("expected a duration such as 250ms"))
     }
 
+    /// `dedupe-key: content` on a topic: the stages that write to it omit the key (by output
+    /// name, mapped or not), the stages that read it identify inputs by content; a wrong value
+    /// names the key and what it takes.
+    @Test func aTopicCanIdentifyItsRecordsByContent() throws {
+        let yaml = Self.valid
+            .replacingOccurrences(of: "  - name: prices.raw\n    partitions: 4", with: "  - name: prices.raw\n    partitions: 4\n    dedupe-key: content")
+            .replacingOccurrences(of: "  - name: prices.candles\n    partitions: 4", with: "  - name: prices.candles\n    partitions: 4\n    dedupe-key: content")
+        let t = try Topology.parse(yaml)
+        #expect(t.topic(named: "prices.raw")?.dedupeKey == .content)
+        #expect(t.topic(named: "dead-letters")?.dedupeKey == .header, "the default")
+        #expect(t.topic(named: "prices.raw")?.config == [:], "not a Kafka config")
+        let s = try t.stage(named: "prices-candles")
+        #expect(s.identifiesByContent(topic: "prices.raw"))
+        #expect(!s.identifiesByContent(topic: "dead-letters"))
+        #expect(s.outputsIdentifiedByContent == ["prices.candles.1m", "prices.candles", "prices.raw"])
+        #expect(try Topology.parse(Self.valid).stage(named: "prices-candles").outputsIdentifiedByContent.isEmpty)
+
+        let e = try #require(Self.error(yaml.replacingOccurrences(of: "dedupe-key: content", with: "dedupe-key: hash")))
+        #expect(e.path == "topics[0].dedupe-key")
+        #expect(e.line == 4)
+        #expect(e.message == "expected header or content, found 'hash'")
+
+        // The push senders' ledger needs the header.
+        let push = try #require(Self.error("""
+            topics:
+              - {name: notifications.fcm, dedupe-key: content}
+              - {name: dead-letters}
+            stages:
+              - {name: push-fcm, chain: [push.fcm], inputs: [notifications.fcm], dead-letter-topic: dead-letters}
+            """))
+        #expect(push.path == "stages[0].inputs")
+        #expect(push.message == "push.fcm needs each record's dedupe-key header, but 'notifications.fcm' is declared dedupe-key: content")
+    }
+
     @Test func danglingNamesAreRejected() throws {
         let topic = try #require(Self.error(Self.valid.replacingOccurrences(of: "inputs: [prices.raw]", with: "inputs: [prices.rwa]")))
         #expect(topic.path == "stages[0].inputs[0]")

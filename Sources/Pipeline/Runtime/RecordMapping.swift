@@ -4,35 +4,40 @@ import Kafka
 /// The one place Kafka records and stage records convert into each other.
 package enum RecordMapping {
     /// A consumed record as a stage sees it. A record without a timestamp gets `now`.
-    package static func input(_ r: ConsumerRecord, now: Int64) -> InputRecord {
-        withUnsafePointer(to: r) { input($0, now: now) }
+    /// `identifiedByContent`: its topic is declared `dedupe-key: content`.
+    package static func input(_ r: ConsumerRecord, now: Int64, identifiedByContent: Bool = false) -> InputRecord {
+        withUnsafePointer(to: r) { input($0, now: now, identifiedByContent: identifiedByContent) }
     }
 
     /// ``input(_:now:)`` of a record read where it lies (the stage loop's batch, in place):
     /// passed as a value from there, the record is copied whole first, a retain and a release of
     /// each of its references per record; through the pointer only the fields the input keeps are.
-    package static func input(_ r: UnsafePointer<ConsumerRecord>, now: Int64) -> InputRecord {
+    package static func input(_ r: UnsafePointer<ConsumerRecord>, now: Int64, identifiedByContent: Bool = false) -> InputRecord {
         InputRecord(
             key: r.pointee.key, sharing: r.pointee.valueBytes,
             headers: r.pointee.headers.isEmpty ? [] : r.pointee.headers.map { RecordHeader(name: $0.key, value: $0.value ?? []) },
             timestamp: r.pointee.timestamp ?? now,
-            origin: RecordOrigin(topic: r.pointee.topic, partition: r.pointee.partition, offset: r.pointee.offset))
+            origin: RecordOrigin(topic: r.pointee.topic, partition: r.pointee.partition, offset: r.pointee.offset),
+            identifiedByContent: identifiedByContent)
     }
 
     /// A stage's outputs as records to produce, appended to `batch`: each output with its
-    /// headers and its dedupe key as the `dedupe-key` header, stamped `timestamp(source)` where
+    /// headers and its dedupe key as the `dedupe-key` header (none for an output whose topic
+    /// `identifiesByContent`: see ``Topology/DedupeKey``), stamped `timestamp(source)` where
     /// `sources[i]` is output `i`'s input. `out`'s buffer is taken: it becomes the batch's when
     /// the batch has none yet (no copy; the runtime's case), else it is copied in after it.
     /// (Taken from the caller's variable: a copy of the output left with the caller would share
     /// the buffer, and the batch's next write would copy all of it.) `topic` maps an output
-    /// name to its topic; it is asked once per name.
+    /// name to its topic; it and `identifiesByContent` (by topic) are asked once per name.
     package static func append(
         _ out: inout TransformOutput, sources: [Int32], timestamp: (Int32) -> Int64, topic: (String) -> String,
-        to batch: inout ProducerBatch
+        identifiesByContent: (String) -> Bool = { _ in false }, to batch: inout ProducerBatch
     ) {
         precondition(sources.count == out.count, "one source per output")
         let entries = out.entries, headers = out.headers
-        let topics = out.outputNames.map { batch.topicIndex(topic($0)) }
+        let topicNames = out.outputNames.map(topic)
+        let topics = topicNames.map { batch.topicIndex($0) }
+        let keyed = topicNames.map { !identifiesByContent($0) }
         let base = batch.adopt(out.takeBytes())
         let dedupeName = batch.write(OutputRecord.dedupeKeyHeader)
         @inline(__always) func moved(_ span: TransformOutput.Span) -> ProducerBatch.Span {
@@ -44,7 +49,7 @@ package enum RecordMapping {
             for h in headers[Int(e.firstHeader)..<Int(e.firstHeader + e.headerCount)] {
                 batch.appendHeader(name: moved(h.name), value: moved(h.value))
             }
-            batch.appendHeader(name: dedupeName, value: moved(e.dedupeKey))
+            if keyed[Int(e.output)] { batch.appendHeader(name: dedupeName, value: moved(e.dedupeKey)) }
         }
     }
 

@@ -75,7 +75,9 @@ struct LoopContext: Sendable {
         _ out: inout TransformOutput, sources: [Int32], timestamp: (Int32) -> Int64, deadLetters: [ProducerRecord]
     ) -> (records: ProducerBatch, sources: [Int32]) {
         var batch = ProducerBatch(reservingCapacity: out.count + deadLetters.count, bytesPerRecord: 0)
-        RecordMapping.append(&out, sources: sources, timestamp: timestamp, topic: definition.topic(forOutput:), to: &batch)
+        RecordMapping.append(
+            &out, sources: sources, timestamp: timestamp, topic: definition.topic(forOutput:),
+            identifiesByContent: definition.identifiesByContent(topic:), to: &batch)
         var sources = sources
         for d in deadLetters {
             batch.append(d)
@@ -350,6 +352,10 @@ final class StageLoop {
         let started = ContinuousClock.now
         // One output buffer for the whole stretch: the stage writes into it, the producer's batch takes it over.
         var out = TransformOutput(reservingCapacity: records.count, bytesPerRecord: outputBytesPerInput)
+        // Outputs to topics declared `dedupe-key: content` get no key written, inputs from one
+        // are identified by content (a set per stretch, empty for most stages).
+        out.outputsIdentifiedByContent = definition.outputsIdentifiedByContent
+        let identifiedByContent = definition.identifiesByContent(topic: tp.topic)
         var sources: [Int32] = []
         var inputs: [InputRecord] = []
         var deadLetters: [ProducerRecord] = []
@@ -371,7 +377,7 @@ final class StageLoop {
                     skipped += 1
                     continue
                 }
-                let input = RecordMapping.input(records.baseAddress! + i, now: now)
+                let input = RecordMapping.input(records.baseAddress! + i, now: now, identifiedByContent: identifiedByContent)
                 let index = Int32(inputs.count)
                 let failed = out.failures.count
                 runner.process(input, context: TransformContext(now: input.timestamp), into: &out)
@@ -413,7 +419,7 @@ final class StageLoop {
         let budget: Duration? = definition.delivery == .exactlyOnce ? context.settings.transactionTimeout / 2 : nil
         var heldBytes = 0
         for record in records {
-            let input = RecordMapping.input(record, now: now)
+            let input = RecordMapping.input(record, now: now, identifiedByContent: definition.identifiesByContent(topic: record.topic))
             let bytes = (record.valueBytes?.count ?? 0) + (record.key?.count ?? 0)
             let earlier = lane.lastDelivery(forKey: record.key)
             let skip = context.isRedriveForAnotherStage(record)

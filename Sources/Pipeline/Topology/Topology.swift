@@ -14,6 +14,20 @@ public struct Topology: Sendable {
         public var replicationFactor: Int
         /// Topic configs (`cleanup.policy`, `retention.ms`, …) as Kafka names them.
         public var config: [String: String]
+        /// How its records carry their dedupe keys (`dedupe-key:`; not a Kafka config).
+        public var dedupeKey: DedupeKey = .header
+    }
+
+    /// How a topic's records carry their dedupe keys (docs/guarantees.md, "Dedupe keys").
+    public enum DedupeKey: String, Sendable, Hashable {
+        /// Each record carries the key its stage gave it, as the `dedupe-key` header (the default).
+        case header
+        /// A record is identified by its content: equal key and value make the same record. No
+        /// header is sent (librdkafka's header list per record is about an eighth of a
+        /// `prices.decode` worker's CPU); a consumer derives the key from the record
+        /// (``Workers/OutputRecord/contentDedupeKey(key:value:)``). For topics of facts, where
+        /// two equal records are the same fact: ticks.
+        case content
     }
 
     public enum Delivery: String, Sendable {
@@ -64,8 +78,25 @@ public struct Topology: Sendable {
         /// fetches in flight; rendering is bounded by its own threads). Ordered stages ignore it.
         public var concurrency: Int
         public var options: TransformCatalog.Options
+        /// The topology's topics declared `dedupe-key: content`.
+        public var topicsIdentifiedByContent: Set<String> = []
 
         public func topic(forOutput output: String) -> String { outputs[output] ?? output }
+
+        /// Whether `topic` identifies its records by content: its records get no `dedupe-key`
+        /// header, and inputs read from it have ``Workers/InputRecord/identifiedByContent``.
+        public func identifiesByContent(topic: String) -> Bool {
+            !topicsIdentifiedByContent.isEmpty && topicsIdentifiedByContent.contains(topic)
+        }
+
+        /// The logical outputs that go to a topic identified by content: a transform does not
+        /// write their dedupe keys (``Workers/TransformOutput/outputsIdentifiedByContent``).
+        public var outputsIdentifiedByContent: Set<String> {
+            guard !topicsIdentifiedByContent.isEmpty else { return [] }
+            var names = Set(outputs.filter { topicsIdentifiedByContent.contains($0.value) }.keys)
+            for topic in topicsIdentifiedByContent where outputs[topic] == nil { names.insert(topic) }
+            return names
+        }
 
         /// A stateful stage with several inputs joins them: its state is kept per partition
         /// number across the inputs (which must be co-partitioned: the same partition count and
@@ -252,9 +283,15 @@ private struct TopologyReader {
         var name: String?
         var partitions = 1, replication = 1
         var config: [String: String] = [:]
-        for (key, value) in try mapping(node, path, allowed: ["name", "partitions", "replication-factor", "config"]) {
+        var dedupeKey = Topology.DedupeKey.header
+        for (key, value) in try mapping(node, path, allowed: ["name", "partitions", "replication-factor", "dedupe-key", "config"]) {
             switch key {
             case "name": name = try string(value, "\(path).name")
+            case "dedupe-key":
+                guard let text = value.string, let mode = Topology.DedupeKey(rawValue: text) else {
+                    throw fail(value, "\(path).dedupe-key", "expected header or content, found '\(value.string ?? kind(value))'")
+                }
+                dedupeKey = mode
             case "partitions": partitions = try int(value, "\(path).partitions")
             case "replication-factor": replication = try int(value, "\(path).replication-factor")
             default:
@@ -266,7 +303,7 @@ private struct TopologyReader {
             }
         }
         guard let name else { throw fail(node, "\(path).name", "missing; every topic needs a name") }
-        return Topology.Topic(name: name, partitions: partitions, replicationFactor: replication, config: config)
+        return Topology.Topic(name: name, partitions: partitions, replicationFactor: replication, config: config, dedupeKey: dedupeKey)
     }
 
     func stage(_ node: Node, _ path: String, topics: [String: Topology.Topic]) throws(TopologyError) -> Topology.Stage {
@@ -348,6 +385,10 @@ private struct TopologyReader {
         guard let inputs else { throw fail(node, "\(path).inputs", "missing; name the input topic(s)") }
         guard let deadLetter else { throw fail(node, "\(path).dead-letter-topic", "missing; every stage needs a dead-letter topic") }
         if let optionsNode { try stageOptions(optionsNode, "\(path).options", chain: chain, into: &options) }
+        // The push senders keep their sent ledger by each notification's dedupe-key header.
+        if let sender = chain.first(where: { $0.hasPrefix("push.") }), let content = inputs.first(where: { topics[$0]?.dedupeKey == .content }) {
+            throw fail(node, "\(path).inputs", "\(sender) needs each record's dedupe-key header, but '\(content)' is declared dedupe-key: content")
+        }
         if changelog != nil, inputs.count > 1 {
             let counts = Set(inputs.compactMap { topics[$0]?.partitions })
             guard counts.count == 1 else {
@@ -358,7 +399,8 @@ private struct TopologyReader {
         return Topology.Stage(
             name: name, chain: chain, inputs: inputs, outputs: outputs, deadLetterTopic: deadLetter, group: group ?? name,
             delivery: delivery, changelog: changelog, retry: retry, advanceInterval: advance, checkpointInterval: checkpoint,
-            commitInterval: commit, maxInFlightRecords: maxRecords, maxInFlightBytes: maxBytes, concurrency: concurrency, options: options)
+            commitInterval: commit, maxInFlightRecords: maxRecords, maxInFlightBytes: maxBytes, concurrency: concurrency, options: options,
+            topicsIdentifiedByContent: Set(topics.values.filter { $0.dedupeKey == .content }.map(\.name)))
     }
 }
 

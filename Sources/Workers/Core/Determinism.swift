@@ -1,5 +1,6 @@
 extension InputRecord {
-    /// A deterministic identity of this input: its upstream `dedupe-key` header when it has one
+    /// A deterministic identity of this input: its content's key when its topic identifies records
+    /// by content (``identifiedByContent``), else its upstream `dedupe-key` header when it has one
     /// (records produced by a transform, or forwarded inside a ``Chain``), else `topic/partition/offset`.
     /// Stages derive their outputs' dedupe keys from it, so a redelivered record yields the same keys.
     public var identity: String { .dedupeKey { $0.appendIdentity(of: self) } }
@@ -35,6 +36,39 @@ public func fnv1a(_ bytes: some Sequence<UInt8>) -> UInt64 {
         h &*= 0x100_0000_01b3
     }
     return h
+}
+
+/// FNV-1a 128 (the FNV authors' 128-bit offset basis and prime, 2^88 + 0x13B), for
+/// ``OutputRecord/contentDedupeKey(key:value:)``: 128 bits, so that a topic's lifetime of keys does not
+/// collide, and simple enough for any consumer to compute in a few lines.
+struct FNV1a128 {
+    private var high: UInt64 = 0x6c62_272e_07bb_0142
+    private var low: UInt64 = 0x62b8_2175_6295_c58d
+
+    mutating func add(_ bytes: some Sequence<UInt8>) {
+        for b in bytes {
+            low ^= UInt64(b)
+            // (high, low) × (2^88 + 0x13B), modulo 2^128.
+            let (carry, product) = low.multipliedFullWidth(by: 0x13B)
+            high = high &* 0x13B &+ carry &+ (low << 24)
+            low = product
+        }
+    }
+
+    /// A length as 4 big-endian bytes, `FFFFFFFF` for none.
+    mutating func add(length: Int?) {
+        let n = length.map { UInt32(truncatingIfNeeded: $0) } ?? .max
+        add([UInt8(n >> 24), UInt8(truncatingIfNeeded: n >> 16), UInt8(truncatingIfNeeded: n >> 8), UInt8(truncatingIfNeeded: n)])
+    }
+
+    /// The hash as 32 lowercase hex digits.
+    var hex: String {
+        func digits(_ v: UInt64) -> String {
+            let s = String(v, radix: 16)
+            return String(repeating: "0", count: 16 - s.count) + s
+        }
+        return digits(high) + digits(low)
+    }
 }
 
 /// ``fnv1a(_:)`` of the text's UTF-8, as 16 hex digits.
@@ -100,6 +134,10 @@ public struct DedupeKeyWriter {
 
     /// The input's ``InputRecord/identity``.
     public mutating func appendIdentity(of record: InputRecord) {
+        if record.identifiedByContent {
+            append(OutputRecord.contentDedupeKey(key: record.key, value: record.value))
+            return
+        }
         if let upstream = record.headers.string(named: OutputRecord.dedupeKeyHeader) {
             append(upstream)
             return

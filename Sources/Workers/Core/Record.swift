@@ -65,6 +65,10 @@ public struct InputRecord: Sendable, Hashable {
     /// Record timestamp, epoch milliseconds.
     public var timestamp: Int64
     public var origin: RecordOrigin
+    /// The record's topic identifies its records by their content (`dedupe-key: content` in the
+    /// topology): it carries no `dedupe-key` header, and its ``identity`` is
+    /// ``OutputRecord/contentDedupeKey(key:value:)``. Set by the runtime.
+    public var identifiedByContent: Bool
 
     // Inlinable (here and for the other records): built per record across modules, where a call
     // retains every field into the new value and releases the arguments after.
@@ -80,7 +84,7 @@ public struct InputRecord: Sendable, Hashable {
     @inlinable
     public init(
         key: [UInt8]? = nil, sharing value: ArraySlice<UInt8>?, headers: [RecordHeader] = [], timestamp: Int64,
-        origin: RecordOrigin
+        origin: RecordOrigin, identifiedByContent: Bool = false
     ) {
         self.key = key
         self.bytes = value ?? []
@@ -88,6 +92,7 @@ public struct InputRecord: Sendable, Hashable {
         self.headers = headers
         self.timestamp = timestamp
         self.origin = origin
+        self.identifiedByContent = identifiedByContent
     }
 }
 
@@ -108,7 +113,8 @@ public struct OutputRecord: Sendable, Hashable {
     public var headers: [RecordHeader]
     /// Deterministic identity of this output: the same input delivered twice yields the same
     /// key, so consumers (and the runtime's producer) can drop the duplicate. The runtime
-    /// should also send it as the `dedupe-key` header.
+    /// sends it as the `dedupe-key` header, unless the output's topic identifies its records by
+    /// their content (``contentDedupeKey(key:value:)``).
     public var dedupeKey: String
 
     @inlinable
@@ -124,6 +130,20 @@ public struct OutputRecord: Sendable, Hashable {
 
     /// The header that carries ``dedupeKey`` on a produced record.
     public static let dedupeKeyHeader = "dedupe-key"
+
+    /// The dedupe key of a record on a topic declared `dedupe-key: content`, whose records carry
+    /// no header: equal key and value make the same record. `content:` and 32 hex digits of
+    /// FNV-1a 128 over the key's length (4 bytes, big-endian; `FFFFFFFF` for no key), the key,
+    /// the value's length (the same way; `FFFFFFFF` for a tombstone) and the value. Any consumer
+    /// computes it from the record alone (docs/guarantees.md, "Dedupe keys").
+    public static func contentDedupeKey(key: [UInt8]?, value: ArraySlice<UInt8>?) -> String {
+        var hash = FNV1a128()
+        hash.add(length: key?.count)
+        if let key { hash.add(key) }
+        hash.add(length: value?.count)
+        if let value { hash.add(value) }
+        return "content:" + hash.hex
+    }
     /// Set on an output the runtime sent again after a failed delivery (its value: the attempts
     /// that failed before). Later outputs of its partition that were already in flight may have
     /// landed before it; those are sent again after it, with ``resentHeader``.

@@ -52,6 +52,14 @@ public struct TransformOutput: Sendable {
     package private(set) var headers: [Header] = []
     /// The logical output names of the records, each once, in order of first use (a transform has a few).
     package private(set) var outputNames: [String] = []
+    /// By output index: whether that output's dedupe keys are written.
+    private var writesDedupeKey: [Bool] = []
+    /// Logical outputs whose topics identify records by their content (`dedupe-key: content`):
+    /// the runtime sends no dedupe key for them, so none is written (a transform's `dedupeKey`
+    /// closure is not called, and ``OutputRecord/dedupeKey`` reads back empty). Set by the runtime.
+    package var outputsIdentifiedByContent: Set<String> = [] {
+        didSet { writesDedupeKey = outputNames.map { !outputsIdentifiedByContent.contains($0) } }
+    }
     /// Inputs that could not be used. The runtime sends each one to the dead-letter topic
     /// together with the origin of the input record it was processing.
     public var failures: [DecodeFailure] = []
@@ -84,6 +92,7 @@ public struct TransformOutput: Sendable {
         entries = []
         headers = []
         outputNames = []
+        writesDedupeKey = []
         bytes.removeLast(bytes.count &- used)
         used = 0
         return take()
@@ -119,7 +128,7 @@ public struct TransformOutput: Sendable {
         let key = write(record.key), value = write(record.value)
         let firstHeader = Int32(headers.count)
         for h in record.headers { headers.append(Header(name: write(h.name), value: write(h.value))) }
-        let dedupeKey = write(record.dedupeKey)
+        let dedupeKey = writesDedupeKey[Int(output)] ? write(record.dedupeKey) : .none
         entries.append(Entry(
             output: output, firstHeader: firstHeader, headerCount: Int32(record.headers.count), key: key, value: value,
             dedupeKey: dedupeKey))
@@ -154,12 +163,16 @@ public struct TransformOutput: Sendable {
         value(&writer)
         (bytes, used) = (consume writer).finishKeepingRoom()
         let value = Span(start: valueStart, count: used &- valueStart)
-        let dedupeStart = used
-        ensureRoom(DedupeKeyWriter.usualRoom)
-        used = DedupeKeyWriter.write(dedupeKey, into: &bytes, at: used)
+        var dedupe = Span.none
+        if writesDedupeKey[Int(outputIndex)] {
+            let dedupeStart = used
+            ensureRoom(DedupeKeyWriter.usualRoom)
+            used = DedupeKeyWriter.write(dedupeKey, into: &bytes, at: used)
+            dedupe = Span(start: dedupeStart, count: used &- dedupeStart)
+        }
         entries.append(Entry(
             output: outputIndex, firstHeader: Int32(headers.count), headerCount: 0, key: key, value: value,
-            dedupeKey: Span(start: dedupeStart, count: used &- dedupeStart)))
+            dedupeKey: dedupe))
     }
 
     /// Where the output stands: what ``discard(since:)`` goes back to.
@@ -188,6 +201,7 @@ public struct TransformOutput: Sendable {
         if let last = outputNames.indices.last, outputNames[last] == output { return Int32(last) }
         if let i = outputNames.firstIndex(of: output) { return Int32(i) }
         outputNames.append(output)
+        writesDedupeKey.append(outputsIdentifiedByContent.isEmpty || !outputsIdentifiedByContent.contains(output))
         return Int32(outputNames.count - 1)
     }
 

@@ -57,4 +57,40 @@ import WorkersTesting
         #expect(String.dedupeKey { $0.append("latest:"); $0.appendIdentity(of: record) } == "latest:tick:KRW-BTC:1:prices.raw/0/7#0")
         #expect(String.dedupeKey { _ in } == "")
     }
+
+    /// `dedupe-key: content`: FNV-1a 128 over the key's and the value's lengths and bytes, as
+    /// docs/guarantees.md defines it. The expected keys were computed from that definition with
+    /// Python's integers (`h ^= b; h = h * (2**88 + 0x13b) % 2**128` from 0x6c62…c58d).
+    @Test func contentKeysAreTheDocumentedHash() {
+        #expect(OutputRecord.contentDedupeKey(key: nil, value: nil) == "content:1f1206bf386598cfecc541ed53713e45")
+        #expect(OutputRecord.contentDedupeKey(key: [], value: [][...]) == "content:9d30c1f78465995be47dda5e4e4e77ed")
+        let tick = Array(#"{"market":"KRW-BTC","price":1}"#.utf8)
+        #expect(OutputRecord.contentDedupeKey(key: Array("KRW-BTC".utf8), value: tick[...]) == "content:52e5fe268da43fd14e2d6cc25845aaee")
+        var other = tick
+        other[other.count - 2] = UInt8(ascii: "2")
+        #expect(OutputRecord.contentDedupeKey(key: Array("KRW-BTC".utf8), value: other[...]) == "content:52e5fe288da43fd14e2d6cc258469d55")
+        // The lengths keep where the key ends: "ab"+"c" is not "a"+"bc".
+        #expect(OutputRecord.contentDedupeKey(key: Array("ab".utf8), value: Array("c".utf8)[...]) == "content:d8555b420b6e0f8c478bf03049982a28")
+        #expect(OutputRecord.contentDedupeKey(key: Array("a".utf8), value: Array("bc".utf8)[...]) == "content:d0d83febed6e0f93b4728c25761cee30")
+        // A slice of a larger buffer (how the runtime hands out values) hashes as its own bytes.
+        let buffer = Array("xx".utf8) + tick + Array("yy".utf8)
+        #expect(OutputRecord.contentDedupeKey(key: Array("KRW-BTC".utf8), value: buffer[2..<(2 + tick.count)]) == "content:52e5fe268da43fd14e2d6cc25845aaee")
+    }
+
+    /// An input from a topic identified by content: its identity is its content's key, whatever
+    /// its offset (a repeat at another offset is the same input) and any header it carries.
+    @Test func anInputIdentifiedByContentIsItsContentKey() {
+        let tick = Array(#"{"market":"KRW-BTC","price":1}"#.utf8)
+        func input(offset: Int64, headers: [RecordHeader] = []) -> InputRecord {
+            InputRecord(
+                key: Array("KRW-BTC".utf8), sharing: tick[...], headers: headers, timestamp: 0,
+                origin: RecordOrigin(topic: "prices.ticks", partition: 1, offset: offset), identifiedByContent: true)
+        }
+        #expect(input(offset: 5).identity == "content:52e5fe268da43fd14e2d6cc25845aaee")
+        #expect(input(offset: 9, headers: [RecordHeader(OutputRecord.dedupeKeyHeader, "other")]).identity == input(offset: 5).identity)
+        #expect(String.dedupeKey { $0.append("a:"); $0.appendIdentity(of: input(offset: 7)) } == "a:content:52e5fe268da43fd14e2d6cc25845aaee")
+        var byOffset = input(offset: 5)
+        byOffset.identifiedByContent = false
+        #expect(byOffset.identity == "prices.ticks/1/5")
+    }
 }

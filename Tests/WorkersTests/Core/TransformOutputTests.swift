@@ -37,6 +37,26 @@ import Workers
         ])
     }
 
+    /// Outputs whose topic identifies records by content get no dedupe key: the transform's key
+    /// closure is not run for them, and the other outputs' keys are written as before, also
+    /// when the set is given after outputs were written.
+    @Test func outputsIdentifiedByContentGetNoDedupeKey() {
+        var out = TransformOutput()
+        out.append(output: "kept", key: nil, dedupeKey: { $0.append("k1") }, value: { $0.int(1) })
+        out.outputsIdentifiedByContent = ["ticks"]
+        var built = 0
+        out.append(output: "ticks", key: Array("KRW-BTC".utf8), dedupeKey: { built += 1; $0.append("tick:1") }, value: { $0.int(2) })
+        out.append(output: "kept", key: nil, dedupeKey: { $0.append("k2") }, value: { $0.int(3) })
+        out.append(OutputRecord(output: "ticks", key: nil, value: Array("4".utf8), dedupeKey: "tick:2"))
+        #expect(built == 0)
+        #expect(out.records.map(\.dedupeKey) == ["k1", "", "k2", ""])
+        #expect(out.records.map(\.value) == ["1", "2", "3", "4"].map { Array($0.utf8) })
+        out.outputsIdentifiedByContent = []
+        out.append(output: "ticks", key: nil, dedupeKey: { built += 1; $0.append("tick:3") }, value: { $0.int(5) })
+        #expect(built == 1)
+        #expect(out.records.last?.dedupeKey == "tick:3")
+    }
+
     @Test func longValuesAndDedupeKeysAreWrittenWhole() {
         // Longer than the writer's zero block (4,096) and the dedupe key's stack buffer (256).
         let text = String(repeating: "가나다abc", count: 1_000)
