@@ -6,7 +6,9 @@
 // produces: 24 markets keyed by market, 2 % invalid with a negative price, fixed seed), then
 // runs what the worker's event loop runs per batch of 1,000: the record mapping in, the stage
 // chain STAGES (e.g. `prices.decode`, `prices.candles`, `prices.decode,prices.alerts`), the
-// mapping out (outputs with their dedupe-key header, dead letters with their reasons) and the
+// mapping out (outputs with their dedupe-key header, except prices.ticks, which the shipped
+// topology declares `dedupe-key: content`, or every output with DEDUPE=header; dead letters
+// with their reasons) and the
 // produce call into librdkafka's queue (`KafkaProducer.submitUntilFull`, `rd_kafka_produceva`
 // with its copies), for a producer with no broker: nothing is sent, so no network thread
 // does work in the measured part. The first batch is a warm-up outside the measured function.
@@ -110,6 +112,10 @@ let stageName = stageNames.joined(separator: ",")
 /// Output name → topic, looked up as the worker does (`Topology.Stage.topic(forOutput:)`: a
 /// dictionary of the stage's outputs), not built per input.
 let outputTopics = Dictionary(uniqueKeysWithValues: ["prices.ticks", "prices.latest", "prices.candles.1m", "notifications"].map { ($0, "bench.\($0)") })
+/// The shipped topology's `dedupe-key: content` topics (by output name): their outputs get no key
+/// and no header. DEDUPE=header gives every output its header, as before that declaration.
+let identifiedByContent: Set<String> = ProcessInfo.processInfo.environment["DEDUPE"] == "header" ? [] : ["prices.ticks"]
+let topicsIdentifiedByContent = Set(identifiedByContent.compactMap { outputTopics[$0] })
 var tickets: [DeliveryTicket] = []
 /// As the worker's loop does: each batch's buffer reserves what the last one used per input.
 var outputBytesPerInput = 256
@@ -119,6 +125,7 @@ var produced = 0
 @inline(__always)
 @MainActor func runBatch(_ records: ArraySlice<ConsumerRecord>) {
     var out = TransformOutput(reservingCapacity: records.count, bytesPerRecord: outputBytesPerInput)
+    out.outputsIdentifiedByContent = identifiedByContent
     var sources: [Int32] = []
     var batchInputs: [InputRecord] = []
     var deadLetters: [ProducerRecord] = []
@@ -141,7 +148,8 @@ var produced = 0
     outputBytesPerInput = max(16, out.byteCount / records.count)
     var outgoing = ProducerBatch(reservingCapacity: out.count + deadLetters.count, bytesPerRecord: 0)
     RecordMapping.append(
-        &out, sources: sources, timestamp: { batchInputs[Int($0)].timestamp }, topic: { outputTopics[$0] ?? $0 }, to: &outgoing)
+        &out, sources: sources, timestamp: { batchInputs[Int($0)].timestamp }, topic: { outputTopics[$0] ?? $0 },
+        identifiesByContent: topicsIdentifiedByContent.contains, to: &outgoing)
     for d in deadLetters { outgoing.append(d) }
     guard let (ticket, stoppedAt) = try? producer.submitUntilFull(outgoing), stoppedAt == nil else {
         FileHandle.standardError.write(Data("librdkafka's queue is full: raise maxQueuedMessages\n".utf8))

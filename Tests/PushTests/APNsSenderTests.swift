@@ -198,8 +198,9 @@ import Workers
             let out = await sender.process(Self.notification(dedupe: "s1"))
             let took = ContinuousClock.now - started
             #expect(out.failures.first?.reason == .sendFailed, "\(out)")
-            // 2 s of slack: a loaded CI machine can be late to wake a timer.
-            #expect(took < .seconds(4), "bounded by the 2 s deadline: \(took) (\(out.failures.first?.detail ?? ""))")
+            // Far below the 40 s of 100 attempts of 400 ms; slack for a loaded CI machine, which can
+            // be late to wake a timer (the FCM sender's twin of this took 4.9 s in one CI run).
+            #expect(took < .seconds(8), "bounded by the 2 s deadline: \(took) (\(out.failures.first?.detail ?? ""))")
         }
     }
 
