@@ -52,14 +52,20 @@ public struct TransformOutput: Sendable {
     package private(set) var headers: [Header] = []
     /// The logical output names of the records, each once, in order of first use (a transform has a few).
     package private(set) var outputNames: [String] = []
-    /// By output index: whether that output's dedupe keys are written.
+    /// By output index, whether that output's dedupe keys are written; empty (no allocation: a
+    /// chain makes an output per input record) while ``outputsIdentifiedByContent`` is.
     private var writesDedupeKey: [Bool] = []
     /// Logical outputs whose topics identify records by their content (`dedupe-key: content`):
     /// the runtime sends no dedupe key for them, so none is written (a transform's `dedupeKey`
     /// closure is not called, and ``OutputRecord/dedupeKey`` reads back empty). Set by the runtime.
     package var outputsIdentifiedByContent: Set<String> = [] {
-        didSet { writesDedupeKey = outputNames.map { !outputsIdentifiedByContent.contains($0) } }
+        didSet {
+            writesDedupeKey = outputsIdentifiedByContent.isEmpty ? [] : outputNames.map { !outputsIdentifiedByContent.contains($0) }
+        }
     }
+
+    @inline(__always)
+    private func writesDedupeKey(_ output: Int32) -> Bool { writesDedupeKey.isEmpty || writesDedupeKey[Int(output)] }
     /// Inputs that could not be used. The runtime sends each one to the dead-letter topic
     /// together with the origin of the input record it was processing.
     public var failures: [DecodeFailure] = []
@@ -128,7 +134,7 @@ public struct TransformOutput: Sendable {
         let key = write(record.key), value = write(record.value)
         let firstHeader = Int32(headers.count)
         for h in record.headers { headers.append(Header(name: write(h.name), value: write(h.value))) }
-        let dedupeKey = writesDedupeKey[Int(output)] ? write(record.dedupeKey) : .none
+        let dedupeKey = writesDedupeKey(output) ? write(record.dedupeKey) : .none
         entries.append(Entry(
             output: output, firstHeader: firstHeader, headerCount: Int32(record.headers.count), key: key, value: value,
             dedupeKey: dedupeKey))
@@ -164,7 +170,7 @@ public struct TransformOutput: Sendable {
         (bytes, used) = (consume writer).finishKeepingRoom()
         let value = Span(start: valueStart, count: used &- valueStart)
         var dedupe = Span.none
-        if writesDedupeKey[Int(outputIndex)] {
+        if writesDedupeKey(outputIndex) {
             let dedupeStart = used
             ensureRoom(DedupeKeyWriter.usualRoom)
             used = DedupeKeyWriter.write(dedupeKey, into: &bytes, at: used)
@@ -201,7 +207,7 @@ public struct TransformOutput: Sendable {
         if let last = outputNames.indices.last, outputNames[last] == output { return Int32(last) }
         if let i = outputNames.firstIndex(of: output) { return Int32(i) }
         outputNames.append(output)
-        writesDedupeKey.append(outputsIdentifiedByContent.isEmpty || !outputsIdentifiedByContent.contains(output))
+        if !outputsIdentifiedByContent.isEmpty { writesDedupeKey.append(!outputsIdentifiedByContent.contains(output)) }
         return Int32(outputNames.count - 1)
     }
 
