@@ -314,6 +314,9 @@ import WorkersTesting
         var options = LocalBroker.Options(storage: .s3)
         options.startTimeout = .seconds(60)
         var broker = try await LocalBroker.start(options)
+        // A step that throws must not leave the broker or the worker running (a CI run's did,
+        // for an hour after the suite ended).
+        defer { broker.kill() }
         let bootstrap = broker.bootstrapServers
         let path = try Self.writeTopology()
         defer { try? FileManager.default.removeItem(atPath: path) }
@@ -331,6 +334,7 @@ import WorkersTesting
         }
         var reports = try await produce(0..<5000)
         let worker = try Self.startWorker("prices-decode", topology: path, bootstrap: bootstrap)
+        defer { worker.kill() }
         try await worker.waitForLine(containing: "partitions assigned", timeout: .seconds(30))
         // The broker dies mid-stream (SIGKILL) and comes back on the same port and storage.
         broker = try await broker.restart()
