@@ -19,6 +19,21 @@ public enum PriceTicks {
         return ProducerRecord(topic: topic, key: Array(market.utf8), value: Array(json.utf8), timestamp: t)
     }
 
+    /// The dedupe keys a consumer derives (`dedupe-key: content`) from what one uninterrupted
+    /// `prices.decode` run makes of `records`, in order.
+    public static func decodedContentKeys(_ records: [ProducerRecord]) -> [String] {
+        var out = TransformOutput()
+        var state = NoState()
+        for (i, r) in records.enumerated() {
+            let input = InputRecord(key: r.key, value: r.value, timestamp: r.timestamp ?? 0, origin: RecordOrigin(topic: "prices.raw", partition: 0, offset: Int64(i)))
+            PriceDecodeTransform().process(input, state: &state, context: TransformContext(now: input.timestamp), into: &out)
+        }
+        return out.records.map { OutputRecord.contentDedupeKey(key: $0.key, value: $0.value?[...]) }
+    }
+
+    /// A consumed record's content dedupe key.
+    public static func contentKey(_ r: ConsumerRecord) -> String { OutputRecord.contentDedupeKey(key: r.key, value: r.value?[...]) }
+
     /// Ticks with every 20th one garbage (5 %), each with an `input-id` header.
     public static func ticksWithGarbage(_ count: Int) -> [ProducerRecord] {
         (0..<count).map { i -> ProducerRecord in

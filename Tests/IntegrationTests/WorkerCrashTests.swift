@@ -158,15 +158,9 @@ import Workers
         }
         let count = 2_000
         let records = (0..<count).map { PriceTicks.tick($0) }
-        var reference = TransformOutput()
-        var state = NoState()
-        for (i, r) in records.enumerated() {
-            let input = InputRecord(key: r.key, value: r.value, timestamp: r.timestamp ?? 0, origin: RecordOrigin(topic: "prices.raw", partition: 0, offset: Int64(i)))
-            PriceDecodeTransform().process(input, state: &state, context: TransformContext(now: input.timestamp), into: &reference)
-        }
-        let expected = Set(reference.records.map { OutputRecord.contentDedupeKey(key: $0.key, value: $0.value?[...]) })
+        let reference = PriceTicks.decodedContentKeys(records)
+        let expected = Set(reference)
         #expect(expected.count == count)
-        func keys(_ ticks: [ConsumerRecord]) -> [String] { ticks.map { OutputRecord.contentDedupeKey(key: $0.key, value: $0.value?[...]) } }
 
         let first = try worker()
         defer { first.kill() }
@@ -200,14 +194,14 @@ import Workers
         second.terminate()
         #expect(await second.waitForExit() == 0, "\(second.recentOutput())")
         ticks = try await Self.read("prices.ticks", bootstrap)
-        let keys = ticks.map { OutputRecord.contentDedupeKey(key: $0.key, value: $0.value?[...]) }
+        let keys = ticks.map(PriceTicks.contentKey)
         print("content topic with forced repeats: \(ticks.count) ticks, \(Set(keys).count) distinct")
         #expect(ticks.allSatisfy { $0.header(OutputRecord.dedupeKeyHeader) == nil }, "no dedupe-key header on a content topic")
         #expect(Set(keys) == expected)
         // Each tick after the first ones twice or more (the first worker committed none of
         // them), every copy under its tick's key.
         let copies = Dictionary(grouping: keys, by: { $0 }).mapValues(\.count)
-        let late = reference.records[warmUp...].map { OutputRecord.contentDedupeKey(key: $0.key, value: $0.value?[...]) }
+        let late = reference[warmUp...]
         #expect(late.allSatisfy { (copies[$0] ?? 0) >= 2 }, "\(late.filter { (copies[$0] ?? 0) < 2 }.count) of the uncommitted ticks were not repeated")
     }
 

@@ -280,13 +280,7 @@ import WorkersTesting
             }
             await producer.close()
             // One uninterrupted run, here: the keys a consumer derives from each output.
-            var reference = TransformOutput()
-            var state = NoState()
-            for (i, r) in records.enumerated() {
-                let input = InputRecord(key: r.key, value: r.value, timestamp: r.timestamp ?? 0, origin: RecordOrigin(topic: "prices.raw", partition: 0, offset: Int64(i)))
-                PriceDecodeTransform().process(input, state: &state, context: TransformContext(now: input.timestamp), into: &reference)
-            }
-            let expected = Set(reference.records.map { OutputRecord.contentDedupeKey(key: $0.key, value: $0.value?[...]) })
+            let expected = Set(PriceTicks.decodedContentKeys(records))
             #expect(expected.count == count, "every tick is its own content")
 
             let first = try Self.startWorker("prices-decode", topology: path, bootstrap: bootstrap)
@@ -298,9 +292,7 @@ import WorkersTesting
 
             let second = try Self.startWorker("prices-decode", topology: path, bootstrap: bootstrap)
             defer { second.kill() }
-            func keys(_ ticks: [ConsumerRecord]) -> Set<String> {
-                Set(ticks.map { OutputRecord.contentDedupeKey(key: $0.key, value: $0.value?[...]) })
-            }
+            func keys(_ ticks: [ConsumerRecord]) -> Set<String> { Set(ticks.map(PriceTicks.contentKey)) }
             let ticks = try await Self.readAll("prices.ticks", partitions: 4, bootstrap: bootstrap) { keys($0).count >= count }
             second.terminate()
             #expect(await second.waitForExit() == 0, "\(second.recentOutput())")
