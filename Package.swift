@@ -260,12 +260,15 @@ let package = Package(
                 "Workers",
                 "Thumbnails",
                 "Push",
+                // `perf produce` runs its task on an event loop (its executor).
+                "HTTPServing",
                 // The image server of `pipelinectl chaos --workload thumbnails` (slow bodies, hangs).
                 "HTTPTesting",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 // The sample server of `pipelinectl dev`.
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Metrics", package: "swift-metrics"),

@@ -11,6 +11,10 @@ PER_POST=1 also posts bodies of one ticker in each round, right after the round'
 one record) and a part per further record: (CPU per post of RECORDS - CPU per post of 1) /
 (RECORDS - 1).
 
+FLOOR=1 also posts the bodies of one ticker to `/v1` in each round, which the endpoint answers 404
+from the request's head (the body is skipped; nothing is parsed or produced): the CPU per post of
+HTTP alone, the floor under every post's cost.
+
 THREAD_SPLIT=1 also prints, per round, the endpoint's CPU per post of RECORDS by thread kind
 (its threads' names from /proc/PID/task, digits dropped: NIO's event loops, Swift's
 cooperative pool, the producer's delivery-report thread, librdkafka's threads); "exited" is
@@ -94,16 +98,18 @@ def main():
         split = []  # per round: (CPU per post of one record, CPU per further record), us
 
         thread_split = os.environ.get("THREAD_SPLIT") == "1"
+        floor = os.environ.get("FLOOR") == "1"
+        head_only = []  # per round: CPU per post answered from the head, us
 
-        def post(file, records):
+        def post(file, records, path="/v1/prices", status="201"):
             """load.py against the endpoint: its result and the endpoint's CPU per post, us."""
             threads_before = thread_cpu(ingest.pid) if thread_split else None
             before = process_cpu(ingest.pid)
-            out = run([sys.executable, os.path.join(HERE, "load.py"), f"http://127.0.0.1:{port}/v1/prices", TOKEN, file,
+            out = run([sys.executable, os.path.join(HERE, "load.py"), f"http://127.0.0.1:{port}{path}", TOKEN, file,
                        str(records), str(threads), str(requests)]).stdout
             result = json.loads(out)
-            if result["status"] != {"201": threads * requests}:
-                raise RuntimeError(f"not every post was accepted: {out}")
+            if result["status"] != {status: threads * requests}:
+                raise RuntimeError(f"not every post was answered {status}: {out}")
             if threads_before:
                 (kinds_before, total_before), (kinds_after, total_after) = threads_before, thread_cpu(ingest.pid)
                 us = 1e6 / (threads * requests)
@@ -122,6 +128,11 @@ def main():
                         one = post(body1, 1)[1]
                         split.append((one, (per_post_cpu - one) / (per_body - 1)))
                         log(f"round {r} ingest http, posts of 1: {one:.1f} us per post")
+                    if floor:
+                        # The same posts to a path the endpoint answers from the head (404 and
+                        # its JSON body; nothing read, parsed or produced): what HTTP alone costs.
+                        head_only.append(post(body1, 1, path="/v1", status="404")[1])
+                        log(f"round {r} ingest http, answered from the head: {head_only[-1]:.1f} us per post")
                 else:
                     out = run([sys.executable, os.path.join(HERE, "direct.py"), bootstrap, "bench.direct", body,
                                str(per_body), str(threads), str(requests)]).stdout
@@ -145,6 +156,8 @@ def main():
     ratio = [a["records_per_second"] / b["records_per_second"] for a, b in zip(rows["ingest http"], rows["direct produce"])]
     print(f"ingest http / direct produce, per round: {', '.join(f'{x:.2f}x' for x in ratio)}")
     print(f"ingest http CPU per record (the service process, user + system): {min(cpu):.1f}-{max(cpu):.1f} us")
+    if head_only:
+        print(f"ingest http CPU per post answered from the head (404, nothing produced): {', '.join(f'{a:.0f}' for a in head_only)} us (per round)")
     if split:
         print(f"ingest http CPU per post of 1 record: {', '.join(f'{a:.0f}' for a, _ in split)} us; "
               f"per further record: {', '.join(f'{b:.1f}' for _, b in split)} us (per round)")

@@ -268,15 +268,18 @@ final class RequestHandler: ChannelInboundHandler {
 }
 
 /// An event loop as a task executor: a task that prefers it runs its nonisolated code on the
-/// loop's thread, and a continuation it awaits is resumed onto the loop directly.
-final class EventLoopTaskExecutor: TaskExecutor {
-    let eventLoop: any EventLoop
+/// loop's thread, and a continuation it awaits is resumed onto the loop directly. With a
+/// producer that serves its delivery reports on the same loop
+/// (`DeliveryReportServing.scheduled { loop.execute($0) }`), a task awaiting reports is woken by
+/// them with no other thread in between (`ingest http`'s handlers, `pipelinectl perf produce`).
+public final class EventLoopTaskExecutor: TaskExecutor {
+    public let eventLoop: any EventLoop
 
-    init(_ eventLoop: any EventLoop) {
+    public init(_ eventLoop: any EventLoop) {
         self.eventLoop = eventLoop
     }
 
-    func enqueue(_ job: consuming ExecutorJob) {
+    public func enqueue(_ job: consuming ExecutorJob) {
         let job = UnownedJob(job)
         eventLoop.execute { job.runSynchronously(on: self.asUnownedTaskExecutor()) }
     }

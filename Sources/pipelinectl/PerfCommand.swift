@@ -1,7 +1,9 @@
 import ArgumentParser
 import Foundation
-import Pipeline
+import HTTPServing
 import Kafka
+import NIOPosix
+import Pipeline
 
 /// Throughput of the Swift API, for comparison with kcat on the same librdkafka (scripts/bench-kafka).
 struct Perf: AsyncParsableCommand {
@@ -21,7 +23,13 @@ struct Perf: AsyncParsableCommand {
         // Batches of 1,000 keep the queue evenly full: with 10 x 10,000 a new batch waits for a
         // whole old one (BENCHMARKS.md compares the two).
         @Option(name: .customLong("in-flight"), help: "Batches handed to the producer and not yet acknowledged.") var inFlight = 100
+        @Option(help: "Where delivery reports are served: 'loop' (one event loop, which also runs the producing task) or 'thread' (the producer's own thread; the task runs on Swift's pool).")
+        var reports: Reports = .loop
         @Option(name: .customShort("X"), parsing: .singleValue, help: "Raw librdkafka property key=value (repeatable).") var properties: [String] = []
+
+        enum Reports: String, ExpressibleByArgument, CaseIterable {
+            case loop, thread
+        }
 
         func validate() throws {
             guard messages > 0, batch > 0, inFlight > 0 else { throw ValidationError("--messages, --batch and --in-flight must be positive") }
@@ -39,10 +47,33 @@ struct Perf: AsyncParsableCommand {
             // steps (create, idempotent producer ID, send, flush, destroy) but no Swift runtime
             // start-up to load first.
             let created = clock.now
-            let producer = try KafkaProducer(configuration: config)
+            // By default the reports are served on one event loop and the producing task runs
+            // there too, as `ingest http` serves its posts: a batch of reports wakes one thread,
+            // which goes on producing. With `--reports thread` the producer's own thread is woken
+            // and wakes one of the pool's.
+            let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+            let loop = group.next()
+            let producer = try KafkaProducer(
+                configuration: config, serving: reports == .loop ? .scheduled { job in loop.execute(job) } : .thread)
+            // The producer is closed and the loop shut down whatever the outcome.
+            let result: Result<(failed: Int, elapsed: Duration), any Error> =
+                await withTaskExecutorPreference(reports == .loop ? EventLoopTaskExecutor(loop) : nil) {
+                    do { return .success(try await produceAll(producer, value: value, topic: topic, clock: clock)) } catch { return .failure(error) }
+                }
+            await producer.close()
+            let lifetime = clock.now - created
+            try await group.shutdownGracefully()
+            let (failed, elapsed) = try result.get()
+            print("produce: \(formatRate(messages - failed, elapsed)), \(failed) failed")
+            print("seconds_from_create_to_close=\(lifetime.seconds)")
+            if failed > 0 { throw ExitCode.failure }
+        }
+
+        /// One task enqueues batch after batch, as a worker's lane does, and waits for the oldest
+        /// batch's reports whenever --in-flight batches are out: how many failed, and the time
+        /// from the first batch to the last report.
+        private func produceAll(_ producer: KafkaProducer, value: [UInt8], topic: String, clock: ContinuousClock) async throws -> (failed: Int, elapsed: Duration) {
             let start = clock.now
-            // One task enqueues batch after batch, as a worker's lane does, and waits for the
-            // oldest batch's reports whenever --in-flight batches are out.
             var outstanding: [DeliveryTicket] = []
             outstanding.reserveCapacity(inFlight)
             var next = 0
@@ -60,12 +91,7 @@ struct Perf: AsyncParsableCommand {
                 outstanding.append(try await producer.submit(records))
             }
             for ticket in outstanding { failed += await failures(ticket) }
-            let elapsed = clock.now - start
-            await producer.close()
-            let lifetime = clock.now - created
-            print("produce: \(formatRate(messages - failed, elapsed)), \(failed) failed")
-            print("seconds_from_create_to_close=\(lifetime.seconds)")
-            if failed > 0 { throw ExitCode.failure }
+            return (failed, clock.now - start)
         }
     }
 

@@ -317,4 +317,23 @@ import Workers
             #expect(records.filter { $0.key == nil }.count <= 1)
         }
     }
+
+    /// `perf produce` (scripts/bench-kafka's Swift side) in both ways of serving its reports:
+    /// every message lands once, and the command says none failed. Batches and in-flight limits
+    /// small enough that the task waits for reports many times over.
+    @Test(arguments: ["loop", "thread"]) func perfProduceDeliversEveryMessageWhereverItsReportsAreServed(_ reports: String) async throws {
+        try await LocalBroker.with { broker in
+            let admin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: [broker.bootstrapServers]))
+            try await admin.createTopic(TopicSpec(name: "perf", partitions: 1))
+            await admin.close()
+            let run = try await Self.pipelinectl(
+                ["perf", "produce", "--topic", "perf", "--messages", "5000", "--size", "20", "--batch", "100", "--in-flight", "3", "--reports", reports],
+                bootstrap: broker.bootstrapServers)
+            #expect(run.status == 0, "\(run.stderr)")
+            #expect(run.stdout.contains(", 0 failed"), "\(run.stdout)")
+            let records = try await Self.readAll("perf", bootstrap: broker.bootstrapServers)
+            #expect(records.count == 5000)
+            #expect(records.allSatisfy { $0.valueBytes.map(Array.init) == Array(repeating: UInt8(ascii: "x"), count: 20) })
+        }
+    }
 }

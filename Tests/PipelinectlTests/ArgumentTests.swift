@@ -46,6 +46,12 @@ import Testing
             PipelineCtl.message(for: error).contains("-X 'linger.ms': expected key=value")
         }
         #expect {
+            _ = try PipelineCtl.parseAsRoot(["perf", "produce", "--bootstrap-server", "h:1", "--topic", "t", "--reports", "pool"])
+        } throws: { error in
+            let message = PipelineCtl.message(for: error)
+            return message.contains("--reports") && message.contains("'pool'")
+        }
+        #expect {
             _ = try PipelineCtl.parseAsRoot(["ingest", "http", "--bootstrap-server", "h:1", "-X", "acks"])
         } throws: { error in
             PipelineCtl.message(for: error).contains("-X 'acks': expected key=value")
