@@ -37,9 +37,9 @@ public enum RequestRoute: Sendable {
     case readBody(limit: Int, tooLarge: @Sendable () -> ServerResponse, handler: @Sendable ([UInt8]) async -> ServerResponse)
 }
 
-/// The HTTP/1 server of the ingest endpoint: NIO's HTTP/1 codec and pipelining handler and one
-/// handler of ours, with no request or response streams in between. Each request costs an
-/// event-loop read, one task for the answer and a write. On Hummingbird's channel (the console's
+/// The HTTP/1 server of the ingest endpoint: NIO's HTTP/1 request decoder and one handler of
+/// ours (``RequestHandler``), with no request or response streams in between. Each request costs
+/// an event-loop read, one task for the answer and one write. On Hummingbird's channel (the console's
 /// server, ``HTTP1Server``) the endpoint used a fifth more CPU per post of one record
 /// (BENCHMARKS.md, "The HTTP server").
 ///
@@ -51,7 +51,9 @@ public enum RequestRoute: Sendable {
 /// - a client that sends `Expect: 100-continue` gets `100 Continue` when its body will be read;
 ///   refused from its head instead, its connection closes with the answer;
 /// - graceful shutdown stops accepting, answers the requests under way (each closes its
-///   connection after its answer) and closes idle connections; `run` returns when all are closed.
+///   connection after its answer) and closes idle connections; `run` returns when all are closed;
+/// - requests pipelined behind one being answered are answered in order; one that cannot be
+///   parsed gets 400 and the connection closes.
 public struct RequestServer: Service {
     public var host: String
     public var port: Int
@@ -89,8 +91,7 @@ public struct RequestServer: Service {
                     let sync = channel.pipeline.syncOperations
                     let requests = RequestHandler(route: route, eventLoop: channel.eventLoop)
                     try sync.addHandler(IdleStateHandler(readTimeout: idle))
-                    try sync.addHandler(QuiesceRelay(requests: requests))
-                    try sync.configureHTTPServerPipeline(withPipeliningAssistance: true, withErrorHandling: true)
+                    try sync.addHandler(ByteToMessageHandler(HTTPRequestDecoder(leftOverBytesStrategy: .dropBytes)))
                     try sync.addHandler(requests)
                 }
             }
@@ -124,23 +125,47 @@ private final class Once: Sendable {
     func first() -> Bool { done.withLock { done in defer { done = true }; return !done } }
 }
 
-/// One connection's requests, one at a time (NIO's pipelining handler holds the next until the
-/// answer is written).
-final class RequestHandler: ChannelInboundHandler {
+/// One connection's requests, one at a time, and their answers, each written as one buffer.
+///
+/// It is the connection's whole HTTP/1 state machine after NIO's request decoder: NIO's
+/// pipelining, protocol-error and response-encoding handlers are not in the pipeline (without
+/// them the endpoint runs 7 % fewer instructions per post of 20 tickers: BENCHMARKS.md, "One
+/// handler after the decoder"). So it also does what they did:
+/// - requests a client sends before its previous answer (pipelining) wait in `waiting`, and the
+///   socket is not read while an answer is under way;
+/// - a request the decoder cannot parse is answered 400 and its connection closed, after the
+///   answers to the requests before it;
+/// - a shutdown (`ChannelShouldQuiesceEvent`) closes an idle connection or one in the middle of a
+///   request at once, and one being answered after its answer, which says `Connection: close`.
+final class RequestHandler: ChannelDuplexHandler {
     typealias InboundIn = HTTPServerRequestPart
-    typealias OutboundOut = HTTPServerResponsePart
+    typealias OutboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
 
     private enum State {
         case idle
         /// Answered from the head; the body's parts are dropped until its end.
         case skipping
         case reading(head: HTTPRequestHead, body: ByteBuffer?, limit: Int, tooLarge: @Sendable () -> ServerResponse, handler: @Sendable ([UInt8]) async -> ServerResponse)
+        /// The handler's task runs; its answer is written by ``answered(_:keepAlive:head:context:)``.
         case answering
-        /// Over its limit, or asked to close: nothing more is read.
+        /// Over its limit, refused, asked to close or shutting down: nothing more is read.
         case closing
     }
 
+    private enum Waiting {
+        case part(HTTPServerRequestPart)
+        /// The decoder could not parse what came next.
+        case unparsable
+    }
+
     private var state = State.idle
+    /// What the decoder read while an answer was under way, in order.
+    private var waiting = CircularBuffer<Waiting>()
+    /// A read of the socket asked for while an answer was under way, made once it is written.
+    private var readHeld = false
+    /// The server is shutting down: the answer under way closes the connection.
+    private var quiescing = false
     private var date = HTTPDate()
     /// The connection's event loop, where its requests' handlers run.
     private let executor: EventLoopTaskExecutor
@@ -152,7 +177,16 @@ final class RequestHandler: ChannelInboundHandler {
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        switch (unwrapInboundIn(data), state) {
+        let part = unwrapInboundIn(data)
+        switch state {
+        case .answering: waiting.append(.part(part))
+        case .closing: break
+        default: handle(part, context: context)
+        }
+    }
+
+    private func handle(_ part: HTTPServerRequestPart, context: ChannelHandlerContext) {
+        switch (part, state) {
         case (.head(let head), .idle):
             let declaredLength = head.headers.first(name: "content-length").flatMap { Int($0) }
             switch route(head) {
@@ -161,7 +195,7 @@ final class RequestHandler: ChannelInboundHandler {
                 // length), or one the client holds back until told to send it: the connection
                 // closes with the answer instead.
                 let chunked = head.headers[canonicalForm: "transfer-encoding"].contains { $0.lowercased() == "chunked" }
-                let keepAlive = head.isKeepAlive && !chunked && (declaredLength ?? 0) <= 64 << 10 && !Self.expectsContinue(head)
+                let keepAlive = head.isKeepAlive && !chunked && (declaredLength ?? 0) <= 64 << 10 && !Self.expectsContinue(head) && !quiescing
                 state = keepAlive ? .skipping : .closing
                 write(response, keepAlive: keepAlive, head: head, context: context)
             case .readBody(let limit, let tooLarge, let handler):
@@ -173,7 +207,9 @@ final class RequestHandler: ChannelInboundHandler {
                 state = .reading(head: head, body: nil, limit: limit, tooLarge: tooLarge, handler: handler)
                 if Self.expectsContinue(head) {
                     // The client waits for this before it sends the body (RFC 9110 §10.1.1).
-                    context.writeAndFlush(wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: .continue))), promise: nil)
+                    var buffer = context.channel.allocator.buffer(capacity: 25)
+                    buffer.writeStaticString("HTTP/1.1 100 Continue\r\n\r\n")
+                    context.writeAndFlush(wrapOutboundOut(buffer), promise: nil)
                 }
             }
         case (.body(var part), .reading(let head, var body, let limit, let tooLarge, let handler)):
@@ -202,10 +238,10 @@ final class RequestHandler: ChannelInboundHandler {
             }
         case (.end, .skipping):
             state = .idle
-        case (.body, .skipping), (_, .closing):
+        case (.body, .skipping):
             break
         default:
-            // A part out of order: the codec does not send one; close rather than guess.
+            // A part out of order: the decoder does not send one; close rather than guess.
             state = .closing
             context.close(promise: nil)
         }
@@ -217,37 +253,98 @@ final class RequestHandler: ChannelInboundHandler {
 
     private func answered(_ response: ServerResponse, keepAlive: Bool, head: HTTPRequestHead, context: ChannelHandlerContext) {
         guard case .answering = state, context.channel.isActive else { return }
+        let keepAlive = keepAlive && !quiescing
         state = keepAlive ? .idle : .closing
         write(response, keepAlive: keepAlive, head: head, context: context)
+        // The requests that came meanwhile, up to the next answer under way, then the socket again.
+        while !waiting.isEmpty {
+            switch state {
+            case .answering, .closing: break
+            case .idle, .skipping, .reading:
+                switch waiting.removeFirst() {
+                case .part(let part): handle(part, context: context)
+                case .unparsable: unparsable(context: context)
+                }
+                continue
+            }
+            break
+        }
+        if readHeld, !isAnswering {
+            readHeld = false
+            context.read()
+        }
     }
 
-    /// The answer to `head`: its length and date; whether the connection stays (said to an
-    /// HTTP/1.0 client, which needs it to reuse the connection); no body after a HEAD.
+    private var isAnswering: Bool {
+        if case .answering = state { return true }
+        return false
+    }
+
+    /// The answer to `head`, as one buffer: status line, its headers, its length and date,
+    /// whether the connection stays (said to an HTTP/1.0 client, which needs it to reuse the
+    /// connection), and the body (none after a HEAD).
     private func write(_ response: ServerResponse, keepAlive: Bool, head: HTTPRequestHead, context: ChannelHandlerContext) {
-        var headers = response.headers
-        headers.replaceOrAdd(name: "content-length", value: String(response.body.count))
-        headers.replaceOrAdd(name: "date", value: date.now())
+        var response = response
+        if !response.headers.allSatisfy({ Self.isFieldSafe($0.name) && Self.isFieldSafe($0.value) }) {
+            // A header that would split the answer (CR, LF or NUL): none of it goes out.
+            response = ServerResponse(status: .internalServerError)
+        }
+        let withBody = !response.body.isEmpty && head.method != .HEAD
+        var buffer = context.channel.allocator.buffer(capacity: 160 + response.headers.count * 48 + (withBody ? response.body.count : 0))
+        buffer.writeStaticString("HTTP/1.1 ")
+        let code = Int(response.status.code)
+        if (100...999).contains(code) {
+            buffer.writeInteger(UInt8(ascii: "0") &+ UInt8(code / 100))
+            buffer.writeInteger(UInt8(ascii: "0") &+ UInt8(code / 10 % 10))
+            buffer.writeInteger(UInt8(ascii: "0") &+ UInt8(code % 10))
+        } else {
+            buffer.writeString(String(code))
+        }
+        buffer.writeInteger(UInt8(ascii: " "))
+        buffer.writeString(response.status.reasonPhrase)
+        buffer.writeStaticString("\r\n")
+        for (name, value) in response.headers where !Self.isServerField(name) {
+            buffer.writeString(name)
+            buffer.writeStaticString(": ")
+            buffer.writeString(value)
+            buffer.writeStaticString("\r\n")
+        }
+        buffer.writeStaticString("content-length: ")
+        buffer.writeString(String(response.body.count))
+        buffer.writeStaticString("\r\ndate: ")
+        buffer.writeString(date.now())
         if !keepAlive {
-            headers.replaceOrAdd(name: "connection", value: "close")
+            buffer.writeStaticString("\r\nconnection: close")
         } else if head.version.minor == 0 {
-            headers.replaceOrAdd(name: "connection", value: "keep-alive")
+            buffer.writeStaticString("\r\nconnection: keep-alive")
         }
-        context.write(wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: response.status, headers: headers))), promise: nil)
-        if !response.body.isEmpty, head.method != .HEAD {
-            context.write(wrapOutboundOut(.body(.byteBuffer(context.channel.allocator.buffer(bytes: response.body)))), promise: nil)
-        }
-        let done = context.writeAndFlush(wrapOutboundOut(.end(nil)))
+        buffer.writeStaticString("\r\n\r\n")
+        if withBody { buffer.writeBytes(response.body) }
+        let done = context.writeAndFlush(wrapOutboundOut(buffer))
         if !keepAlive { done.whenComplete { [channel = context.channel] _ in channel.close(promise: nil) } }
     }
 
-    /// Whether a shutdown closes the connection now: its request's answer is not under way
-    /// (NIO's pipelining handler waits for the end of a request, and so for a client that
-    /// stopped sending in the middle of a body). Idle connections and those being answered are
-    /// closed by that handler, the latter after their answer.
-    var closesOnQuiesce: Bool {
-        switch state {
-        case .skipping, .reading: true
-        case .idle, .answering, .closing: false
+    /// The fields the server writes itself (``ServerResponse``).
+    private static func isServerField(_ name: String) -> Bool {
+        switch name.utf8.count {
+        case 4: name.lowercased() == "date"
+        case 10: name.lowercased() == "connection"
+        case 14: name.lowercased() == "content-length"
+        default: false
+        }
+    }
+
+    private static func isFieldSafe(_ text: String) -> Bool {
+        !text.utf8.contains { $0 == 0x0D || $0 == 0x0A || $0 == 0x00 }
+    }
+
+    /// Not while an answer is under way: the next request would only wait in `waiting`, and a
+    /// client that pipelines without end would grow it.
+    func read(context: ChannelHandlerContext) {
+        if isAnswering {
+            readHeld = true
+        } else {
+            context.read()
         }
     }
 
@@ -255,15 +352,53 @@ final class RequestHandler: ChannelInboundHandler {
         if event is IdleStateHandler.IdleStateEvent {
             // Silent between requests or in the middle of one; a request being answered waits
             // for its answer, however long the broker takes.
-            if case .answering = state { return }
+            if isAnswering { return }
             context.close(promise: nil)
+            return
+        }
+        if event is ChannelShouldQuiesceEvent {
+            // Idle, or a request not yet whole (a client that stopped sending in the middle of a
+            // body would hold the shutdown): closed now. Being answered: after its answer.
+            switch state {
+            case .answering: quiescing = true
+            case .closing: break
+            case .idle, .skipping, .reading:
+                state = .closing
+                context.close(promise: nil)
+            }
             return
         }
         context.fireUserInboundEventTriggered(event)
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        context.close(promise: nil)
+        guard error is HTTPParserError else {
+            state = .closing
+            context.close(promise: nil)
+            return
+        }
+        // Answered after the answer under way, as the request it stands for would have been.
+        if isAnswering {
+            waiting.append(.unparsable)
+        } else {
+            unparsable(context: context)
+        }
+    }
+
+    /// A request the decoder cannot parse: 400, then the close; only the close if its answer was
+    /// given already (from the head of a request whose body did not parse).
+    private func unparsable(context: ChannelHandlerContext) {
+        switch state {
+        case .idle, .reading:
+            state = .closing
+            guard context.channel.isActive else { return }
+            var buffer = context.channel.allocator.buffer(capacity: 80)
+            buffer.writeStaticString("HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+            context.writeAndFlush(wrapOutboundOut(buffer)).whenComplete { [channel = context.channel] _ in channel.close(promise: nil) }
+        case .skipping, .answering, .closing:
+            state = .closing
+            context.close(promise: nil)
+        }
     }
 }
 
@@ -282,25 +417,6 @@ public final class EventLoopTaskExecutor: TaskExecutor {
     public func enqueue(_ job: consuming ExecutorJob) {
         let job = UnownedJob(job)
         eventLoop.execute { job.runSynchronously(on: self.asUnownedTaskExecutor()) }
-    }
-}
-
-/// Tells the request handler that the server is shutting down, ahead of NIO's pipelining
-/// handler, which acts on that event and does not pass it on.
-final class QuiesceRelay: ChannelInboundHandler {
-    typealias InboundIn = ByteBuffer
-    private let requests: RequestHandler
-
-    init(requests: RequestHandler) {
-        self.requests = requests
-    }
-
-    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
-        if event is ChannelShouldQuiesceEvent, requests.closesOnQuiesce {
-            context.close(promise: nil)
-            return
-        }
-        context.fireUserInboundEventTriggered(event)
     }
 }
 

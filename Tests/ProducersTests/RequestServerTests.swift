@@ -42,4 +42,76 @@ import Testing
         }
         await producer.close()
     }
+
+    /// A server whose posts answer "got <body>" from a task, and whose `/now` is answered from
+    /// the head; `/split` answers with a header that would split the answer.
+    static func withServer(_ body: @Sendable (Int) async throws -> Void) async throws {
+        let (ports, listening) = AsyncStream.makeStream(of: Int.self)
+        let server = RequestServer(host: "127.0.0.1", port: 0, idleTimeout: .seconds(30), onListening: { listening.yield($0) }) { head in
+            switch head.uri {
+            case "/now": return .answer(ServerResponse(status: .ok, body: Array("now".utf8)))
+            case "/split": return .answer(ServerResponse(status: .ok, headers: ["X-Note": "a\r\nSet-Cookie: s=1"], body: Array("split".utf8)))
+            default:
+                return .readBody(limit: 1 << 10, tooLarge: { ServerResponse(status: .payloadTooLarge) }) { body in
+                    ServerResponse(status: .created, body: Array("got \(String(decoding: body, as: UTF8.self));".utf8))
+                }
+            }
+        }
+        try await withThrowingTaskGroup { group in
+            group.addTask { try await server.run() }
+            var iterator = ports.makeAsyncIterator()
+            try await body(try #require(await iterator.next()))
+            group.cancelAll()
+        }
+    }
+
+    /// Requests sent in one write, before any answer (pipelining): the first is answered by its
+    /// task while the others wait, and all three are answered in order on the one connection.
+    /// Then a request the decoder cannot parse gets 400 and the connection closes, also when it
+    /// came right behind a post (after that post's answer).
+    @Test func pipelinedRequestsAreAnsweredInOrderAndOneThatCannotBeParsedGets400() async throws {
+        try await Self.withServer { port in
+            let connection = try #require(RawHTTP.Connection(port: port))
+            await connection.send(
+                "POST /p HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\n\r\na"
+                    + "POST /p HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\n\r\nb"
+                    + "GET /now HTTP/1.1\r\nHost: h\r\n\r\n")
+            let (answers, closed) = await connection.read(until: "\r\n\r\nnow")
+            #expect(closed == nil)
+            let a = try #require(answers.range(of: "got a;")), b = try #require(answers.range(of: "got b;"))
+            #expect(a.upperBound <= b.lowerBound, "\(answers)")
+            #expect(answers.components(separatedBy: "HTTP/1.1 201 Created\r\n").count == 3, "\(answers)")
+            #expect(answers.components(separatedBy: "HTTP/1.1 200 OK\r\n").count == 2, "\(answers)")
+            #expect(!answers.lowercased().contains("connection: close"), "\(answers)")
+
+            await connection.send("GET /now HTTP/1.1\r\nHost h\r\n\r\n")  // a header line without its colon
+            let (refusal, closedAfter) = await connection.read(until: nil)
+            #expect(refusal.hasPrefix("HTTP/1.1 400 Bad Request\r\n"), "\(refusal)")
+            #expect(refusal.lowercased().contains("connection: close"), "\(refusal)")
+            #expect(closedAfter != nil, "the connection closes after the 400")
+
+            // Pipelined behind a post: the post is answered first, then the 400, then the close.
+            let (both, bothClosed) = await RawHTTP.exchange(
+                port: port, "POST /p HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\n\r\nc" + "GET /now HTTP/1.1\r\nHost h\r\n\r\n")
+            #expect(both.hasPrefix("HTTP/1.1 201 Created\r\n") && both.contains("got c;HTTP/1.1 400 Bad Request\r\n"), "\(both)")
+            #expect(bothClosed != nil)
+        }
+    }
+
+    /// A HEAD is answered with the length a GET would get and no body, and the connection goes
+    /// on; an answer whose header would split it (CR LF in a value) goes out as a 500 instead.
+    @Test func aHeadAnswerHasNoBodyAndAHeaderThatWouldSplitTheAnswerIsNotSent() async throws {
+        try await Self.withServer { port in
+            let connection = try #require(RawHTTP.Connection(port: port))
+            await connection.send("HEAD /now HTTP/1.1\r\nHost: h\r\n\r\nGET /now HTTP/1.1\r\nHost: h\r\n\r\n")
+            let (answers, _) = await connection.read(until: "\r\n\r\nnow")
+            let parts = answers.components(separatedBy: "HTTP/1.1 200 OK\r\n")
+            #expect(parts.count == 3, "\(answers)")
+            #expect(parts[1].contains("content-length: 3\r\n") && parts[1].hasSuffix("\r\n\r\n"), "no body after the HEAD's head: \(answers)")
+
+            let (split, _) = await RawHTTP.exchange(port: port, "GET /split HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n")
+            #expect(split.hasPrefix("HTTP/1.1 500 Internal Server Error\r\n"), "\(split)")
+            #expect(!split.contains("Set-Cookie") && !split.contains("split"), "\(split)")
+        }
+    }
 }
