@@ -53,8 +53,14 @@ struct Perf: AsyncParsableCommand {
             // and wakes one of the pool's.
             let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
             let loop = group.next()
-            let producer = try KafkaProducer(
-                configuration: config, serving: reports == .loop ? .scheduled { job in loop.execute(job) } : .thread)
+            let producer: KafkaProducer
+            do {
+                producer = try KafkaProducer(
+                    configuration: config, serving: reports == .loop ? .scheduled { job in loop.execute(job) } : .thread)
+            } catch {
+                try? await group.shutdownGracefully()
+                throw error
+            }
             // The producer is closed and the loop shut down whatever the outcome.
             let result: Result<(failed: Int, elapsed: Duration), any Error> =
                 await withTaskExecutorPreference(reports == .loop ? EventLoopTaskExecutor(loop) : nil) {
