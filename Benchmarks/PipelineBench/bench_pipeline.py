@@ -17,7 +17,7 @@ does too), `prices.candles` (stateful: 1-minute candles, checkpointed to a chang
 latter two the Python side is skipped. THROUGHPUT_ONLY=1 skips the two-worker and latency parts.
 BASELINE=path/to/another/pipelinectl adds its worker as one more side of every round (a
 before/after of two builds in the same run, on the same broker and input).
-LINGER (milliseconds, default 20: the worker's own default) is every side's producer linger.ms:
+LINGER (milliseconds, default 10: the worker's own default) is every side's producer linger.ms:
 the pipe's, the Python worker's, and the Swift worker's when set. DEDUPE=header|content: the
 target topic's declaration (default: the shipped topology's for the chain's output, content for
 prices.ticks); BASELINE_DEDUPE the same for the BASELINE side (header for a build before it).
@@ -34,9 +34,9 @@ import time
 import urllib.request
 
 CTL = os.environ.get("PIPELINECTL", ".build/release/pipelinectl")
-# Every side's producer lingers this many milliseconds (linger.ms): the worker's default, 20 ms,
+# Every side's producer lingers this many milliseconds (linger.ms): the worker's default, 10 ms,
 # unless LINGER is set (then the Swift worker gets --linger too, a BASELINE build -X linger.ms).
-LINGER = os.environ.get("LINGER", "20")
+LINGER = os.environ.get("LINGER", "10")
 HERE = os.path.dirname(os.path.abspath(__file__))
 MARKETS = [f"KRW-C{i}" for i in range(40)]
 CHAIN = os.environ.get("CHAIN", "prices.decode")

@@ -22,7 +22,7 @@ they would be; the spread over RUNS says how much that moves the figure.
   LARGE_POSTS posts per connection (the endpoint answers; no peer runs under callgrind).
 
 Usage: instructions_process.py [worker|produce|ingest ...] (default: worker and produce). Env: SMALL (20000), LARGE
-(60000), RUNS (3), CHAIN, LINGER (the worker comparison's linger.ms on both sides; default 20,
+(60000), RUNS (3), CHAIN, LINGER (the worker comparison's linger.ms on both sides; default 10,
 the worker's own), PIPELINECTL, KEEP=1 (keep the callgrind files, for callgrind_annotate).
 """
 import json

@@ -99,7 +99,7 @@ def transform(value):
 def main():
     bootstrap, source, target, count = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     dead_letters = sys.argv[5] if len(sys.argv) > 5 else "bench.dead-letters"
-    linger = int(sys.argv[6]) if len(sys.argv) > 6 else 20  # ms, as the Swift worker's default
+    linger = int(sys.argv[6]) if len(sys.argv) > 6 else 10  # ms, as the Swift worker's default
     keyed = (sys.argv[7] if len(sys.argv) > 7 else "header") != "content"
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "py-bench", "enable.auto.commit": False})
     meta = consumer.list_topics(source, timeout=10)

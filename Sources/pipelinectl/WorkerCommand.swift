@@ -56,7 +56,7 @@ struct Worker: AsyncParsableCommand {
     var maxPollInterval: Duration?
     @Option(help: """
         How long the producer waits for more outputs to share a request (linger.ms, 0ms to 900s; \
-        default: 20ms). Every output waits for it; shorter sends more, smaller requests.
+        default: 10ms). Every output waits for it; shorter sends more, smaller requests.
         """, transform: { text in
         guard let d = parseDuration(text), d <= .seconds(900) else {
             throw ValidationError("--linger: '\(text)' is not a duration from 0ms to 900s such as 20ms")
