@@ -178,10 +178,10 @@ final class RequestHandler: ChannelDuplexHandler {
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let part = unwrapInboundIn(data)
-        switch state {
-        case .answering: waiting.append(.part(part))
-        case .closing: break
-        default: handle(part, context: context)
+        if takesInput {
+            handle(part, context: context)
+        } else if isAnswering {
+            waiting.append(.part(part))
         }
     }
 
@@ -257,17 +257,11 @@ final class RequestHandler: ChannelDuplexHandler {
         state = keepAlive ? .idle : .closing
         write(response, keepAlive: keepAlive, head: head, context: context)
         // The requests that came meanwhile, up to the next answer under way, then the socket again.
-        while !waiting.isEmpty {
-            switch state {
-            case .answering, .closing: break
-            case .idle, .skipping, .reading:
-                switch waiting.removeFirst() {
-                case .part(let part): handle(part, context: context)
-                case .unparsable: unparsable(context: context)
-                }
-                continue
+        while takesInput, let next = waiting.popFirst() {
+            switch next {
+            case .part(let part): handle(part, context: context)
+            case .unparsable: unparsable(context: context)
             }
-            break
         }
         if readHeld, !isAnswering {
             readHeld = false
@@ -278,6 +272,14 @@ final class RequestHandler: ChannelDuplexHandler {
     private var isAnswering: Bool {
         if case .answering = state { return true }
         return false
+    }
+
+    /// Whether a part read now would be handled (not waiting behind an answer, nor dropped).
+    private var takesInput: Bool {
+        switch state {
+        case .answering, .closing: false
+        case .idle, .skipping, .reading: true
+        }
     }
 
     /// The answer to `head`, as one buffer: status line, its headers, its length and date,
