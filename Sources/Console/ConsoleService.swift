@@ -71,6 +71,11 @@ public final class ConsoleService: Service, Sendable {
     public let listening: AsyncStream<Int>
     private let listened: AsyncStream<Int>.Continuation
     private let cache = Mutex<(at: ContinuousClock.Instant, entries: [DeadLetterEntry], redrives: [RedriveRecord])?>(nil)
+    /// One action at a time (a redrive, a dead letter marked handled): each reads the dead letters
+    /// and the redrive log, checks its form against them and appends to the log, so a second
+    /// action sees the first one's record (two identical redrive posts send the records once; the
+    /// second gets 409).
+    private let actions = AsyncGate(limit: 1)
 
     public init(settings: ConsoleSettings, state: ConsoleState, kafka: KafkaConfiguration, logger: Logger) throws {
         self.settings = settings
@@ -323,6 +328,14 @@ public final class ConsoleService: Service, Sendable {
     /// selection and the CSRF token; execute also carries the count previewed.
     func redrive(_ request: Request, execute: Bool) async throws -> Response {
         guard mayAct, let producer = producers?.current() else { return refused() }
+        if execute {
+            // Read, check and send under the one action permit; a preview needs none.
+            return try await actions.withPermit { try await redrive(request, producer: producer, execute: true) }
+        }
+        return try await redrive(request, producer: producer, execute: false)
+    }
+
+    private func redrive(_ request: Request, producer: KafkaProducer, execute: Bool) async throws -> Response {
         let form = try await Self.form(request)
         guard ConstantTime.equal(Array((form["csrf"] ?? "").utf8), Array(csrf.utf8)) else { return refused() }
         let expected = try execute ? form["expected"].map { try RequestParameters.number($0, name: "expected", 0...Int64.max, what: "a count") } : nil
@@ -357,6 +370,10 @@ public final class ConsoleService: Service, Sendable {
     /// and when; nothing is sent), so that later previews leave it out.
     func markHandled(_ request: Request) async throws -> Response {
         guard mayAct, let producer = producers?.current() else { return refused() }
+        return try await actions.withPermit { try await markHandled(request, producer: producer) }
+    }
+
+    private func markHandled(_ request: Request, producer: KafkaProducer) async throws -> Response {
         let form = try await Self.form(request)
         guard ConstantTime.equal(Array((form["csrf"] ?? "").utf8), Array(csrf.utf8)) else { return refused() }
         let selection = DeadLetterSelection(query: form)

@@ -415,6 +415,46 @@ struct ConsoleUnderTest {
         }
     }
 
+    /// Three identical redrive posts at once (a double click, a retried form) send the records
+    /// once: the console checks each post's previewed count against the dead letters and the
+    /// redrive log one action at a time, so the first is sent and the others get 409.
+    @Test func identicalRedrivesAtOnceSendTheRecordsOnce() async throws {
+        try await Console.with { console in
+            let own: HTTPFields = [.origin: "http://\(console.own)"]
+            let producer = try KafkaProducer(configuration: ProducerConfiguration(kafka: console.service.kafka))
+            let letters = (0..<3).map { i in
+                let input = InputRecord(
+                    key: Array("k\(i)".utf8), value: Array("again\(i)".utf8), timestamp: 1_000,
+                    origin: RecordOrigin(topic: "prices.raw", partition: 1, offset: Int64(i)))
+                let d = DeadLetter(
+                    stage: "prices-decode", transform: "prices.decode", input: input,
+                    failure: DecodeFailure(field: "trade_price", reason: .invalidValue, detail: "not a number"))
+                return ProducerRecord(
+                    topic: "pipeline.dead-letters", partition: 0, key: d.key, value: d.value,
+                    headers: d.recordHeaders.map { KafkaHeader(key: $0.name, value: $0.value) }, timestamp: d.timestamp)
+            }
+            #expect(try await producer.send(letters).allSatisfy { $0.error == nil })
+            await producer.close()
+            let preview = try await console.request(.post, "/dead-letters/redrive/preview", headers: own, form: "csrf=\(console.csrf)")
+            #expect(preview.body.contains("<span id=\"redrive-count\">3</span>"), "\(preview.body.prefix(1500))")
+
+            let statuses = try await withThrowingTaskGroup(of: Int.self) { posts in
+                for _ in 0..<3 {
+                    posts.addTask { try await console.request(.post, "/dead-letters/redrive", headers: own, form: "csrf=\(console.csrf)&expected=3").status }
+                }
+                return try await posts.reduce(into: []) { $0.append($1) }.sorted()
+            }
+            #expect(statuses == [200, 409, 409], "one redrive went through, the others saw it: \(statuses)")
+            var values: [String] = []
+            try await TopicReader(kafka: console.service.kafka).readTopic("prices.raw") { batch in
+                values += batch.map { String(decoding: $0.value ?? [], as: UTF8.self) }
+            }
+            #expect(values.filter { $0.hasPrefix("again") }.sorted() == ["again0", "again1", "again2"], "each record sent once: \(values)")
+            let log = try await console.request(.get, "/redrives", headers: own)
+            #expect(log.body.components(separatedBy: "<td>redrive</td>").count == 2, "one redrive in the log")
+        }
+    }
+
     /// Dead letters are found by their original key, and one dead letter's page redrives that
     /// one only: the preview counts 1, the CLI line names its topic, partition and offset, exactly
     /// that record goes back to its origin, and the page then says who redrove it. Another is

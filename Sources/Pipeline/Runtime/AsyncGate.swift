@@ -3,7 +3,7 @@ import Kafka
 
 /// A counting semaphore for tasks: at most `limit` holders at once, the others suspended (not
 /// blocking a thread) in FIFO order.
-final class AsyncGate: Sendable {
+package final class AsyncGate: Sendable {
     private struct State {
         var available: Int
         var waiters: [CheckedContinuation<Void, Never>] = []
@@ -12,9 +12,9 @@ final class AsyncGate: Sendable {
 
     private let state: Mutex<State>
 
-    init(limit: Int) { state = Mutex(State(available: max(1, limit))) }
+    package init(limit: Int) { state = Mutex(State(available: max(1, limit))) }
 
-    func acquire() async {
+    package func acquire() async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let admitted = state.withLock { s in
                 if s.available > 0 {
@@ -28,7 +28,7 @@ final class AsyncGate: Sendable {
         }
     }
 
-    func release() {
+    package func release() {
         let next = state.withLock { s -> CheckedContinuation<Void, Never>? in
             guard s.head < s.waiters.count else {
                 s.available += 1
@@ -43,5 +43,12 @@ final class AsyncGate: Sendable {
             return c
         }
         next?.resume()
+    }
+
+    /// Runs `body` holding one permit (released however `body` ends).
+    package func withPermit<T>(_ body: () async throws -> T) async rethrows -> T {
+        await acquire()
+        defer { release() }
+        return try await body()
     }
 }
