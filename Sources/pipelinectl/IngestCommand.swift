@@ -329,6 +329,10 @@ extension Ingest {
             (settings.host, settings.port) = try listenAddress()
             settings.maxBodyBytes = maxBodyBytes
             settings.maxRecords = maxRecords
+            if let raw = kafka.raw["message.max.bytes"] {
+                guard let bytes = Int(raw), bytes > 0 else { throw ValidationError("-X message.max.bytes=\(raw): expected a positive number of bytes") }
+                settings.maxRecordBytes = bytes
+            }
             settings.maxInFlightRecords = maxInFlightRecords
             settings.requestsPerSecond = rateLimit
             settings.idleTimeout = idleTimeout

@@ -16,6 +16,33 @@ let badTick = #"{"type":"ticker","code":"KRW-ETH","trade_price":-1,"signed_chang
         try IngestBatch.parse(Array(body.utf8), stream: stream, topic: "t", maxRecords: max, validator: validator)
     }
 
+    /// A record larger than the producer sends (its `message.max.bytes`) would fail in the
+    /// producer after the rest of the body went out: it is refused with the body, named by its
+    /// index among all the body's records, invalid ones included.
+    @Test func aRecordLargerThanTheProducerSendsIsRefusedWithTheWholeBody() throws {
+        let padded = tick.replacingOccurrences(of: "\"type\"", with: "\"pad\":\"\(String(repeating: "x", count: 2_000))\",\"type\"")
+        let body = [badTick, tick, padded, tick].joined(separator: "\n")
+        let batch = try IngestBatch.parse(Array(body.utf8), stream: .prices, topic: "t", maxRecords: 10, maxRecordBytes: 1_000, validator: validator)
+        #expect(batch.rejected.map(\.index) == [0, 2], "\(batch.rejected)")
+        let size = batch.rejected.last.map(\.detail) ?? ""
+        #expect(size.contains("at most 1000") && size.contains("message.max.bytes"), "\(size)")
+        #expect(batch.records.count == 2)
+        // The size as librdkafka counts it: 36 bytes of framing, key, value, headers with their lengths.
+        #expect(IngestBatch.wireSize(ProducerRecord(topic: "t", key: [1, 2], value: [3], headers: [KafkaHeader(key: "ab", value: [4])])) == 36 + 2 + 1 + 10 + 2 + 1)
+        #expect(try parse(padded).rejected.isEmpty, "under the default of 1,000,000")
+    }
+
+    /// An envelope's `timestamp` is an epoch-ms time the producer can send: librdkafka sends 0 as
+    /// "now" and a broker reads a negative one as none, so those and years past 9999 are refused.
+    @Test func anEnvelopeTimestampOutsideEpochMillisecondsIsRefused() throws {
+        for t in ["-1", "0", "9223372036854775807", "253402300800000"] {
+            let batch = try parse(#"{"key":"KRW-BTC","timestamp":"# + t + #","value":"# + tick + "}")
+            #expect(batch.rejected.map(\.field) == ["timestamp"] && batch.records.isEmpty, "\(t): \(batch.rejected)")
+        }
+        let kept = try parse(#"{"key":"KRW-BTC","timestamp":1700000000000,"value":"# + tick + "}")
+        #expect(kept.rejected.isEmpty && kept.records.first?.timestamp == 1_700_000_000_000)
+    }
+
     @Test func oneObjectAnArrayAndJSONLinesGiveOneRecordPerUpstreamObject() throws {
         let pretty = "{\n  \"type\": \"ticker\",\n  \"code\": \"KRW-XRP\",\n  \"trade_price\": 1,\n  \"signed_change_rate\": 0,\n  \"trade_volume\": 0,\n  \"trade_timestamp\": 1\n}\n"
         for (body, keys) in [

@@ -39,9 +39,13 @@ public struct IngestBatch: Sendable {
         }
     }
 
-    /// The records of `body` for `stream`, to `topic`; at most `maxRecords` of them.
+    /// The records of `body` for `stream`, to `topic`; at most `maxRecords` of them, each at most
+    /// `maxRecordBytes` as the producer counts it (``wireSize(_:)``, against its
+    /// `message.max.bytes`): a larger one would fail in the producer after the others of the body
+    /// were sent, so it is refused here with the rest of the body.
     public static func parse(
-        _ body: [UInt8], stream: UpstreamStream, topic: String, maxRecords: Int, validator: IngestValidator
+        _ body: [UInt8], stream: UpstreamStream, topic: String, maxRecords: Int, maxRecordBytes: Int = defaultMaxRecordBytes,
+        validator: IngestValidator
     ) throws(BodyError) -> IngestBatch {
         let values = try split(body)
         guard values.count <= maxRecords else { throw .tooManyRecords(count: values.count, limit: maxRecords) }
@@ -82,7 +86,35 @@ public struct IngestBatch: Sendable {
             }
             batch.records.append(ProducerRecord(topic: topic, key: key.map { Array($0.utf8) }, value: value))
         }
+        // Sized after validation, so that an invalid record is named for what is wrong with it.
+        if batch.records.contains(where: { wireSize($0) > maxRecordBytes }) {
+            let invalid = batch.rejected.map(\.index).sorted()
+            var kept: [ProducerRecord] = []
+            for (n, record) in batch.records.enumerated() {
+                let size = wireSize(record)
+                guard size > maxRecordBytes else { kept.append(record); continue }
+                // The body index of the n-th valid record: count the invalid ones before it.
+                var index = n
+                for i in invalid where i <= index { index += 1 }
+                batch.rejected.append(Rejection(
+                    index: index, field: "$", reason: DecodeFailure.Reason.invalidValue.rawValue,
+                    detail: "the record is \(size) bytes as the producer counts it; at most \(maxRecordBytes) (the producer's message.max.bytes)"))
+            }
+            batch.records = kept
+            batch.rejected.sort { $0.index < $1.index }
+        }
         return batch
+    }
+
+    /// librdkafka's default `message.max.bytes`, the largest record it sends.
+    public static let defaultMaxRecordBytes = 1_000_000
+
+    /// The size librdkafka checks against `message.max.bytes` when a record is produced
+    /// (`rd_kafka_msg_max_wire_size`: a v2 record's largest framing, 36 bytes, key, value and
+    /// headers, each header with its two length varints).
+    public static func wireSize(_ record: ProducerRecord) -> Int {
+        36 + (record.key?.count ?? 0) + (record.value?.count ?? 0)
+            + record.headers.reduce(0) { $0 + 10 + $1.key.utf8.count + ($1.value?.count ?? 0) }
     }
 
     /// A record sent as an envelope (`{"key","headers","timestamp","value"}`, as `pipelinectl
@@ -103,6 +135,12 @@ public struct IngestBatch: Sendable {
             }
         } else if key == nil {
             return .failure(Rejection(index: 0, field: "key", reason: DecodeFailure.Reason.missingField.rawValue, detail: "a tombstone (\"value\": null) needs a key"))
+        }
+        if envelope.timestamp != Int64.min, !(1...NumberBounds.epochMillis.upperBound).contains(envelope.timestamp) {
+            // librdkafka sends 0 as "now", and a broker reads a negative one as none.
+            return .failure(Rejection(
+                index: 0, field: "timestamp", reason: DecodeFailure.Reason.invalidValue.rawValue,
+                detail: "must be an epoch-ms time after 1970-01-01T00:00:00Z and before the year 10000, got \(envelope.timestamp)"))
         }
         var record = ProducerRecord(topic: topic, key: key, value: value)
         record.headers = envelope.headers.map { KafkaHeader(key: $0.name, value: $0.value) }

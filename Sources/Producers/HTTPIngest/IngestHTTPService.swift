@@ -19,6 +19,9 @@ public struct IngestHTTPSettings: Sendable {
     public var maxBodyBytes = 1 << 20
     /// More records in one body are answered 413.
     public var maxRecords = 1_000
+    /// The largest record the producer sends (its `message.max.bytes`): a body with a larger one
+    /// is answered 400 naming it, before anything of the body is produced.
+    public var maxRecordBytes = IngestBatch.defaultMaxRecordBytes
     /// Records handed to the producer and not yet acknowledged; a post that would pass it is
     /// answered 503 with `Retry-After` instead of holding its records in memory.
     public var maxInFlightRecords = 50_000
@@ -260,7 +263,7 @@ public final class IngestHTTPService: Service, Sendable {
         let topic = settings.topics[stream] ?? stream.topic
         let batch: IngestBatch
         do {
-            batch = try IngestBatch.parse(body, stream: stream, topic: topic, maxRecords: settings.maxRecords, validator: validator)
+            batch = try IngestBatch.parse(body, stream: stream, topic: topic, maxRecords: settings.maxRecords, maxRecordBytes: settings.maxRecordBytes, validator: validator)
         } catch .tooManyRecords(let count, let limit) {
             return Self.json(413, ErrorBody(error: IngestBatch.BodyError.tooManyRecords(count: count, limit: limit).description))
         } catch {
