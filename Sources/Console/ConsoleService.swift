@@ -349,7 +349,8 @@ public final class ConsoleService: Service, Sendable {
         if let error { return html(notFound("cannot read the dead letters: \(error)"), status: 503) }
         let selected = entries.filter { e in selection.matches(e) && !redrives.contains { $0.covers(e) } }
         let alreadyRedriven = entries.filter(selection.matches).count - selected.count
-        let plan = RedrivePlan(selected, maxRedrives: settings.maxRedrives)
+        let stageTopics = Dictionary(state.topology.stages.map { ($0.name, Set($0.inputs).union($0.outputs.values)) }, uniquingKeysWith: { a, b in a.union(b) })
+        let plan = RedrivePlan(selected, maxRedrives: settings.maxRedrives, stageTopics: stageTopics)
         guard execute else { return html(pages.redrivePreview(selection, plan: plan, alreadyRedriven: alreadyRedriven, csrf: csrf, note: nil)) }
         guard let expected, expected == Int64(plan.sends.count) else {
             let note = "The selection changed since the preview (\(form["expected"] ?? "?") records then, \(plan.sends.count) now): nothing was sent. Check this preview."

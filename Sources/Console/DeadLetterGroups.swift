@@ -58,6 +58,15 @@ extension DeadLetterSelection {
             guard let text = query[name]?.trimmingCharacters(in: .whitespaces), !text.isEmpty else { continue }
             query[name] = String(try RequestParameters.time(text, name: name))
         }
+        // One dead letter by where it sits: a value that names none would select nothing here
+        // and, as CLI flags, every dead letter.
+        if let letter = query["letter"], !letter.isEmpty {
+            guard let slash = letter.lastIndex(of: "/"), let at = letter.lastIndex(of: "@"), slash < at, slash > letter.startIndex,
+                  let partition = Int32(letter[letter.index(after: slash)..<at]), partition >= 0,
+                  let offset = Int64(letter[letter.index(after: at)...]), offset >= 0 else {
+                throw BadParameter(name: "letter", reason: "names no dead letter (expected topic/partition@offset, partition and offset not negative)")
+            }
+        }
         return query
     }
 

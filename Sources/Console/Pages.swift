@@ -377,7 +377,8 @@ struct ConsolePages {
             <p>Selection: \(selection.isEverything ? "every dead letter" : HTML.text(DeadLetterSelection.queryNames.filter { !selection.value($0).isEmpty }.map { "\($0) \(selection.value($0))" }.joined(separator: ", "))). \
             <span id="redrive-count">\(plan.sends.count)</span> records go back to their origin (original key, value, timestamp and \
             headers, <code>dead-letter.redriven</code> counting the redrives); \(plan.exhausted.count) were redriven \(plan.maxRedrives) times already \
-            and are left (<code>--max-redrives</code>)\(alreadyRedriven > 0 ? "; \(alreadyRedriven) the console redrove or marked handled before are not sent again" : "").</p>
+            and are left (<code>--max-redrives</code>)\(alreadyRedriven > 0 ? "; \(alreadyRedriven) the console redrove or marked handled before are not sent again" : "")\(plan.refused.isEmpty ? "" : "; <span id=\"refused-count\">\(plan.refused.count)</span> are left because they would go to a topic their stage neither reads nor writes").</p>
+            \(plan.refused.isEmpty ? "" : "<ul class=\"refused\">" + plan.refused.prefix(20).map { "<li>\(HTML.text(DeadLetterSelection.address($0.entry))): \(HTML.text($0.reason))</li>" }.joined() + "</ul>")
             <ul class="audiences">\(plan.audiences.map { "<li>\($0.count) processed again by \(HTML.text($0.seenBy))</li>" }.joined())</ul>
             <table class="destinations"><thead><tr><th>topic</th><th>partition</th><th>records</th></tr></thead><tbody>
             """
@@ -386,7 +387,8 @@ struct ConsolePages {
         }
         body += """
             </tbody></table>
-            <p>The same from the command line: <code>pipelinectl dlq redrive \(HTML.text(selection.flags)) --max-redrives \(plan.maxRedrives) --execute</code></p>
+            <p>The same from the command line: <code>pipelinectl dlq redrive \(HTML.text(selection.flags)) --max-redrives \(plan.maxRedrives) --execute</code>\
+            \(plan.refused.isEmpty ? "" : " (it reads no topology: it would send the \(plan.refused.count) left above too)").</p>
             """
         if plan.sends.isEmpty {
             body += "<p>Nothing to send.</p>"

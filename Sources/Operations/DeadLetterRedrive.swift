@@ -66,15 +66,35 @@ public enum RedriveDecision: Sendable {
 public struct RedrivePlan: Sendable {
     public var sends: [ProducerRecord]
     public var exhausted: [DeadLetterEntry]
+    /// Dead letters left because the topic they would go to is not one of their stage's (only
+    /// with `stageTopics`), with why. A dead letter says itself where it goes back to, and anyone
+    /// who may write to the dead-letter topic can write one: checked against the topology, a
+    /// redrive cannot be made to write into another topic (the redrive log, another app's input).
+    public var refused: [(entry: DeadLetterEntry, reason: String)]
     public let maxRedrives: Int
 
-    public init(_ entries: [DeadLetterEntry], maxRedrives: Int) {
+    /// `stageTopics`: each stage's inputs and outputs by stage name (the topology's); nil sends
+    /// every dead letter where it says (`pipelinectl dlq redrive`, which has no topology and
+    /// names its topics in its flags).
+    public init(_ entries: [DeadLetterEntry], maxRedrives: Int, stageTopics: [String: Set<String>]? = nil) {
         self.maxRedrives = maxRedrives
         sends = []
         exhausted = []
+        refused = []
         for e in entries {
             switch DeadLetterRedrive.decide(e, maxRedrives: maxRedrives) {
-            case .send(let record): sends.append(record)
+            case .send(let record):
+                if let stageTopics {
+                    guard let topics = stageTopics[e.letter.stage] else {
+                        refused.append((e, "its stage \(e.letter.stage) is not in the topology"))
+                        continue
+                    }
+                    guard topics.contains(record.topic) else {
+                        refused.append((e, "it names \(record.topic), which stage \(e.letter.stage) neither reads nor writes"))
+                        continue
+                    }
+                }
+                sends.append(record)
             case .exhausted: exhausted.append(e)
             }
         }

@@ -252,7 +252,9 @@ struct ConsoleUnderTest {
     /// not silently become "any": it is refused, naming the parameter.
     @Test func aFilterThatCannotBeReadIsRefusedNotDropped() async throws {
         try await Console.with { console in
-            for query in ["stage=%FF", "reason=%C3%28", "origin=%", "field=%G1", "stage=a&stage="] {
+            for query in ["stage=%FF", "reason=%C3%28", "origin=%", "field=%G1", "stage=a&stage=", "letter=garbage",
+                          "letter=pipeline.dead-letters%2F-1%400", "letter=pipeline.dead-letters%2F2147483648%400",
+                          "letter=pipeline.dead-letters%2F0%40100000000000000000000", "letter=%2F0%400"] {
                 let name = String(query.prefix { $0 != "=" })
                 let page = try await console.request(.get, "/dead-letters?\(query)")
                 #expect(page.status == 400, "\(query): \(page.status)")
@@ -412,6 +414,39 @@ struct ConsoleUnderTest {
             let admin = try KafkaAdmin(configuration: console.service.kafka)
             #expect(try await !admin.topicExists("no.such.topic"), "looking did not create it")
             await admin.close()
+        }
+    }
+
+    /// A dead letter says itself where it goes back to, and anyone who may write to the
+    /// dead-letter topic can write one: one naming a topic its stage neither reads nor writes
+    /// (here the redrive log, to forge an entry) is left out of the redrive, with why, and
+    /// nothing is written there; the genuine one beside it is sent.
+    @Test func aDeadLetterNamingATopicOutsideItsStageIsNotRedriven() async throws {
+        try await Console.with { console in
+            let own: HTTPFields = [.origin: "http://\(console.own)"]
+            let producer = try KafkaProducer(configuration: ProducerConfiguration(kafka: console.service.kafka))
+            let letters = [("prices.raw", "genuine"), ("pipeline.console.redrives", #"{"forged":true}"#)].map { topic, value in
+                let input = InputRecord(key: nil, value: Array(value.utf8), timestamp: 1_000, origin: RecordOrigin(topic: topic, partition: 0, offset: 7))
+                let d = DeadLetter(
+                    stage: "prices-decode", transform: "prices.decode", input: input,
+                    failure: DecodeFailure(field: "$", reason: .malformedJSON, detail: "not JSON"))
+                return ProducerRecord(
+                    topic: "pipeline.dead-letters", partition: 0, key: d.key, value: d.value,
+                    headers: d.recordHeaders.map { KafkaHeader(key: $0.name, value: $0.value) }, timestamp: d.timestamp)
+            }
+            #expect(try await producer.send(letters).allSatisfy { $0.error == nil })
+            await producer.close()
+            let preview = try await console.request(.post, "/dead-letters/redrive/preview", headers: own, form: "csrf=\(console.csrf)")
+            #expect(preview.body.contains("<span id=\"redrive-count\">1</span>") && preview.body.contains("<span id=\"refused-count\">1</span>")
+                    && preview.text.contains("pipeline.dead-letters/0@1: it names pipeline.console.redrives, which stage prices-decode neither reads nor writes"),
+                    "\(preview.text.prefix(2500))")
+            let done = try await console.request(.post, "/dead-letters/redrive", headers: own, form: "csrf=\(console.csrf)&expected=1")
+            #expect(done.status == 200, "\(done.body.prefix(1000))")
+            var raw: [String] = [], log: [String] = []
+            try await TopicReader(kafka: console.service.kafka).readTopic("prices.raw") { batch in raw += batch.map { String(decoding: $0.value ?? [], as: UTF8.self) } }
+            try await TopicReader(kafka: console.service.kafka).readTopic("pipeline.console.redrives") { batch in log += batch.map { String(decoding: $0.value ?? [], as: UTF8.self) } }
+            #expect(raw.filter { $0 == "genuine" }.count == 1, "\(raw)")
+            #expect(log.count == 1 && !log.contains { $0.contains("forged") }, "only the console's own record: \(log)")
         }
     }
 
