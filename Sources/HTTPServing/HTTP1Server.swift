@@ -10,9 +10,10 @@ import NIOHTTPTypesHTTP1
 /// - An idle timeout: a connection that sends nothing for that long, between requests or in the
 ///   middle of one (a body announced and withheld), is closed; one whose request is being
 ///   answered is not.
-/// - HTTP/1.0's persistence rules (``HTTP10Connections``): Hummingbird sees requests without
-///   their version and keeps every connection open unless asked to close it, so an HTTP/1.0
-///   client that waits for the close (`ab`) waited for the idle timeout after each answer.
+/// - The persistence rules of RFC 9112 §9.3 (``ConnectionPersistence``): Hummingbird sees requests
+///   without their version and closes a connection only for an exact `Connection: close`, so an
+///   HTTP/1.0 client that waits for the close (`ab`) waited for the idle timeout after each answer,
+///   and `Connection: CLOSE` or `keep-alive, close` kept the connection open.
 public enum HTTP1Server {
     public static func builder(
         idleTimeout: Duration, additionalChannelHandlers: @escaping @Sendable () -> [any RemovableChannelHandler] = { [] }
@@ -25,7 +26,7 @@ public enum HTTP1Server {
     }
 }
 
-/// Hummingbird's HTTP/1 channel with ``HTTP10Connections`` ahead of its conversion to
+/// Hummingbird's HTTP/1 channel with ``ConnectionPersistence`` ahead of its conversion to
 /// version-less requests.
 struct HTTP10Aware: ServerChildChannel {
     let inner: HTTP1Channel
@@ -33,7 +34,7 @@ struct HTTP10Aware: ServerChildChannel {
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<HTTP1Channel.Value> {
         inner.setup(channel: channel, logger: logger).flatMapThrowing { value in
             let codec = try channel.pipeline.syncOperations.handler(type: HTTP1ToHTTPServerCodec.self)
-            try channel.pipeline.syncOperations.addHandler(HTTP10Connections(), position: .before(codec))
+            try channel.pipeline.syncOperations.addHandler(ConnectionPersistence(), position: .before(codec))
             return value
         }
     }
@@ -43,27 +44,31 @@ struct HTTP10Aware: ServerChildChannel {
     }
 }
 
-/// HTTP/1.0 persistence (RFC 9112 §9.3): a 1.0 request keeps its connection only with
-/// `Connection: keep-alive`. One without it is marked `Connection: close` on the way in (the
-/// server then closes after answering) and its answer says so; one with it gets
-/// `Connection: keep-alive` on its answer, which a 1.0 client needs to reuse the connection.
-/// HTTP/1.1 passes untouched.
-final class HTTP10Connections: ChannelDuplexHandler, RemovableChannelHandler {
+/// Whether a connection persists after a request (RFC 9112 §9.3), read as NIO reads it: the
+/// `Connection` header's tokens in any case, over every such header, and the version's default
+/// (HTTP/1.0 closes unless `keep-alive`, HTTP/1.1 persists unless `close`). A request that closes
+/// its connection is passed on with exactly `Connection: close` (the form Hummingbird closes for)
+/// and its answer says `Connection: close`; an HTTP/1.0 request that keeps it gets
+/// `Connection: keep-alive` on its answer, which a 1.0 client needs to reuse the connection. An
+/// HTTP/1.1 request that keeps it passes untouched.
+final class ConnectionPersistence: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = HTTPServerRequestPart
     typealias InboundOut = HTTPServerRequestPart
     typealias OutboundIn = HTTPServerResponsePart
     typealias OutboundOut = HTTPServerResponsePart
 
-    /// Per request not yet answered, in order: nil for HTTP/1.1, else whether it keeps the connection.
+    /// Per request not yet answered, in order: nil to pass the answer untouched, else whether
+    /// the connection persists.
     private var unanswered = CircularBuffer<Bool?>()
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         guard case .head(var head) = unwrapInboundIn(data) else { return context.fireChannelRead(data) }
-        guard head.version.major == 1, head.version.minor == 0 else {
+        let keepAlive = head.isKeepAlive
+        let http10 = head.version.major == 1 && head.version.minor == 0
+        guard !keepAlive || http10 else {
             unanswered.append(nil)
             return context.fireChannelRead(data)
         }
-        let keepAlive = head.isKeepAlive
         unanswered.append(keepAlive)
         if !keepAlive { head.headers.replaceOrAdd(name: "connection", value: "close") }
         context.fireChannelRead(wrapInboundOut(.head(head)))
@@ -71,10 +76,10 @@ final class HTTP10Connections: ChannelDuplexHandler, RemovableChannelHandler {
 
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
         // An interim answer (1xx) leaves its request unanswered.
-        guard case .head(var head) = unwrapOutboundIn(data), head.status.code >= 200, let version = unanswered.popFirst() else {
+        guard case .head(var head) = unwrapOutboundIn(data), head.status.code >= 200, let persistence = unanswered.popFirst() else {
             return context.write(data, promise: promise)
         }
-        guard let keepAlive = version else { return context.write(data, promise: promise) }
+        guard let keepAlive = persistence else { return context.write(data, promise: promise) }
         head.headers.replaceOrAdd(name: "connection", value: keepAlive ? "keep-alive" : "close")
         context.write(wrapOutboundOut(.head(head)), promise: promise)
     }

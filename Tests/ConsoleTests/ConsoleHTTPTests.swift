@@ -633,6 +633,16 @@ struct ConsoleUnderTest {
             let old = await RawHTTP.exchange(port: port, "GET /login HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
             #expect(old.answer.hasPrefix("HTTP/1.1 200"), "\(old.answer.prefix(80))")
             #expect(old.closedAfter.map { $0 < .milliseconds(1500) } == true, "HTTP/1.0 closed after \(old.closedAfter.map { "\($0)" } ?? "more than 30 s")")
+            // `Connection: close` in any case, among other tokens or in a second header: closed once
+            // answered, and the answer says so (as NIO reads the header; Hummingbird alone closed
+            // for the exact lowercase form only).
+            for connection in ["CLOSE", "keep-alive, close", "Upgrade, close", "keep-alive\r\nConnection: close"] {
+                let exchange = await RawHTTP.exchange(port: port, "GET /login HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: \(connection)\r\n\r\n")
+                #expect(exchange.answer.hasPrefix("HTTP/1.1 200") && exchange.answer.lowercased().contains("connection: close"),
+                        "\(connection.debugDescription): \(exchange.answer.prefix(300))")
+                #expect(exchange.closedAfter.map { $0 < .milliseconds(1500) } == true,
+                        "\(connection.debugDescription): closed after \(exchange.closedAfter.map { "\($0)" } ?? "more than 30 s")")
+            }
             // A body announced and never sent: closed by the idle timeout.
             let (_, silent) = await RawHTTP.exchange(port: port, "POST /login HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\nabc")
             #expect(silent.map { $0 >= .seconds(2) } == true, "a silent request body closed after \(silent.map { "\($0)" } ?? "more than 30 s")")
