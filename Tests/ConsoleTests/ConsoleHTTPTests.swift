@@ -34,6 +34,22 @@ struct ConsoleUnderTest {
     var own: String { "127.0.0.1:\(port)" }
     var csrf: String { service.csrf }
 
+    /// Writes a dead letter of prices-decode for each input to pipeline.dead-letters, partition 0,
+    /// as the runtime writes them (the original record's timestamp).
+    func writeDeadLetters(
+        _ inputs: [InputRecord], failure: DecodeFailure = DecodeFailure(field: "trade_price", reason: .invalidValue, detail: "not a number")
+    ) async throws {
+        let producer = try KafkaProducer(configuration: ProducerConfiguration(kafka: service.kafka))
+        let letters = inputs.map { input in
+            let d = DeadLetter(stage: "prices-decode", transform: "prices.decode", input: input, failure: failure)
+            return ProducerRecord(
+                topic: "pipeline.dead-letters", partition: 0, key: d.key, value: d.value,
+                headers: d.recordHeaders.map { KafkaHeader(key: $0.name, value: $0.value) }, timestamp: d.timestamp)
+        }
+        #expect(try await producer.send(letters).allSatisfy { $0.error == nil })
+        await producer.close()
+    }
+
     /// Runs `body` against a console started for it, then stops the console.
     static func with(
         token: String? = nil, access: ConsoleAccess? = nil, allowedHosts: [String] = [], idleTimeout: Duration = .seconds(15),
@@ -424,18 +440,9 @@ struct ConsoleUnderTest {
     @Test func aDeadLetterNamingATopicOutsideItsStageIsNotRedriven() async throws {
         try await Console.with { console in
             let own: HTTPFields = [.origin: "http://\(console.own)"]
-            let producer = try KafkaProducer(configuration: ProducerConfiguration(kafka: console.service.kafka))
-            let letters = [("prices.raw", "genuine"), ("pipeline.console.redrives", #"{"forged":true}"#)].map { topic, value in
-                let input = InputRecord(key: nil, value: Array(value.utf8), timestamp: 1_000, origin: RecordOrigin(topic: topic, partition: 0, offset: 7))
-                let d = DeadLetter(
-                    stage: "prices-decode", transform: "prices.decode", input: input,
-                    failure: DecodeFailure(field: "$", reason: .malformedJSON, detail: "not JSON"))
-                return ProducerRecord(
-                    topic: "pipeline.dead-letters", partition: 0, key: d.key, value: d.value,
-                    headers: d.recordHeaders.map { KafkaHeader(key: $0.name, value: $0.value) }, timestamp: d.timestamp)
-            }
-            #expect(try await producer.send(letters).allSatisfy { $0.error == nil })
-            await producer.close()
+            try await console.writeDeadLetters([("prices.raw", "genuine"), ("pipeline.console.redrives", #"{"forged":true}"#)].map { topic, value in
+                InputRecord(key: nil, value: Array(value.utf8), timestamp: 1_000, origin: RecordOrigin(topic: topic, partition: 0, offset: 7))
+            }, failure: DecodeFailure(field: "$", reason: .malformedJSON, detail: "not JSON"))
             let preview = try await console.request(.post, "/dead-letters/redrive/preview", headers: own, form: "csrf=\(console.csrf)")
             #expect(preview.body.contains("<span id=\"redrive-count\">1</span>") && preview.body.contains("<span id=\"refused-count\">1</span>")
                     && preview.text.contains("pipeline.dead-letters/0@1: it names pipeline.console.redrives, which stage prices-decode neither reads nor writes"),
@@ -456,20 +463,11 @@ struct ConsoleUnderTest {
     @Test func identicalRedrivesAtOnceSendTheRecordsOnce() async throws {
         try await Console.with { console in
             let own: HTTPFields = [.origin: "http://\(console.own)"]
-            let producer = try KafkaProducer(configuration: ProducerConfiguration(kafka: console.service.kafka))
-            let letters = (0..<3).map { i in
-                let input = InputRecord(
+            try await console.writeDeadLetters((0..<3).map { i in
+                InputRecord(
                     key: Array("k\(i)".utf8), value: Array("again\(i)".utf8), timestamp: 1_000,
                     origin: RecordOrigin(topic: "prices.raw", partition: 1, offset: Int64(i)))
-                let d = DeadLetter(
-                    stage: "prices-decode", transform: "prices.decode", input: input,
-                    failure: DecodeFailure(field: "trade_price", reason: .invalidValue, detail: "not a number"))
-                return ProducerRecord(
-                    topic: "pipeline.dead-letters", partition: 0, key: d.key, value: d.value,
-                    headers: d.recordHeaders.map { KafkaHeader(key: $0.name, value: $0.value) }, timestamp: d.timestamp)
-            }
-            #expect(try await producer.send(letters).allSatisfy { $0.error == nil })
-            await producer.close()
+            })
             let preview = try await console.request(.post, "/dead-letters/redrive/preview", headers: own, form: "csrf=\(console.csrf)")
             #expect(preview.body.contains("<span id=\"redrive-count\">3</span>"), "\(preview.body.prefix(1500))")
 
@@ -497,21 +495,11 @@ struct ConsoleUnderTest {
     @Test func oneDeadLetterIsRedrivenFromItsPageAndDeadLettersAreFoundByKey() async throws {
         try await Console.with { console in
             let own: HTTPFields = [.origin: "http://\(console.own)"]
-            let producer = try KafkaProducer(configuration: ProducerConfiguration(kafka: console.service.kafka))
-            let letters = ["a", "b", "a"].enumerated().map { i, key in
-                let input = InputRecord(
+            try await console.writeDeadLetters(["a", "b", "a"].enumerated().map { i, key in
+                InputRecord(
                     key: Array(key.utf8), value: Array("bad\(i)".utf8), timestamp: 1_000 + Int64(i),
                     origin: RecordOrigin(topic: "prices.raw", partition: 0, offset: Int64(20 + i)))
-                let d = DeadLetter(
-                    stage: "prices-decode", transform: "prices.decode", input: input,
-                    failure: DecodeFailure(field: "trade_price", reason: .invalidValue, detail: "not a number"))
-                // As the runtime writes them: the original record's timestamp.
-                return ProducerRecord(
-                    topic: "pipeline.dead-letters", partition: 0, key: d.key, value: d.value,
-                    headers: d.recordHeaders.map { KafkaHeader(key: $0.name, value: $0.value) }, timestamp: d.timestamp)
-            }
-            #expect(try await producer.send(letters).allSatisfy { $0.error == nil })
-            await producer.close()
+            })
 
             let byKey = try await console.request(.get, "/dead-letters?key=a", headers: own)
             #expect(byKey.status == 200 && byKey.body.contains("2 of 3 dead letters match"), "\(byKey.body.prefix(2000))")
