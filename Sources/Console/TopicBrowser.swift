@@ -176,6 +176,23 @@ public struct TopicBrowser: Sendable {
         }
         var found: [ConsumerRecord] = []
         var scanned = 0, matched = 0
+        // A tail is polled again in a moment: what arrives within 2 s is its answer. A position
+        // past a partition's end (a hand-made `after`) never gets an end-of-partition event, and
+        // without this held a consumer for the reader's 10 s and then failed (500); now it is an
+        // answer with nothing new.
+        var tailReader = reader
+        tailReader.idleTimeout = .seconds(2)
+        do {
+            try await read(tailReader, from: start, found: &found, scanned: &scanned, matched: &matched, next: &next, filter: filter)
+        } catch let error as KafkaError where error.code == .timedOut {}
+        found.sort { ($0.timestamp ?? 0, $0.partition, $0.offset) < ($1.timestamp ?? 0, $1.partition, $1.offset) }
+        return BrowsedRecords(records: found, scanned: scanned, matched: matched, after: TailPosition(next: next))
+    }
+
+    private func read(
+        _ reader: TopicReader, from start: [TopicPartitionOffset], found: inout [ConsumerRecord], scanned: inout Int, matched: inout Int,
+        next: inout [Int32: Int64], filter: TopicFilter
+    ) async throws {
         try await reader.read(from: start) { batch in
             for r in batch {
                 // Past the limit: the rest of the batch waits for the next call.
@@ -188,8 +205,6 @@ public struct TopicBrowser: Sendable {
             }
             return found.count < filter.limit
         }
-        found.sort { ($0.timestamp ?? 0, $0.partition, $0.offset) < ($1.timestamp ?? 0, $1.partition, $1.offset) }
-        return BrowsedRecords(records: found, scanned: scanned, matched: matched, after: TailPosition(next: next))
     }
 
     /// One record, or nil when the partition has nothing at that offset.
