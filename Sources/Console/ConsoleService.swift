@@ -76,6 +76,8 @@ public final class ConsoleService: Service, Sendable {
     /// action sees the first one's record (two identical redrive posts send the records once; the
     /// second gets 409).
     private let actions = AsyncGate(limit: 1)
+    /// Each stage's inputs and outputs, by name: where a redrive may send its dead letters.
+    private let stageTopics: [String: Set<String>]
 
     public init(settings: ConsoleSettings, state: ConsoleState, kafka: KafkaConfiguration, logger: Logger) throws {
         self.settings = settings
@@ -83,6 +85,7 @@ public final class ConsoleService: Service, Sendable {
         self.state = state
         self.pages = ConsolePages(state: state)
         self.deadLetterTopics = Array(Set(state.topology.stages.map(\.deadLetterTopic))).sorted()
+        self.stageTopics = Dictionary(state.topology.stages.map { ($0.name, Set($0.inputs).union($0.outputs.values)) }, uniquingKeysWith: { $0.union($1) })
         self.deadLetterReader = DeadLetterReader(kafka: kafka, topics: deadLetterTopics, maxPerPartition: settings.deadLettersPerPartition)
         self.redriveLog = RedriveLog(topic: settings.auditTopic, kafka: kafka)
         if settings.readOnly {
@@ -349,7 +352,6 @@ public final class ConsoleService: Service, Sendable {
         if let error { return html(notFound("cannot read the dead letters: \(error)"), status: 503) }
         let selected = entries.filter { e in selection.matches(e) && !redrives.contains { $0.covers(e) } }
         let alreadyRedriven = entries.filter(selection.matches).count - selected.count
-        let stageTopics = Dictionary(state.topology.stages.map { ($0.name, Set($0.inputs).union($0.outputs.values)) }, uniquingKeysWith: { a, b in a.union(b) })
         let plan = RedrivePlan(selected, maxRedrives: settings.maxRedrives, stageTopics: stageTopics)
         guard execute else { return html(pages.redrivePreview(selection, plan: plan, alreadyRedriven: alreadyRedriven, csrf: csrf, note: nil)) }
         guard let expected, expected == Int64(plan.sends.count) else {
