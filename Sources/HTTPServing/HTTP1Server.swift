@@ -44,13 +44,13 @@ struct HTTP10Aware: ServerChildChannel {
     }
 }
 
-/// Whether a connection persists after a request (RFC 9112 §9.3), read as NIO reads it: the
-/// `Connection` header's tokens in any case, over every such header, and the version's default
-/// (HTTP/1.0 closes unless `keep-alive`, HTTP/1.1 persists unless `close`). A request that closes
-/// its connection is passed on with exactly `Connection: close` (the form Hummingbird closes for)
-/// and its answer says `Connection: close`; an HTTP/1.0 request that keeps it gets
-/// `Connection: keep-alive` on its answer, which a 1.0 client needs to reuse the connection. An
-/// HTTP/1.1 request that keeps it passes untouched.
+/// Whether a connection persists after a request (RFC 9112 §9.3, ``HTTPRequestHead/persists``:
+/// a `close` token in any `Connection` header, in any case, closes it; else HTTP/1.0 closes unless
+/// `keep-alive`, and HTTP/1.1 persists). A request that closes its connection is passed on with
+/// exactly `Connection: close` (the form Hummingbird closes for) and its answer says
+/// `Connection: close`; an HTTP/1.0 request that keeps it gets `Connection: keep-alive` on its
+/// answer, which a 1.0 client needs to reuse the connection. An HTTP/1.1 request that keeps it
+/// passes untouched.
 final class ConnectionPersistence: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = HTTPServerRequestPart
     typealias InboundOut = HTTPServerRequestPart
@@ -63,7 +63,7 @@ final class ConnectionPersistence: ChannelDuplexHandler, RemovableChannelHandler
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         guard case .head(var head) = unwrapInboundIn(data) else { return context.fireChannelRead(data) }
-        let keepAlive = head.isKeepAlive
+        let keepAlive = head.persists
         let http10 = head.version.major == 1 && head.version.minor == 0
         guard !keepAlive || http10 else {
             unanswered.append(nil)

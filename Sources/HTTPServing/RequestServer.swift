@@ -195,7 +195,7 @@ final class RequestHandler: ChannelDuplexHandler {
                 // length), or one the client holds back until told to send it: the connection
                 // closes with the answer instead.
                 let chunked = head.headers[canonicalForm: "transfer-encoding"].contains { $0.lowercased() == "chunked" }
-                let keepAlive = head.isKeepAlive && !chunked && (declaredLength ?? 0) <= 64 << 10 && !Self.expectsContinue(head) && !quiescing
+                let keepAlive = head.persists && !chunked && (declaredLength ?? 0) <= 64 << 10 && !Self.expectsContinue(head) && !quiescing
                 state = keepAlive ? .skipping : .closing
                 write(response, keepAlive: keepAlive, head: head, context: context)
             case .readBody(let limit, let tooLarge, let handler):
@@ -226,7 +226,7 @@ final class RequestHandler: ChannelDuplexHandler {
             }
             state = .reading(head: head, body: body, limit: limit, tooLarge: tooLarge, handler: handler)
         case (.end, .reading(let head, let body, _, _, let handler)):
-            let keepAlive = head.isKeepAlive
+            let keepAlive = head.persists
             state = .answering
             let bytes = body.map { Array($0.readableBytesView) } ?? []
             let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)

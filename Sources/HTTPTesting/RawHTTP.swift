@@ -14,6 +14,21 @@ public enum RawHTTP {
         }
     }
 
+    /// As ``exchange(port:_:limit:)``, with when the answer's first byte came (nil: none did):
+    /// a test of "closed once answered" compares the two, so that a loaded machine that is slow
+    /// to answer at all is not read as a connection left open.
+    public static func timedExchange(port: Int, _ text: String, limit: Int = 30) async -> (answer: String, firstByteAfter: Duration?, closedAfter: Duration?) {
+        await withCheckedContinuation { continuation in
+            Thread.detachNewThread {
+                guard let connection = Connection(port: port, limit: limit) else { return continuation.resume(returning: ("connect failed", nil, nil)) }
+                let start = ContinuousClock.now
+                connection.blockingSend(text)
+                let (answer, closed) = connection.blockingRead(until: nil, since: start)
+                continuation.resume(returning: (answer, connection.firstByte.map { $0 - start }, closed))
+            }
+        }
+    }
+
     private static func blockingExchange(port: Int, _ text: String, limit: Int) -> (answer: String, closedAfter: Duration?) {
         guard let connection = Connection(port: port, limit: limit) else { return ("connect failed", nil) }
         let start = ContinuousClock.now
@@ -26,6 +41,8 @@ public enum RawHTTP {
     public final class Connection: @unchecked Sendable {
         private let fd: Int32
         private var unread: [UInt8] = []
+        /// When the first byte from the server came.
+        fileprivate var firstByte: ContinuousClock.Instant?
 
         /// Connected to 127.0.0.1:`port`; a read waits at most `limit` seconds for a byte.
         public init?(port: Int, limit: Int = 30) {
@@ -74,6 +91,7 @@ public enum RawHTTP {
                 // A reset is the server closing too (abortively: it still held unread bytes).
                 if n < 0, errno == ECONNRESET { return (String(decoding: unread, as: UTF8.self), ContinuousClock.now - start) }
                 if n < 0 { return (String(decoding: unread, as: UTF8.self) + " [recv: errno \(errno)]", nil) }
+                if firstByte == nil { firstByte = .now }
                 unread += buffer[0..<n]
             }
         }

@@ -624,8 +624,9 @@ struct ConsoleUnderTest {
             // `Connection: close` in any case, among other tokens or in a second header: closed once
             // answered, and the answer says so (as NIO reads the header; Hummingbird alone closed
             // for the exact lowercase form only).
-            for connection in ["CLOSE", "keep-alive, close", "Upgrade, close", "keep-alive\r\nConnection: close"] {
-                let exchange = await RawHTTP.exchange(port: port, "GET /login HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: \(connection)\r\n\r\n")
+            for (version, connection) in [("1.1", "CLOSE"), ("1.1", "keep-alive, close"), ("1.1", "Upgrade, close"),
+                                          ("1.1", "keep-alive\r\nConnection: close"), ("1.0", "keep-alive, close")] {
+                let exchange = await RawHTTP.exchange(port: port, "GET /login HTTP/\(version)\r\nHost: 127.0.0.1\r\nConnection: \(connection)\r\n\r\n")
                 #expect(exchange.answer.hasPrefix("HTTP/1.1 200") && exchange.answer.lowercased().contains("connection: close"),
                         "\(connection.debugDescription): \(exchange.answer.prefix(300))")
                 #expect(exchange.closedAfter.map { $0 < .milliseconds(1500) } == true,
