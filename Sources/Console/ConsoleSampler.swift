@@ -87,12 +87,32 @@ public final class ConsoleState: HealthReporting {
             let last = reports.map(\.status.reportedAt).max() ?? now
             let silent = max(0, now - last)
             let verdict: PartitionLagStatus = silent >= noWorkerStopAfter ? .stop : .warn
+            let reason = "no live worker (the last report \(LagVerdict.duration(silent)) ago)"
             if (PartitionLagStatus(rawValue: row.status) ?? .ok) < verdict {
                 row.status = verdict.rawValue
-                row.reason = "no live worker (the last report \(LagVerdict.duration(silent)) ago): \(LagVerdict.grouped(row.lagRecords)) records waiting in all"
+                row.reason = "\(reason): \(LagVerdict.grouped(row.lagRecords)) records waiting in all"
+            }
+            // Each partition with records waiting says the same (the page's table and the metrics).
+            for i in row.partitionRows.indices where row.partitionRows[i].lag.lagRecords ?? 0 > 0 && row.partitionRows[i].lag.status < verdict {
+                row.partitionRows[i].lag.status = verdict
+                row.partitionRows[i].reason = reason
             }
         }
         return row
+    }
+
+    /// What the console exports for a stage, per input topic, from the row the page shows
+    /// (``withWorkers(_:_:now:)`` applied): the worst partition's status, and the longest lag
+    /// in seconds (nil while a partition with records waiting has none: not exported). A stage
+    /// whose sample failed is ERR on each of its inputs, as on the page.
+    static func gauges(_ row: StageRow) -> [(topic: String, status: PartitionLagStatus, lagSeconds: Double?)] {
+        if row.error != nil { return row.inputs.map { ($0, .err, nil) } }
+        let byTopic = Dictionary(grouping: row.partitionRows.map(\.lag), by: \.topic)
+        return byTopic.keys.sorted().map { topic in
+            let parts = byTopic[topic]!
+            let unknown = parts.contains { $0.lagRecords ?? 0 > 0 && $0.lagSeconds == nil }
+            return (topic, PartitionLagStatus(worstOf: parts.map(\.status)), unknown ? nil : parts.compactMap(\.lagSeconds).max() ?? 0)
+        }
     }
 
     /// How long a stage with records waiting may have no live worker before it is STOP (ms).
@@ -145,8 +165,8 @@ public final class ConsoleState: HealthReporting {
     }
 }
 
-/// Samples every stage's lag every `interval` and exports the verdicts as metrics, so that
-/// Alertmanager and the page agree: `pipeline_consumer_status{group,topic}` (0 OK, 1 WARN,
+/// Samples every stage's lag every `interval` and exports the verdicts the page shows as metrics
+/// (``ConsoleState/gauges(_:)``), so that Alertmanager and the page agree: `pipeline_consumer_status{group,topic}` (0 OK, 1 WARN,
 /// 2 STALL, 3 STOP, 4 REWIND, 5 ERR) and `pipeline_group_lag_seconds{group,topic}`.
 public final class ConsoleSampler: Service, Sendable {
     let state: ConsoleState
@@ -244,7 +264,6 @@ public final class ConsoleSampler: Service, Sendable {
                     members[stage.group] = lag.members.isEmpty && lag.state != "Empty" ? .some(nil) : lag.members.map(\.clientID)
                     let row = Self.row(stage, lag: lag, windows: sample.window, previous: &previous[stage.name, default: [:]], now: sample.time)
                     state.update(row, at: sample.time)
-                    export(row, lag: lag)
                 case .failure(let error):
                     var row = state.row(stage.name)!
                     row.error = "\(error)"
@@ -261,6 +280,8 @@ public final class ConsoleSampler: Service, Sendable {
             } catch {
                 logger.warning("cannot read the worker status topic", metadata: ["topic": "\(statuses.topic)", "error": "\(error)"])
             }
+            // Exported as the page shows them: after the workers' reports, and failed samples too.
+            for stage in stages { if let row = state.row(stage.name), row.sampledAt != nil { export(row) } }
             if ContinuousClock.now - lastSave >= saveInterval {
                 await saveHistory(producers.current())
                 lastSave = .now
@@ -325,13 +346,12 @@ public final class ConsoleSampler: Service, Sendable {
         }
     }
 
-    private func export(_ row: StageRow, lag: GroupLag) {
-        for topic in Set(lag.partitions.map(\.topic)) {
-            let parts = lag.partitions.filter { $0.topic == topic }
-            let status = parts.map(\.status).max() ?? .ok
-            Gauge(label: ConsoleMetricName.consumerStatus, dimensions: [("group", row.group), ("topic", topic)]).record(Double(status.severity))
-            Gauge(label: ConsoleMetricName.groupLagSeconds, dimensions: [("group", row.group), ("topic", topic)])
-                .record(parts.compactMap(\.lagSeconds).max() ?? 0)
+    private func export(_ row: StageRow) {
+        for gauge in ConsoleState.gauges(row) {
+            Gauge(label: ConsoleMetricName.consumerStatus, dimensions: [("group", row.group), ("topic", gauge.topic)]).record(Double(gauge.status.severity))
+            if let seconds = gauge.lagSeconds {
+                Gauge(label: ConsoleMetricName.groupLagSeconds, dimensions: [("group", row.group), ("topic", gauge.topic)]).record(seconds)
+            }
         }
     }
 }

@@ -141,6 +141,27 @@ public struct CommitWindow: Sendable {
         samples.append(sample)
         if samples.count > capacity { samples.removeFirst(samples.count - capacity) }
     }
+
+    /// When the log end passed a committed offset (epoch ms), as last worked out: kept past the
+    /// window, so that a partition whose log end and commits both stopped (a dead consumer, a
+    /// quiet producer) keeps its lag in time growing instead of losing it once the samples that
+    /// showed the crossing have left the window.
+    public private(set) var passed: (committed: Int64, time: Double)?
+
+    /// ``LogEndLag/seconds(committed:samples:now:)`` over this window, remembering its answer:
+    /// when the samples cannot say, the remembered time for the same committed offset, else a
+    /// lower bound (since the oldest sample that is past it, once there are two); nil only with
+    /// one sample and nothing remembered.
+    public mutating func lagSeconds(committed: Int64, now: Int64) -> Double? {
+        if let seconds = LogEndLag.seconds(committed: committed, samples: samples, now: now) {
+            passed = (committed, Double(now) - seconds * 1000)
+            return seconds
+        }
+        if let passed, passed.committed == committed { return max(0, (Double(now) - passed.time) / 1000) }
+        guard samples.count > 1, let first = samples.first(where: { $0.logEnd > committed }) else { return nil }
+        passed = (committed, Double(first.time))
+        return max(0, Double(now - first.time) / 1000)
+    }
 }
 
 /// Lag trend over a window: records per second (positive: rising) and the time to drain at the

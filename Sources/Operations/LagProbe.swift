@@ -15,8 +15,9 @@ public struct PartitionLag: Sendable, Hashable, Codable {
     /// logEnd - committed, never negative; nil when the log end is unknown.
     public var lagRecords: Int64?
     /// How long ago the log end passed the committed offset (kafka-lag-exporter's lag in time,
-    /// interpolated over the observed log ends: ``LogEndLag``); 0 when caught up; nil until the
-    /// observations can say (one observation, or a log end that did not move).
+    /// interpolated over the observed log ends: ``LogEndLag``, remembered past the window:
+    /// ``CommitWindow/lagSeconds(committed:now:)``); 0 when caught up; a lower bound when the log
+    /// end was past it in every observation and did not move; nil with one observation.
     public var lagSeconds: Double?
     /// Now minus the timestamp of the first unconsumed record: the record's own time, so replayed
     /// or late records read as far behind; 0 when caught up.
@@ -168,7 +169,7 @@ public struct LagProbe: Sendable {
             var window = windows[c.topicPartition] ?? CommitWindow(capacity: windowSize)
             if let end = p?.logEnd { window.append(CommitSample(offset: c.offset, logEnd: end, time: t)) }
             windows[c.topicPartition] = window
-            if lag.lagRecords ?? 0 > 0 { lag.lagSeconds = LogEndLag.seconds(committed: c.offset, samples: window.samples, now: t) }
+            if lag.lagRecords ?? 0 > 0 { lag.lagSeconds = window.lagSeconds(committed: c.offset, now: t) }
             lag.status = LagEvaluator.status(window: window.samples, currentLag: lag.lagRecords, now: t, hasMembers: hasMembers)
             partitions.append(lag)
         }

@@ -200,6 +200,39 @@ import Workers
         #expect(ConsoleState.withWorkers(row, longGone, now: now).status == "OK")
     }
 
+    /// The metrics say what the page says: a stage with records waiting and no live worker is
+    /// WARN (then STOP) on its inputs, partition rows included; a stage whose sample failed is
+    /// ERR; a lag in seconds not yet known is not exported (it read 0 with records waiting).
+    @Test func theExportedStatusAndLagAreThePages() {
+        let now: Int64 = 1_000_000
+        func part(_ topic: String, _ partition: Int32, lag: Int64, seconds: Double?) -> PartitionRow {
+            var p = PartitionLag(topic: topic, partition: partition, committed: 10, logEnd: 10 + lag, firstUnconsumedTimestamp: nil, now: now)
+            p.lagSeconds = lag == 0 ? 0 : seconds
+            return PartitionRow(lag: p, reason: "keeping up")
+        }
+        let row = StageRow(
+            stage: "prices-decode", group: "prices-decode", inputs: ["prices.raw", "prices.extra"], members: nil, partitions: 3, lagRecords: 50,
+            lagSeconds: 7, inRate: 0, arrivalRate: 0, outRate: nil, secondsToDrain: nil, status: "OK", reason: "keeping up",
+            partitionRows: [part("prices.raw", 0, lag: 50, seconds: 7), part("prices.raw", 1, lag: 0, seconds: nil), part("prices.extra", 0, lag: 0, seconds: nil)],
+            sampledAt: now, error: nil)
+        let dead = WorkerRoster(statuses: [status("prices-decode", pid: 1, reportedAt: now - 35_000)], members: [:], now: now, silence: .seconds(30))
+        let page = ConsoleState.withWorkers(row, dead, now: now)
+        #expect(page.partitionRows.map(\.lag.status) == [.warn, .ok, .ok], "only the partition with records waiting")
+        let gauges = ConsoleState.gauges(page)
+        #expect(gauges.map(\.topic) == ["prices.extra", "prices.raw"])
+        #expect(gauges.map(\.status) == [.ok, .warn] && gauges.map(\.lagSeconds) == [0, 7], "\(gauges)")
+        #expect(ConsoleState.gauges(ConsoleState.withWorkers(row, dead, now: now + 60_000)).map(\.status) == [.ok, .stop])
+
+        var unknown = row
+        unknown.partitionRows[0].lag.lagSeconds = nil
+        #expect(ConsoleState.gauges(unknown).map(\.lagSeconds) == [0, nil], "not known: not exported")
+
+        var failed = row
+        failed.error = "broker unreachable"
+        let errs = ConsoleState.gauges(failed)
+        #expect(errs.map(\.topic) == ["prices.raw", "prices.extra"] && errs.allSatisfy { $0.status == .err && $0.lagSeconds == nil }, "\(errs)")
+    }
+
     /// The stage page: charts with labelled axes for lag, rates, dead letters, errors and
     /// end-to-end latency (from the workers' reports); the stage's workers with their rates and
     /// latency; its outputs per topic; its own dead letters only, counted by reason.

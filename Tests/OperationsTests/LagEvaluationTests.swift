@@ -135,4 +135,28 @@ import Testing
         // Old record timestamps do not matter: only when the log end moved.
         #expect(LogEndLag.seconds(committed: 250, samples: samples, now: 30_000) == 5)
     }
+
+    /// A consumer that died with records waiting, and a producer that went quiet: once the
+    /// samples that showed the log end passing its offset leave the window, the lag in time keeps
+    /// growing from when it was worked out (it read nil, and the console exported 0); with no
+    /// crossing ever seen, it is at least the time since the oldest observation.
+    @Test func lagInTimeKeepsGrowingWhenTheLogEndAndTheCommitsStop() {
+        var window = CommitWindow(capacity: 3)
+        window.append(CommitSample(offset: 100, logEnd: 100, time: 0))
+        window.append(CommitSample(offset: 100, logEnd: 200, time: 10_000))
+        #expect(window.lagSeconds(committed: 100, now: 10_000) == 10)
+        for t in stride(from: Int64(20_000), through: 60_000, by: 10_000) {
+            window.append(CommitSample(offset: 100, logEnd: 200, time: t))
+            #expect(window.lagSeconds(committed: 100, now: t) == Double(t) / 1000, "at \(t) ms")
+        }
+        #expect(LogEndLag.seconds(committed: 100, samples: window.samples, now: 60_000) == nil, "the window alone cannot say")
+
+        var late = CommitWindow(capacity: 3)
+        late.append(CommitSample(offset: 100, logEnd: 200, time: 5_000))
+        #expect(late.lagSeconds(committed: 100, now: 5_000) == nil, "one observation")
+        late.append(CommitSample(offset: 100, logEnd: 200, time: 10_000))
+        #expect(late.lagSeconds(committed: 100, now: 10_000) == 5, "at least since the first observation")
+        late.append(CommitSample(offset: 150, logEnd: 200, time: 15_000))
+        #expect(late.lagSeconds(committed: 150, now: 15_000) == 10, "another offset: worked out again")
+    }
 }
