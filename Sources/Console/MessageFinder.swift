@@ -119,8 +119,9 @@ public struct MessageFinder: Sendable {
         switch query {
         case .offset(let p, let o):
             guard partitions.contains(TopicPartition(topic, p)) else { return ([], 0) }
+            let marks = try await admin.watermarks(TopicPartition(topic, p))
             // A query's offset is at most NumberBounds.offset's end, so the next one exists.
-            start = [TopicPartitionOffset(topic, p, offset: o)]
+            start = [TopicPartitionOffset(topic, p, offset: marks.readStart(for: o))]
             stop = [TopicPartition(topic, p): NumberBounds.saturatingAdd(o, 1)]
         case .time(let ms):
             for o in try await admin.offsetsForTimes(partitions, timestamp: ms) where o.offset >= 0 {

@@ -209,22 +209,32 @@ public struct TopicBrowser: Sendable {
 
     /// One record, or nil when the partition has nothing at that offset.
     public func record(_ topic: String, partition: Int32, offset: Int64) async throws -> ConsumerRecord? {
-        // (The marks only say the partition exists: an offset past tansu's low high mark may
-        // still hold a record.)
-        guard !(try await watermarks(topic, partition: partition)).isEmpty else { return nil }
+        guard let marks = try await watermarks(topic, partition: partition).first?.1 else { return nil }
         var found: ConsumerRecord?
-        try await reader.read(from: [TopicPartitionOffset(topic, partition, offset: offset)],
+        try await reader.read(from: [TopicPartitionOffset(topic, partition, offset: marks.readStart(for: offset))],
                               until: [TopicPartition(topic, partition): NumberBounds.saturatingAdd(offset, 1)]) { batch in
-            // An offset past the end is reset to the partition's start: nothing there, and no
-            // reason to read the whole partition.
-            if let first = batch.first, first.offset < offset { return false }
-            found = batch.first { $0.offset == offset }
-            return found == nil
+            // The first record at or past the offset decides; one past it (an offset before the
+            // log start, reset there; a compacted one) means there is none.
+            guard let next = batch.first(where: { $0.offset >= offset }) else { return true }
+            found = next.offset == offset ? next : nil
+            return false
         }
         return found
     }
 
     static func newestFirst(_ a: ConsumerRecord, _ b: ConsumerRecord) -> Bool {
         (a.timestamp ?? 0, a.partition, a.offset) > (b.timestamp ?? 0, b.partition, b.offset)
+    }
+}
+
+extension Watermarks {
+    /// Where a read for the record at `offset` starts: there, unless the broker lists no record
+    /// that far; then at the last record it lists, so that the read reaches the end the fetch
+    /// reports and stops there. (Started past the end, it would wait out the reader's idle
+    /// timeout on tansu, which answers such a fetch with nothing: no out-of-range error, no
+    /// end of partition. Its listed end is low for multi-record batches, so the last record it
+    /// lists exists and the records after it are read too.)
+    func readStart(for offset: Int64) -> Int64 {
+        offset < high ? offset : max(low, high - 1)
     }
 }

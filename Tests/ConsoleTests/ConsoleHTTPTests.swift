@@ -233,6 +233,27 @@ struct ConsoleUnderTest {
         }
     }
 
+    /// An offset past a partition's end, before its start or in an empty partition is answered
+    /// at once (404 for the record page, no match for Find), not after the reader's idle timeout
+    /// with 503: the read starts at the last record the broker lists and ends at the end the
+    /// fetch reports.
+    @Test func anOffsetWithNoRecordIsAnsweredAtOnce() async throws {
+        try await Console.with { console in
+            for (path, status, says) in [
+                ("/topics/prices.raw/0/10", 404, "no record"), ("/topics/prices.raw/0/1000000", 404, "no record"),
+                ("/topics/prices.raw/1/0", 404, "no record"), ("/topics/prices.raw/0/9", 200, "v9"),
+                ("/find?topic=prices.raw&by=offset&value=0:10", 200, "0 found"), ("/find?topic=prices.raw&by=offset&value=0:1000000", 200, "0 found"),
+                ("/find?topic=prices.raw&by=offset&value=1:3", 200, "0 found"), ("/find?topic=prices.raw&by=offset&value=0:4", 200, "1 found"),
+            ] {
+                let started = ContinuousClock.now
+                let answer = try await console.request(.get, path)
+                let took = ContinuousClock.now - started
+                #expect(answer.status == status && answer.text.contains(says), "\(path): \(answer.status) \(answer.text.prefix(300))")
+                #expect(took < .seconds(3), "\(path): answered after \(took)")
+            }
+        }
+    }
+
     /// The three requests that stopped the console (an overflow trap), each answered 400.
     @Test func theRequestsThatStoppedTheConsoleAreRefused() async throws {
         try await Console.with { console in

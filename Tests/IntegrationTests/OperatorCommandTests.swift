@@ -1,3 +1,4 @@
+import Console
 import Foundation
 import Testing
 import Workers
@@ -193,6 +194,34 @@ import Workers
             let cli = try await Self.pipelinectl(
                 ["groups", "reset-offsets", "timed-group", "--topic", "timed", "--to-datetime", "\(Self.t0 + 30_000)"], bootstrap: broker.bootstrapServers)
             #expect(cli.stdout.contains("note: the broker's time lookup is coarse"), "\(cli.stdout)\(cli.stderr)")
+        }
+    }
+
+    /// The console's record page and Find by offset on tansu, which answers a fetch past a
+    /// partition's end with nothing (no out-of-range error, no end of partition): an offset with
+    /// no record is answered at once, where the read waited 10 s and the page answered 503.
+    @Test func theConsoleAnswersAnOffsetPastTheEndAtOnceOnTheLocalBroker() async throws {
+        try await LocalBroker.with { broker in
+            let kafka = KafkaConfiguration(bootstrapServers: [broker.bootstrapServers])
+            let admin = try KafkaAdmin(configuration: kafka)
+            try await admin.createTopic(TopicSpec(name: "paged", partitions: 2))
+            await admin.close()
+            let producer = try KafkaProducer(configuration: ProducerConfiguration(kafka: kafka))
+            // One send: multi-record batches, for which tansu's listed end is low.
+            #expect(try await producer.send((0..<20).map { ProducerRecord(topic: "paged", partition: 0, value: Array("v\($0)".utf8)) })
+                .allSatisfy { $0.error == nil })
+            await producer.close()
+            let browser = TopicBrowser(kafka: kafka)
+            let finder = MessageFinder(kafka: kafka)
+            for (partition, offset, value) in [(Int32(0), Int64(19), "v19"), (0, 0, "v0"), (0, 20, nil), (0, 1_000_000, nil), (1, 0, nil), (1, 5, nil)] {
+                let started = ContinuousClock.now
+                let record = try await browser.record("paged", partition: partition, offset: offset)
+                let found = try await finder.find(.offset(partition: partition, offset: offset), topic: "paged", stages: [], deadLetters: [])
+                let took = ContinuousClock.now - started
+                #expect(record.map { String(decoding: $0.value ?? [], as: UTF8.self) } == value, "\(partition):\(offset)")
+                #expect(found.messages.map { String(decoding: $0.record.value ?? [], as: UTF8.self) } == (value.map { [$0] } ?? []), "\(partition):\(offset)")
+                #expect(took < .seconds(5), "\(partition):\(offset) answered after \(took)")
+            }
         }
     }
 
