@@ -1,4 +1,5 @@
 import Logging
+import Synchronization
 
 /// What a topic should look like.
 public struct TopicSpec: Sendable, Hashable {
@@ -47,13 +48,21 @@ public struct Watermarks: Sendable, Hashable {
 
 /// Topic and group administration. Every call waits for the broker off the cooperative pool.
 public final class KafkaAdmin: Sendable {
-    private let client: RDKafkaClient
+    /// The librdkafka handle requests go to; replaced when a request to a group's coordinator
+    /// is abandoned (``coordinated(_:)``).
+    private let handle: Mutex<RDKafkaClient>
+    private let properties: [String: String]
+    private let logger: Logger
     public let timeout: Duration
 
     public init(configuration: KafkaConfiguration, timeout: Duration = .seconds(30), logger: Logger = Logger(label: "kafka.admin")) throws(KafkaError) {
-        client = try RDKafkaClient(kind: .producer, properties: configuration.librdkafkaProperties(), logger: logger)
+        properties = try configuration.librdkafkaProperties()
+        handle = Mutex(try RDKafkaClient(kind: .producer, properties: properties, logger: logger))
+        self.logger = logger
         self.timeout = timeout
     }
+
+    private var client: RDKafkaClient { handle.withLock { $0 } }
 
     /// Destroys the client off the cooperative pool. Call it before the program exits; an admin
     /// that was not closed is destroyed (blocking briefly) when it is released.
@@ -63,15 +72,49 @@ public final class KafkaAdmin: Sendable {
     }
 
     private func run<T: Sendable>(_ body: @escaping @Sendable (RDKafkaAdmin, Int32) throws(KafkaError) -> T) async throws(KafkaError) -> T {
+        let client = self.client
         let admin = RDKafkaAdmin(client: client)
         let ms = timeout.timeoutMilliseconds
-        let client = self.client
         return try await BlockingExecutor.run { () throws(KafkaError) in
             try client.using { () throws(KafkaError) in
                 defer { client.drainLogs() }
                 return try body(admin, ms)
             }
         }
+    }
+
+    /// A request to a group's coordinator (``RDKafkaAdmin/goesToCoordinator(_:)``). One not
+    /// answered within ``timeout`` is left with its handle, which is replaced by a fresh one for
+    /// the next requests and destroyed: librdkafka 2.16 aborts the process when such a request
+    /// times out inside it and the coordinator comes back (librdkafka#4605); destroyed with the
+    /// handle, it ends cleanly. (The console died so a minute after a paused broker resumed.)
+    private func coordinated<T: Sendable>(_ body: @escaping @Sendable (RDKafkaClient, Int32) throws(KafkaError) -> T) async throws(KafkaError) -> T {
+        let client = self.client
+        let ms = timeout.timeoutMilliseconds
+        do {
+            return try await BlockingExecutor.run { () throws(KafkaError) in
+                try client.using { () throws(KafkaError) in
+                    defer { client.drainLogs() }
+                    return try body(client, ms)
+                }
+            }
+        } catch where error.code == .timedOut {
+            retire(client)
+            throw error
+        }
+    }
+
+    /// Replaces `client` (unless another request did already) and destroys it off the pool once
+    /// the requests using it have returned.
+    private func retire(_ client: RDKafkaClient) {
+        let replaced = handle.withLock { current -> Bool in
+            guard current === client, let fresh = try? RDKafkaClient(kind: .producer, properties: properties, logger: logger) else { return false }
+            current = fresh
+            return true
+        }
+        guard replaced else { return }
+        logger.info("a group request was not answered in time: its client is replaced and destroyed")
+        Task { await BlockingExecutor.run { client.destroy() } }
     }
 
     /// Creates a topic. With `ignoreExisting`, an existing topic of that name is not an error.
@@ -138,7 +181,9 @@ public final class KafkaAdmin: Sendable {
 
     /// The group's committed offsets (each the next offset the group will read).
     public func committedOffsets(group: String, partitions: [TopicPartition]? = nil) async throws(KafkaError) -> [TopicPartitionOffset] {
-        try await run { (admin, ms) throws(KafkaError) in try admin.committedOffsets(group: group, partitions: partitions, timeoutMilliseconds: ms) }
+        try await coordinated { (client, ms) throws(KafkaError) in
+            try RDKafkaAdmin(client: client).committedOffsets(group: group, partitions: partitions, timeoutMilliseconds: ms)
+        }
     }
 
     /// Low and high watermarks, asked from the partition leader (ListOffsets).
@@ -221,12 +266,14 @@ extension KafkaAdmin {
 
     /// A group's state and members with their assignments.
     public func describeGroup(_ group: String) async throws(KafkaError) -> ConsumerGroupDescription {
-        try await runGroups { (admin, ms) throws(KafkaError) in try admin.describeGroup(group, timeoutMilliseconds: ms) }
+        try await coordinated { (client, ms) throws(KafkaError) in try RDKafkaGroupAdmin(client: client).describeGroup(group, timeoutMilliseconds: ms) }
     }
 
     /// Sets a group's committed offsets. The broker refuses while the group has members.
     public func alterCommittedOffsets(group: String, offsets: [TopicPartitionOffset]) async throws(KafkaError) {
-        try await runGroups { (admin, ms) throws(KafkaError) in try admin.alterOffsets(group: group, offsets: offsets, timeoutMilliseconds: ms) }
+        try await coordinated { (client, ms) throws(KafkaError) in
+            try RDKafkaGroupAdmin(client: client).alterOffsets(group: group, offsets: offsets, timeoutMilliseconds: ms)
+        }
     }
 
     /// Per partition, the first offset whose timestamp is at or after `timestamp` (epoch ms);

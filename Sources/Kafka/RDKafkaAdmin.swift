@@ -5,7 +5,30 @@ import CKafka
 struct RDKafkaAdmin {
     let client: RDKafkaClient
 
+    /// Requests librdkafka sends to a group's coordinator (`rd_kafka_coord_req`). librdkafka 2.16
+    /// must not time one out while it waits for the coordinator: it frees the request's state
+    /// then, and touches it again once the coordinator is back, which aborts the process
+    /// (`rd_kafka_enq_once_del_source_return: Assertion 'eonce->refcnt > 0'`, librdkafka#4605,
+    /// the fix proposed in #5397). So librdkafka gets the longest timeout it takes for them,
+    /// the wait here is the caller's, and a request not answered within it is abandoned with
+    /// its handle (``KafkaAdmin`` replaces the handle and destroys it, which ends the request
+    /// cleanly).
+    static func goesToCoordinator(_ op: rd_kafka_admin_op_t) -> Bool {
+        switch op {
+        case RD_KAFKA_ADMIN_OP_LISTCONSUMERGROUPOFFSETS, RD_KAFKA_ADMIN_OP_DESCRIBECONSUMERGROUPS, RD_KAFKA_ADMIN_OP_ALTERCONSUMERGROUPOFFSETS,
+             RD_KAFKA_ADMIN_OP_DELETECONSUMERGROUPOFFSETS, RD_KAFKA_ADMIN_OP_DELETEGROUPS:
+            true
+        default:
+            false
+        }
+    }
+
+    /// The longest request timeout librdkafka accepts (`rd_kafka_AdminOptions_set_request_timeout`).
+    static let longestRequestTimeout: Int32 = 3_600_000
+
     /// Runs one admin request and hands its result event to `read` (also for `RDKafkaGroupAdmin`).
+    /// A request to a group's coordinator that is not answered within `timeoutMilliseconds`
+    /// throws ``KafkaError/Code/timedOut`` and stays with the handle (see ``goesToCoordinator(_:)``).
     func request<T>(
         _ op: rd_kafka_admin_op_t,
         timeoutMilliseconds: Int32,
@@ -18,11 +41,12 @@ struct RDKafkaAdmin {
         let options = rd_kafka_AdminOptions_new(client.handle, op)!
         defer { rd_kafka_AdminOptions_destroy(options) }
         var errstr = [CChar](repeating: 0, count: 256)
-        _ = rd_kafka_AdminOptions_set_request_timeout(options, timeoutMilliseconds, &errstr, errstr.count)
+        let coordinated = Self.goesToCoordinator(op)
+        _ = rd_kafka_AdminOptions_set_request_timeout(options, coordinated ? Self.longestRequestTimeout : timeoutMilliseconds, &errstr, errstr.count)
         start(options, queue)
-        // The request itself times out after timeoutMilliseconds; allow a little more for the event.
-        guard let event = rd_kafka_queue_poll(queue, timeoutMilliseconds + 1000) else {
-            throw KafkaError.timedOut(what)
+        // Otherwise the request itself times out after timeoutMilliseconds; allow a little more for the event.
+        guard let event = rd_kafka_queue_poll(queue, coordinated ? timeoutMilliseconds : timeoutMilliseconds + 1000) else {
+            throw KafkaError.timedOut(coordinated ? "\(what) (no answer from the group's coordinator)" : what)
         }
         defer { rd_kafka_event_destroy(event) }
         let err = rd_kafka_event_error(event)

@@ -103,6 +103,13 @@ public final class LocalBroker: Sendable {
         }
     }
 
+    /// Stops the broker process (SIGSTOP): its connections stay open and nothing is answered,
+    /// as with a broker that hangs or a network that drops everything. ``resume()`` continues it.
+    public func pause() { Foundation.kill(broker.pid, SIGSTOP) }
+
+    /// Continues a paused broker (SIGCONT).
+    public func resume() { Foundation.kill(broker.pid, SIGCONT) }
+
     /// Kills the broker and its moto_server at once (SIGKILL) without waiting: for `defer`
     /// blocks that cannot await. Stopping twice is harmless.
     public func kill() {
