@@ -46,6 +46,8 @@ public enum RequestRoute: Sendable {
 /// Its connection rules are the same as ``HTTP1Server``'s:
 /// - a connection that sends nothing for `idleTimeout`, between requests or in the middle of one
 ///   (a body announced and withheld), is closed; one whose request is being answered is not;
+/// - a request not whole within `requestTimeout` of its first byte (a head or body trickled in a
+///   byte at a time, which `idleTimeout` never sees as silence) gets 408 and the close;
 /// - HTTP/1.0 keeps its connection only with `Connection: keep-alive` (RFC 9112 §9.3), and the
 ///   answer says which;
 /// - a client that sends `Expect: 100-continue` gets `100 Continue` when its body will be read;
@@ -58,17 +60,22 @@ public struct RequestServer: Service {
     public var host: String
     public var port: Int
     public var idleTimeout: Duration
+    /// A request must be whole (head and body) within this long of its first byte, however
+    /// steadily it trickles in (each byte would reset `idleTimeout`): else 408 and the close.
+    public var requestTimeout: Duration
     let route: @Sendable (HTTPRequestHead) -> RequestRoute
     let onListening: @Sendable (Int) -> Void
     let group: any EventLoopGroup
 
     public init(
-        host: String, port: Int, idleTimeout: Duration, group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
+        host: String, port: Int, idleTimeout: Duration, requestTimeout: Duration = .seconds(30),
+        group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
         onListening: @escaping @Sendable (Int) -> Void = { _ in }, route: @escaping @Sendable (HTTPRequestHead) -> RequestRoute
     ) {
         self.host = host
         self.port = port
         self.idleTimeout = idleTimeout
+        self.requestTimeout = requestTimeout
         self.group = group
         self.onListening = onListening
         self.route = route
@@ -77,6 +84,7 @@ public struct RequestServer: Service {
     public func run() async throws {
         let quiesce = ServerQuiescingHelper(group: group)
         let idle = TimeAmount(idleTimeout)
+        let requestTimeout = TimeAmount(self.requestTimeout)
         let route = self.route
         let channel = try await ServerBootstrap(group: group)
             .serverChannelOption(.backlog, value: 256)
@@ -89,7 +97,7 @@ public struct RequestServer: Service {
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     let sync = channel.pipeline.syncOperations
-                    let requests = RequestHandler(route: route, eventLoop: channel.eventLoop)
+                    let requests = RequestHandler(route: route, eventLoop: channel.eventLoop, requestTimeout: requestTimeout)
                     try sync.addHandler(IdleStateHandler(readTimeout: idle))
                     try sync.addHandler(ByteToMessageHandler(HTTPRequestDecoder(leftOverBytesStrategy: .dropBytes)))
                     try sync.addHandler(requests)
@@ -170,10 +178,77 @@ final class RequestHandler: ChannelDuplexHandler {
     /// The connection's event loop, where its requests' handlers run.
     private let executor: EventLoopTaskExecutor
     private let route: @Sendable (HTTPRequestHead) -> RequestRoute
+    private let requestTimeout: TimeAmount
+    /// When the request under way began to arrive (nil: none is, or it is whole).
+    private var requestStarted: NIODeadline?
+    /// A request ended in the read under way: bytes after it in the same read, if any, start the
+    /// next one's clock with the next read (a gap of one idle spell at most).
+    private var endedInRead = false
+    /// Checks ``requestStarted`` against ``requestTimeout`` (one timer per connection, not one
+    /// per request: the ingest endpoint's posts pay one clock read each).
+    private var deadlineCheck: RepeatedTask?
 
-    init(route: @escaping @Sendable (HTTPRequestHead) -> RequestRoute, eventLoop: any EventLoop) {
+    init(route: @escaping @Sendable (HTTPRequestHead) -> RequestRoute, eventLoop: any EventLoop, requestTimeout: TimeAmount = .seconds(30)) {
         self.route = route
         self.executor = EventLoopTaskExecutor(eventLoop)
+        self.requestTimeout = requestTimeout
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+        // A request is cut off within a quarter of the timeout (at most a second) after it.
+        let every = TimeAmount.nanoseconds(min(requestTimeout.nanoseconds / 4, 1_000_000_000))
+        deadlineCheck = context.eventLoop.scheduleRepeatedTask(initialDelay: every, delay: every) { _ in
+            let (handler, context) = bound.value
+            if let started = handler.requestStarted, NIODeadline.now() - started >= handler.requestTimeout {
+                handler.requestStarted = nil
+                handler.requestTimedOut(context: context)
+            }
+        }
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        deadlineCheck?.cancel()
+        deadlineCheck = nil
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        deadlineCheck?.cancel()
+        deadlineCheck = nil
+        context.fireChannelInactive()
+    }
+
+    /// Bytes came: unless they completed a request (or an answer is under way), a request is
+    /// arriving, and its clock starts if it has not. (The decoder passes on every read's
+    /// completion, also one that made no part yet: a head arriving a byte at a time.)
+    func channelReadComplete(context: ChannelHandlerContext) {
+        if requestStarted == nil, !endedInRead, takesInput { requestStarted = .now() }
+        endedInRead = false
+        context.fireChannelReadComplete()
+    }
+
+    /// A request is whole: its clock stops.
+    private func requestEnded() {
+        requestStarted = nil
+        endedInRead = true
+    }
+
+    /// The request under way was not whole in time: 408 and the close (RFC 9110 §15.5.9), or the
+    /// close alone if it was answered from its head already.
+    private func requestTimedOut(context: ChannelHandlerContext) {
+        switch state {
+        case .idle, .reading:
+            state = .closing
+            guard context.channel.isActive else { return }
+            var buffer = context.channel.allocator.buffer(capacity: 80)
+            buffer.writeStaticString("HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+            context.writeAndFlush(wrapOutboundOut(buffer)).whenComplete { [channel = context.channel] _ in channel.close(promise: nil) }
+        case .skipping:
+            state = .closing
+            context.close(promise: nil)
+        case .answering, .closing:
+            break
+        }
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -226,6 +301,7 @@ final class RequestHandler: ChannelDuplexHandler {
             }
             state = .reading(head: head, body: body, limit: limit, tooLarge: tooLarge, handler: handler)
         case (.end, .reading(let head, let body, _, _, let handler)):
+            requestEnded()
             let keepAlive = head.persists
             state = .answering
             let bytes = body.map { Array($0.readableBytesView) } ?? []
@@ -237,6 +313,7 @@ final class RequestHandler: ChannelDuplexHandler {
                 handler.answered(response, keepAlive: keepAlive, head: head, context: context)
             }
         case (.end, .skipping):
+            requestEnded()
             state = .idle
         case (.body, .skipping):
             break

@@ -201,7 +201,7 @@ extension Ingest {
                 answer again; a key whose post failed part-way produces only the records not yet \
                 durable. Limits: --max-body-bytes and --max-records (413), --rate-limit requests \
                 per second per client (429 with Retry-After); a connection silent for \
-                --idle-timeout is closed.
+                --idle-timeout is closed, and a request not whole within --request-timeout gets 408.
 
                 Metrics (pipeline_ingest_requests_total, pipeline_ingest_records_total, \
                 pipeline_ingest_request_seconds) and /healthz, /readyz on --metrics-address. \
@@ -225,6 +225,11 @@ extension Ingest {
             request is being answered stays (default: 75s). Keep proxies' and clients' pools idling out sooner.
             """, transform: Upbit.duration("--idle-timeout"))
         var idleTimeout: Duration = .seconds(75)
+        @Option(help: """
+            A request not whole within this long of its first byte (a head or body trickled in) gets 408 and its \
+            connection closed (default: 30s).
+            """, transform: Upbit.duration("--request-timeout"))
+        var requestTimeout: Duration = .seconds(30)
         @Option(help: "How long an Idempotency-Key is remembered (default: 1h).", transform: Upbit.duration("--idempotency-window"))
         var idempotencyWindow: Duration = .seconds(3600)
         @Option(help: "How many Idempotency-Keys are remembered (the oldest is forgotten first).") var idempotencyCapacity = 100_000
@@ -302,6 +307,7 @@ extension Ingest {
             if maxInFlightRecords < maxRecords { throw ValidationError("--max-in-flight-records (\(maxInFlightRecords)) must hold at least --max-records (\(maxRecords))") }
             if !(rateLimit > 0) { throw ValidationError("--rate-limit must be a positive number of requests per second") }
             if idempotencyCapacity <= 0 { throw ValidationError("--idempotency-capacity must be positive") }
+            if requestTimeout <= .zero { throw ValidationError("--request-timeout must be positive, not \(requestTimeout)") }
             if let eventLoops, !(1...256).contains(eventLoops) { throw ValidationError("--event-loops must be from 1 to 256, not \(eventLoops)") }
             _ = try parseProperties(properties)
         }
@@ -336,6 +342,7 @@ extension Ingest {
             settings.maxInFlightRecords = maxInFlightRecords
             settings.requestsPerSecond = rateLimit
             settings.idleTimeout = idleTimeout
+            settings.requestTimeout = requestTimeout
             if let eventLoops { settings.eventLoops = eventLoops }
             settings.idempotencyWindow = idempotencyWindow
             settings.idempotencyCapacity = idempotencyCapacity

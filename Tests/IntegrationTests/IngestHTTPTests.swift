@@ -116,6 +116,16 @@ import Testing
             #expect(get.answer.hasPrefix("HTTP/1.1 405") && get.answer.lowercased().contains("\r\nallow: post\r\n"), "\(get.answer.prefix(200))")
             #expect(try await Self.post(port, "prices", body: String(repeating: " ", count: 20_001) + Self.tick(300)).status == 413)
             #expect(try await Self.post(port, "prices", body: (0..<51).map { Self.tick($0) }.joined(separator: "\n")).status == 413)
+            // Two of a header that must be one (which would win?): 400, naming it.
+            for (header, twice) in [
+                ("Authorization", "Authorization: Bearer \(Self.pricesToken)\r\nAuthorization: Bearer \(Self.marketToken)"),
+                ("Idempotency-Key", "Authorization: Bearer \(Self.pricesToken)\r\nIdempotency-Key: a-1\r\nIdempotency-Key: a-2"),
+            ] {
+                let body = Self.tick(400)
+                let sent = await RawHTTP.exchange(
+                    port: port, "POST /v1/prices HTTP/1.1\r\nHost: 127.0.0.1\r\n\(twice)\r\nContent-Length: \(body.utf8.count)\r\nConnection: close\r\n\r\n\(body)")
+                #expect(sent.answer.hasPrefix("HTTP/1.1 400") && sent.answer.contains("more than one \(header)"), "\(sent.answer.prefix(300))")
+            }
 
             // What a reader finds: exactly the 31 acknowledged records, once each, where the answers said.
             let records = try await OperatorCommandTests.readAll("prices.raw", bootstrap: broker.bootstrapServers)

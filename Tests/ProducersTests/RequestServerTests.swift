@@ -45,9 +45,11 @@ import Testing
 
     /// A server whose posts answer "got <body>" from a task, and whose `/now` is answered from
     /// the head; `/split` answers with a header that would split the answer.
-    static func withServer(_ body: @Sendable (Int) async throws -> Void) async throws {
+    static func withServer(requestTimeout: Duration = .seconds(30), _ body: @Sendable (Int) async throws -> Void) async throws {
         let (ports, listening) = AsyncStream.makeStream(of: Int.self)
-        let server = RequestServer(host: "127.0.0.1", port: 0, idleTimeout: .seconds(30), onListening: { listening.yield($0) }) { head in
+        let server = RequestServer(
+            host: "127.0.0.1", port: 0, idleTimeout: .seconds(30), requestTimeout: requestTimeout, onListening: { listening.yield($0) }
+        ) { head in
             switch head.uri {
             case "/now": return .answer(ServerResponse(status: .ok, body: Array("now".utf8)))
             case "/split": return .answer(ServerResponse(status: .ok, headers: ["X-Note": "a\r\nSet-Cookie: s=1"], body: Array("split".utf8)))
@@ -135,6 +137,37 @@ import Testing
             await connection.send("GET /now HTTP/1.0\r\nHost: h\r\nConnection: Keep-Alive\r\n\r\n")
             let (kept, closed) = await connection.read(until: "\r\n\r\nnow")
             #expect(kept.lowercased().contains("connection: keep-alive") && closed == nil, "\(kept)")
+        }
+    }
+
+    /// A head or a body trickled in, each byte well within the idle timeout: 408 and the close
+    /// once the request is not whole a `requestTimeout` after its first byte. A kept-alive
+    /// connection silent between requests for longer than that is not a request: it stays.
+    @Test func aRequestTrickledInPastTheRequestTimeoutGets408() async throws {
+        try await Self.withServer(requestTimeout: .seconds(1)) { port in
+            for (name, parts) in [
+                ("head", ["GET /now HTTP/1.1\r\n", "Host: h\r\n", "X-A: 1\r\n", "X-B: 2\r\n", "X-C: 3\r\n", "\r\n"]),
+                ("body", ["POST /p HTTP/1.1\r\nHost: h\r\nContent-Length: 6\r\n\r\n", "a", "b", "c", "d", "e", "f"]),
+            ] {
+                let connection = try #require(RawHTTP.Connection(port: port))
+                let started = ContinuousClock.now
+                for part in parts {
+                    await connection.send(part)
+                    // A slow client, on purpose: each part 500 ms after the last.
+                    try await Task.sleep(for: .milliseconds(500))
+                }
+                let (answer, closed) = await connection.read(until: nil, since: started)
+                #expect(answer.hasPrefix("HTTP/1.1 408 Request Timeout\r\n") && answer.lowercased().contains("connection: close"), "\(name): \(answer)")
+                #expect(closed.map { $0 < .seconds(10) } == true, "\(name): closed after \(closed.map { "\($0)" } ?? "more than 30 s")")
+            }
+            let kept = try #require(RawHTTP.Connection(port: port))
+            await kept.send("GET /now HTTP/1.1\r\nHost: h\r\n\r\n")
+            #expect(await kept.read(until: "\r\n\r\nnow").answer.hasPrefix("HTTP/1.1 200"))
+            // Silent between requests for twice the request timeout (the idle timeout is 30 s).
+            try await Task.sleep(for: .seconds(2))
+            await kept.send("POST /p HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\n\r\nz")
+            let (second, closed) = await kept.read(until: "got z;")
+            #expect(second.hasPrefix("HTTP/1.1 201") && closed == nil, "\(second)")
         }
     }
 }

@@ -33,6 +33,9 @@ public struct IngestHTTPSettings: Sendable {
     /// the 60 s after which common proxies (nginx's upstream keep-alive, load balancers) drop an
     /// idle connection, so that they close first and never send a request into our close.
     public var idleTimeout: Duration = .seconds(75)
+    /// A request must be whole within this long of its first byte (408 and the close): a head
+    /// or body trickled in, a byte before each idle timeout, would hold its connection for good.
+    public var requestTimeout: Duration = .seconds(30)
     /// NIO event-loop threads serving the posts (each post is parsed, submitted and answered on
     /// its connection's loop). One less than the cores, at least one: librdkafka's broker
     /// threads take the rest of a post's CPU, and on 2 cores one loop used a sixth less CPU per
@@ -119,7 +122,7 @@ public final class IngestHTTPService: Service, Sendable {
         }
         let group = eventLoops ?? MultiThreadedEventLoopGroup(numberOfThreads: settings.eventLoops)
         let server = RequestServer(
-            host: settings.host, port: settings.port, idleTimeout: settings.idleTimeout, group: group,
+            host: settings.host, port: settings.port, idleTimeout: settings.idleTimeout, requestTimeout: settings.requestTimeout, group: group,
             onListening: { [self] port in
                 health.listening()
                 logger.info("ingest endpoint listening on \(settings.host):\(port)", metadata: ["port": "\(port)"])
@@ -233,6 +236,10 @@ public final class IngestHTTPService: Service, Sendable {
     private func admit(_ head: HTTPRequestHead, stream: UpstreamStream?, name: String) -> Result<Post, Refusal> {
         func refuse(_ status: Int, _ error: String, headers: [(String, String)] = []) -> Result<Post, Refusal> {
             .failure(Refusal(response: Self.json(status, ErrorBody(error: error), headers: headers)))
+        }
+        // Fields that must be one: with two, which would win is a guess a client cannot see.
+        for name in ["Authorization", "Idempotency-Key"] where head.headers[name].count > 1 {
+            return refuse(400, "more than one \(name) header")
         }
         guard let client = tokens.client(authorization: head.headers.first(name: "authorization")) else {
             return refuse(401, "missing or invalid bearer token", headers: [("WWW-Authenticate", #"Bearer realm="ingest""#)])
