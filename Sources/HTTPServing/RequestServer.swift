@@ -200,9 +200,10 @@ final class RequestHandler: ChannelDuplexHandler {
         let every = TimeAmount.nanoseconds(min(requestTimeout.nanoseconds / 4, 1_000_000_000))
         deadlineCheck = context.eventLoop.scheduleRepeatedTask(initialDelay: every, delay: every) { _ in
             let (handler, context) = bound.value
-            if let started = handler.requestStarted, NIODeadline.now() - started >= handler.requestTimeout {
+            // Not whole in time: 408 (RFC 9110 §15.5.9). (A request being answered has no clock.)
+            if let started = handler.requestStarted, NIODeadline.now() - started >= handler.requestTimeout, !handler.isAnswering {
                 handler.requestStarted = nil
-                handler.requestTimedOut(context: context)
+                handler.refuse("HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n", context: context)
             }
         }
     }
@@ -231,24 +232,6 @@ final class RequestHandler: ChannelDuplexHandler {
     private func requestEnded() {
         requestStarted = nil
         endedInRead = true
-    }
-
-    /// The request under way was not whole in time: 408 and the close (RFC 9110 §15.5.9), or the
-    /// close alone if it was answered from its head already.
-    private func requestTimedOut(context: ChannelHandlerContext) {
-        switch state {
-        case .idle, .reading:
-            state = .closing
-            guard context.channel.isActive else { return }
-            var buffer = context.channel.allocator.buffer(capacity: 80)
-            buffer.writeStaticString("HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
-            context.writeAndFlush(wrapOutboundOut(buffer)).whenComplete { [channel = context.channel] _ in channel.close(promise: nil) }
-        case .skipping:
-            state = .closing
-            context.close(promise: nil)
-        case .answering, .closing:
-            break
-        }
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -464,15 +447,20 @@ final class RequestHandler: ChannelDuplexHandler {
         }
     }
 
-    /// A request the decoder cannot parse: 400, then the close; only the close if its answer was
-    /// given already (from the head of a request whose body did not parse).
+    /// A request the decoder cannot parse: 400, then the close.
     private func unparsable(context: ChannelHandlerContext) {
+        refuse("HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n", context: context)
+    }
+
+    /// A request that will not be answered (unparsable, or not whole in time): `answer`, then the
+    /// close; only the close if its answer was given already (from its head).
+    private func refuse(_ answer: StaticString, context: ChannelHandlerContext) {
         switch state {
         case .idle, .reading:
             state = .closing
             guard context.channel.isActive else { return }
             var buffer = context.channel.allocator.buffer(capacity: 80)
-            buffer.writeStaticString("HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+            buffer.writeStaticString(answer)
             context.writeAndFlush(wrapOutboundOut(buffer)).whenComplete { [channel = context.channel] _ in channel.close(promise: nil) }
         case .skipping, .answering, .closing:
             state = .closing
