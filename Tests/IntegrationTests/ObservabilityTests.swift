@@ -80,6 +80,28 @@ import PipelineTesting
         try await group.shutdownGracefully()
     }
 
+    /// On a loopback address the endpoint answers only requests that name it so (DNS rebinding:
+    /// a page of another site made to resolve to 127.0.0.1 would read the metrics): a foreign
+    /// `Host`, or none, is 421 on every path.
+    @Test func aLoopbackEndpointAnswersOnlyItsOwnNames() async throws {
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        let endpoint = try HTTPEndpoint(
+            address: "127.0.0.1:0", registry: PrometheusCollectorRegistry(), health: Healthy(), logger: Logger(label: "test"), group: group)
+        let running = Task { try await endpoint.run() }
+        let port = try await endpoint.port()
+        for (host, status) in [("127.0.0.1:\(port)", 200), ("localhost:\(port)", 200), ("[::1]:\(port)", 200), ("LOCALHOST", 200),
+                               ("rebound.example:\(port)", 421), ("127.0.0.1.example", 421), ("", 421)] {
+            for path in ["/metrics", "/healthz", "/readyz"] {
+                let header = host.isEmpty ? "" : "Host: \(host)\r\n"
+                let answer = await RawHTTP.exchange(port: port, "GET \(path) HTTP/1.1\r\n\(header)Connection: close\r\n\r\n").answer
+                #expect(answer.hasPrefix("HTTP/1.1 \(status)"), "\(path) with Host '\(host)': \(answer.prefix(120))")
+            }
+        }
+        running.cancel()
+        _ = try? await running.value
+        try await group.shutdownGracefully()
+    }
+
     @Test func prometheusScrapesAWorkerAndReadinessFollowsTheBroker() async throws {
         let broker = try await LocalBroker.start()
         defer { broker.kill() }

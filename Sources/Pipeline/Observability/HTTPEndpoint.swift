@@ -22,6 +22,11 @@ public final class HTTPEndpoint: Service, Sendable {
     let idleTimeout: Duration
     /// Where connections are served (a test gives the endpoint a loop of its own).
     let group: any EventLoopGroup
+    /// On a loopback address, the names a request may carry in `Host` (421 otherwise): a page of
+    /// another site made to resolve to 127.0.0.1 (DNS rebinding) would read the metrics in the
+    /// browser of someone on this machine. Elsewhere any name: Prometheus scrapes by the names
+    /// its targets are given.
+    let hosts: HostPolicy?
     private let bound = Mutex<(port: Int?, waiters: [CheckedContinuation<Int, any Error>])>((nil, []))
 
     public init(
@@ -38,6 +43,7 @@ public final class HTTPEndpoint: Service, Sendable {
         self.logger = logger
         self.idleTimeout = idleTimeout
         self.group = group
+        self.hosts = HostPolicy.isLoopback(host) ? HostPolicy(listening: host, allowed: []) : nil
     }
 
     public struct EndpointError: Error, CustomStringConvertible {
@@ -57,7 +63,7 @@ public final class HTTPEndpoint: Service, Sendable {
     }
 
     public func run() async throws {
-        let registry = self.registry, health = self.health, idle = TimeAmount(idleTimeout)
+        let registry = self.registry, health = self.health, idle = TimeAmount(idleTimeout), hosts = self.hosts
         let channel = try await ServerBootstrap(group: group)
             .serverChannelOption(.backlog, value: 64)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
@@ -66,7 +72,7 @@ public final class HTTPEndpoint: Service, Sendable {
                     // The idle timeout first: it sees every byte read.
                     try channel.pipeline.syncOperations.addHandler(IdleStateHandler(readTimeout: idle))
                     try channel.pipeline.syncOperations.configureHTTPServerPipeline()
-                    try channel.pipeline.syncOperations.addHandler(EndpointHandler(registry: registry, health: health))
+                    try channel.pipeline.syncOperations.addHandler(EndpointHandler(registry: registry, health: health, hosts: hosts))
                 }
             }
             .bind(host: host, port: requestedPort).get()
@@ -105,12 +111,16 @@ private final class EndpointHandler: ChannelInboundHandler, @unchecked Sendable 
 
     let registry: PrometheusCollectorRegistry
     let health: any HealthReporting
+    let hosts: HostPolicy?
     private var path = ""
     private var keepAlive = true
+    /// The request's `Host` is not one this endpoint answers to (``HTTPEndpoint/hosts``).
+    private var misdirected = false
 
-    init(registry: PrometheusCollectorRegistry, health: any HealthReporting) {
+    init(registry: PrometheusCollectorRegistry, health: any HealthReporting, hosts: HostPolicy?) {
         self.registry = registry
         self.health = health
+        self.hosts = hosts
     }
 
     /// Nothing read for the idle timeout (`IdleStateHandler`, first in the pipeline): closed.
@@ -127,11 +137,15 @@ private final class EndpointHandler: ChannelInboundHandler, @unchecked Sendable 
         case .head(let head):
             path = String(head.uri.split(separator: "?", maxSplits: 1).first ?? "")
             keepAlive = head.isKeepAlive
+            misdirected = hosts.map { !$0.allows(authority: head.headers.first(name: "host")) } ?? false
         case .body:
             break
         case .end:
             let (status, contentType, body): (HTTPResponseStatus, String, [UInt8])
             switch path {
+            case _ where misdirected:
+                (status, contentType, body) = (.misdirectedRequest, "text/plain; charset=utf-8",
+                                               Array("this endpoint listens on a loopback address: reach it as localhost or by that address\n".utf8))
             case "/metrics":
                 (status, contentType, body) = (.ok, "text/plain; version=0.0.4; charset=utf-8", registry.emitToBuffer())
             case "/healthz":
