@@ -87,7 +87,7 @@ public final class KafkaAdmin: Sendable {
     /// answered within ``timeout`` is left with its handle, which is replaced by a fresh one for
     /// the next requests and destroyed: librdkafka 2.16 aborts the process when such a request
     /// times out inside it and the coordinator comes back (librdkafka#4605); destroyed with the
-    /// handle, it ends cleanly. (The console died so a minute after a paused broker resumed.)
+    /// handle, it ends cleanly. (The console died so within seconds of a paused broker resuming.)
     private func coordinated<T: Sendable>(_ body: @escaping @Sendable (RDKafkaClient, Int32) throws(KafkaError) -> T) async throws(KafkaError) -> T {
         let client = self.client
         let ms = timeout.timeoutMilliseconds
