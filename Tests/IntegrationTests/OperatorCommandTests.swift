@@ -220,7 +220,9 @@ import Workers
                 let took = ContinuousClock.now - started
                 #expect(record.map { String(decoding: $0.value ?? [], as: UTF8.self) } == value, "\(partition):\(offset)")
                 #expect(found.messages.map { String(decoding: $0.record.value ?? [], as: UTF8.self) } == (value.map { [$0] } ?? []), "\(partition):\(offset)")
-                #expect(took < .seconds(5), "\(partition):\(offset) answered after \(took)")
+                // Before, an offset past the end threw once the reader's 10 s idle timeout passed;
+                // a bound in between failed under CI load (5.7 s for a record that exists).
+                #expect(took < .seconds(10), "\(partition):\(offset) answered after \(took)")
             }
         }
     }
