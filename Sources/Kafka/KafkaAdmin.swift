@@ -71,6 +71,9 @@ public final class KafkaAdmin: Sendable {
         await BlockingExecutor.run { client.destroy() }
     }
 
+    /// Runs `body` on the current handle, held (``RDKafkaClient/using(_:)``) for the whole call: a
+    /// body reaches the handle through `admin.client` only, never one read before (it may have
+    /// been replaced and destroyed since).
     private func run<T: Sendable>(_ body: @escaping @Sendable (RDKafkaAdmin, Int32) throws(KafkaError) -> T) async throws(KafkaError) -> T {
         let client = self.client
         let admin = RDKafkaAdmin(client: client)
@@ -147,9 +150,8 @@ public final class KafkaAdmin: Sendable {
     /// All topics with their partition counts and cleanup policy (`withConfig`: one
     /// DescribeConfigs per topic; without it, from the metadata alone and no policy), sorted by name.
     public func listTopics(includeInternal: Bool = false, withConfig: Bool = true) async throws(KafkaError) -> [TopicDescription] {
-        let client = self.client
         return try await run { (admin, ms) throws(KafkaError) in
-            try client.metadata(topic: nil, timeoutMilliseconds: ms)
+            try admin.client.metadata(topic: nil, timeoutMilliseconds: ms)
                 .filter { includeInternal || !$0.name.hasPrefix("__") }
                 .map { topic in
                     let config = withConfig ? try? admin.describeTopicConfig(topic.name, timeoutMilliseconds: ms) : nil
@@ -162,15 +164,13 @@ public final class KafkaAdmin: Sendable {
     /// Whether the cluster has this topic (from the metadata of every topic: asking for the one
     /// topic could make a broker that creates topics on demand create it).
     public func topicExists(_ name: String) async throws(KafkaError) -> Bool {
-        let client = self.client
-        return try await run { (_, ms) throws(KafkaError) in try client.metadata(topic: nil, timeoutMilliseconds: ms).contains { $0.name == name } }
+        return try await run { (admin, ms) throws(KafkaError) in try admin.client.metadata(topic: nil, timeoutMilliseconds: ms).contains { $0.name == name } }
     }
 
     /// One topic's description; throws when it does not exist.
     public func describeTopic(_ name: String) async throws(KafkaError) -> TopicDescription {
-        let client = self.client
         return try await run { (admin, ms) throws(KafkaError) in
-            guard let topic = try client.metadata(topic: name, timeoutMilliseconds: ms).first else {
+            guard let topic = try admin.client.metadata(topic: name, timeoutMilliseconds: ms).first else {
                 throw KafkaError(code: .admin, message: "topic \(name) not found")
             }
             if let error = topic.error { throw error }
@@ -191,9 +191,8 @@ public final class KafkaAdmin: Sendable {
     /// tansu 0.6 answers ListOffsets(latest) with the last batch's base offset plus one, which is
     /// too low when that batch holds several records; Apache Kafka and the mock cluster are exact.
     public func watermarks(_ partition: TopicPartition) async throws(KafkaError) -> Watermarks {
-        let client = self.client
-        return try await run { (_, ms) throws(KafkaError) in
-            let w = try client.queryWatermarks(partition, timeoutMilliseconds: ms)
+        return try await run { (admin, ms) throws(KafkaError) in
+            let w = try admin.client.queryWatermarks(partition, timeoutMilliseconds: ms)
             return Watermarks(low: w.low, high: w.high)
         }
     }
